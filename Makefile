@@ -1,0 +1,43 @@
+# Goodput: the two commands. `make demo` runs the console; `make test` runs the suite.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
+
+.PHONY: demo test lint install install-dev clean-data
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(STAMP): $(BIN)/python pyproject.toml requirements.lock
+	@echo "Installing Goodput into $(VENV) (first run takes a minute)…"
+	$(BIN)/pip install --quiet -r requirements.lock
+	$(BIN)/pip install --quiet --no-deps -e .
+	@touch $@
+
+$(DEV_STAMP): $(STAMP) requirements-dev.lock
+	$(BIN)/pip install --quiet -r requirements-dev.lock
+	@touch $@
+
+install: $(STAMP)
+install-dev: $(DEV_STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python manage.py demo
+
+# Tests use real PostgreSQL and Redis: DATABASE_URL if set (else the embedded PostgreSQL), and
+# REDIS_URL (default: database 15 of the local Redis, which the suite flushes).
+test: $(DEV_STAMP)
+	REDIS_URL=$${REDIS_URL:-redis://127.0.0.1:6379/15} \
+	ALLOWED_HOSTS=$${ALLOWED_HOSTS:-127.0.0.1,localhost} \
+	SECRET_KEY=$${SECRET_KEY:-test-only-secret-key} \
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(DEV_STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+clean-data:
+	rm -rf var/

@@ -1,0 +1,15 @@
+from django.apps import AppConfig
+from django.db.models.signals import post_migrate
+
+
+class ConsoleConfig(AppConfig):
+    name = "console"
+    verbose_name = "Console"
+
+    def ready(self) -> None:
+        import console.schema  # noqa: F401  (registers the OpenAPI auth extension)
+        from console.roles import sync_roles_after_migrate
+
+        # Roles are (re)synced after every migrate and flush, so permissions added by later
+        # migrations reach the groups without a hand-written data migration each time.
+        post_migrate.connect(sync_roles_after_migrate, dispatch_uid="console.sync_roles")

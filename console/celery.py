@@ -1,0 +1,13 @@
+"""The Celery application. Settings come from Django's (``CELERY_*``)."""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+
+app = Celery("goodput")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()

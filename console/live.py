@@ -1,0 +1,141 @@
+"""The live-update hub: topic groups, coalesced pushes, and the broadcast helper.
+
+Writers call ``request_push(topic)`` after commit. At most one push per topic per
+LIVE_MIN_INTERVAL_MS goes out; requests in between fold into the next push. A push is built by
+the topic's registered builder from the database (what changed since the previous push), so
+folding requests together loses nothing, and channel layers that drop a message are covered by
+the page fetching a fresh snapshot over HTTP when it reconnects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.core.cache import cache
+from django.db import close_old_connections
+
+logger = logging.getLogger(__name__)
+
+# Topics clients may subscribe to. Group names are built from these by code, never from raw input.
+TOPIC_PATTERN = re.compile(r"^(fleet|incidents|power|(site|job|endpoint)\.\d{1,12})$")
+MESSAGE_TYPE = "live.message"
+
+# A builder takes (topic, watermark of the previous push) and returns (payload, new watermark).
+TopicBuilder = Callable[[str, Any], tuple[dict[str, Any] | None, Any]]
+_builders: dict[str, TopicBuilder] = {}
+
+# The ASGI server's event loop, when this process serves websockets. The in-memory channel
+# layer (embedded mode) lives on that loop, so pushes made from worker threads are handed to it.
+_loop: asyncio.AbstractEventLoop | None = None
+
+
+def bind_event_loop(loop: asyncio.AbstractEventLoop) -> None:
+    global _loop
+    _loop = loop
+
+
+def _server_loop() -> asyncio.AbstractEventLoop | None:
+    return _loop if _loop is not None and _loop.is_running() else None
+
+
+def register_topic_builder(prefix: str, builder: TopicBuilder) -> None:
+    """Apps register how to build a push for their topics (``fleet``, ``site`` for ``site.<id>``...)."""
+    _builders[prefix] = builder
+
+
+def is_valid_topic(topic: str) -> bool:
+    return bool(TOPIC_PATTERN.match(topic))
+
+
+def group_name(topic: str) -> str:
+    if not is_valid_topic(topic):
+        raise ValueError(f"not a live topic: {topic!r}")
+    return f"live.{topic}"
+
+
+def broadcast(topic: str, payload: dict[str, Any]) -> None:
+    """Send one message to every websocket subscribed to ``topic``."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    group, message = group_name(topic), {"type": MESSAGE_TYPE, "payload": payload}
+    loop = _server_loop()
+    if loop is None:
+        async_to_sync(layer.group_send)(group, message)
+        return
+    send = layer.group_send(group, message)
+    try:
+        on_loop = asyncio.get_running_loop() is loop
+    except RuntimeError:
+        on_loop = False
+    if on_loop:
+        loop.create_task(send)
+    else:
+        asyncio.run_coroutine_threadsafe(send, loop).result(timeout=10)
+
+
+def _interval() -> float:
+    return settings.LIVE_MIN_INTERVAL_MS / 1000
+
+
+def request_push(*topics: str) -> None:
+    """Schedule a push for each topic, coalesced to at most one per interval."""
+    for topic in topics:
+        # The pending marker makes one scheduled push absorb every request until it runs.
+        if not cache.add(f"live:pending:{topic}", 1, timeout=max(5, int(_interval() * 5))):
+            continue
+        last = cache.get(f"live:last:{topic}") or 0.0
+        delay = max(0.0, last + _interval() - time.time())
+        if settings.EAGER_TASKS:
+            # Eager Celery ignores countdown, so the server's own loop keeps the at-most-once a
+            # second promise in embedded mode. A process without a server loop (a command, a
+            # test) has no websocket clients of its own and pushes at once.
+            loop = _server_loop()
+            if loop is None:
+                push_topic(topic)
+            else:
+                loop.call_soon_threadsafe(loop.call_later, delay, _push_from_loop, topic)
+        else:
+            from console.tasks import push_live_topic
+
+            try:
+                push_live_topic.apply_async(args=[topic], countdown=delay)
+            except Exception:  # the data is committed; a missed push is healed by the next one
+                cache.delete(f"live:pending:{topic}")
+                logger.warning("could not schedule a live push for %s", topic, exc_info=True)
+
+
+def _push_from_loop(topic: str) -> None:
+    # The push reads the database: run it in a worker thread, never on the event loop.
+    assert _loop is not None
+    _loop.run_in_executor(None, _push_in_thread, topic)
+
+
+def _push_in_thread(topic: str) -> None:
+    try:
+        push_topic(topic)
+    finally:
+        close_old_connections()
+
+
+def push_topic(topic: str) -> dict[str, Any] | None:
+    """Build the topic's delta from the database and broadcast it."""
+    cache.delete(f"live:pending:{topic}")
+    cache.set(f"live:last:{topic}", time.time(), timeout=3600)
+    builder = _builders.get(topic.split(".", 1)[0])
+    if builder is None:
+        return None
+    watermark_key = f"live:watermark:{topic}"
+    payload, watermark = builder(topic, cache.get(watermark_key))
+    cache.set(watermark_key, watermark, timeout=3600)
+    if payload is not None:
+        broadcast(topic, payload)
+    return payload

@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+import secrets
+import sys
+import threading
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandParser
+
+from console.roles import ADMIN
+from console.runtime import describe_mode
+
+
+class Command(BaseCommand):
+    help = "Run the console with a simulated fleet: migrate, create an admin, start the simulator and the server."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--gpus", type=int, default=None, help="Limit the simulated fleet (default 384 GPUs)")
+        parser.add_argument("--interval", type=float, default=5.0, help="Seconds between simulated samples")
+        parser.add_argument("--no-simulator", action="store_true", help="Serve the console without the simulator")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        import uvicorn
+
+        self.stdout.write(describe_mode())
+        self.stdout.write("Applying migrations…")
+        call_command("migrate", interactive=False, verbosity=0)
+        username, password = self._ensure_admin()
+        url = f"http://{options['host']}:{options['port']}"
+
+        stop = threading.Event()
+        simulator = None
+        if not options["no_simulator"]:
+            simulator = threading.Thread(
+                target=self._run_simulator, args=(url, options, stop), name="simulator", daemon=True
+            )
+            simulator.start()
+
+        self.stdout.write(self.style.SUCCESS(f"\nGoodput is starting at {url}/"))
+        self.stdout.write(f"  Sign in at {url}/accounts/login/ as {username} / {password}")
+        self.stdout.write("  Ctrl-C stops the server, the simulator and the embedded database.\n")
+        sys.stdout.flush()
+        config = uvicorn.Config(
+            "console.asgi:application", host=options["host"], port=options["port"], log_level="warning",
+            lifespan="off", ws_ping_interval=20,
+        )
+        try:
+            uvicorn.Server(config).run()
+        finally:
+            stop.set()
+            if simulator is not None:
+                simulator.join(timeout=10)
+            self.stdout.write("Stopped. The data stays under var/; `make demo` again picks it up.")
+
+    def _ensure_admin(self) -> tuple[str, str]:
+        """The demo admin: DEMO_PASSWORD if set, else a generated password kept under var/."""
+        from console.env import env
+
+        User = get_user_model()
+        username = "admin"
+        password = env("DEMO_PASSWORD")
+        password_file = settings.DATA_DIR / "demo_admin_password"
+        if not password:
+            if password_file.exists():
+                password = password_file.read_text().strip()
+            else:
+                password = secrets.token_urlsafe(12)
+                password_file.write_text(password)
+                password_file.chmod(0o600)
+        user, _ = User.objects.get_or_create(username=username, defaults={"email": "admin@localhost"})
+        user.is_staff = user.is_superuser = True
+        user.set_password(password)
+        user.save()
+        user.groups.add(Group.objects.get(name=ADMIN))
+        return username, password
+
+    def _run_simulator(self, url: str, options: dict[str, Any], stop: threading.Event) -> None:
+        try:
+            call_command(
+                "simulate", url=url, gpus=options["gpus"], interval=options["interval"], quiet=True, stop_event=stop,
+                stdout=self.stdout, stderr=self.stderr,
+            )
+        except Exception as exc:  # the console keeps serving; say why the simulator stopped
+            self.stderr.write(f"simulator stopped: {exc}")
+        finally:
+            from django.db import connections
+
+            connections.close_all()

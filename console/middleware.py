@@ -1,0 +1,35 @@
+"""Deny by default: every route needs a session or a token, except settings.OPEN_PATHS."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.views import redirect_to_login
+from django.http import HttpRequest, HttpResponse, JsonResponse
+
+# Machine routes answer 401 instead of redirecting to the login page; a request carrying an
+# Authorization header is passed through so DRF's token authentication can decide.
+MACHINE_PREFIXES = ("/api/", "/metrics")
+
+
+class LoginRequiredMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_view(
+        self, request: HttpRequest, view_func: Any, view_args: Any, view_kwargs: Any
+    ) -> HttpResponse | None:
+        if request.user.is_authenticated or request.path in settings.OPEN_PATHS:
+            return None
+        if request.path.startswith(MACHINE_PREFIXES):
+            if "HTTP_AUTHORIZATION" in request.META:
+                return None
+            response = JsonResponse({"detail": "Authentication credentials were not provided."}, status=401)
+            response["WWW-Authenticate"] = 'Bearer realm="goodput"'
+            return response
+        return redirect_to_login(request.get_full_path())

@@ -1,0 +1,35 @@
+"""Sections of the overview page. Apps register theirs in AppConfig.ready(), so the console shows
+fleet, incidents or goodput at a glance without importing those apps."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.http import HttpRequest
+from django.template.loader import render_to_string
+from django.utils.safestring import SafeString, mark_safe
+
+
+@dataclass(frozen=True)
+class Section:
+    name: str
+    template: str
+    context: Callable[[HttpRequest], dict[str, Any]]
+    order: int = 100
+
+
+_sections: dict[str, Section] = {}
+
+
+def register_section(section: Section) -> None:
+    _sections[section.name] = section
+
+
+def render_sections(request: HttpRequest) -> list[SafeString]:
+    rendered = []
+    for section in sorted(_sections.values(), key=lambda s: s.order):
+        html = render_to_string(section.template, section.context(request), request=request)
+        rendered.append(mark_safe(html))  # rendered by our own templates, autoescaped
+    return rendered

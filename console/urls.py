@@ -1,0 +1,29 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_required
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from console import views
+
+# The admin's own login page would be a second open door: send it to ours instead.
+admin.site.login = login_required(admin.site.login)  # type: ignore[method-assign]
+admin.site.site_header = "Goodput administration"
+
+api_v1 = [
+    path("fleet/", include("fleet.api.urls")),
+    path("ingest/", include("fleet.api.ingest_urls")),
+]
+
+urlpatterns = [
+    path("", views.HomeView.as_view(), name="home"),
+    path("healthz", views.healthz, name="healthz"),
+    path("readyz", views.readyz, name="readyz"),
+    path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("fleet/", include("fleet.urls")),
+    path("api/v1/", include((api_v1, "api"))),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("admin/", admin.site.urls),
+]

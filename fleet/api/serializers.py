@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from fleet.models import Gpu, GpuState, Node, Rack, Site
+from fleet.telemetry_fields import METRIC_NAMES
+
+
+class SiteSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Site
+        fields = ["id", "name", "region", "contracted_power_kw"]
+
+
+class RackSerializer(serializers.ModelSerializer):
+    site = serializers.SlugRelatedField(slug_field="name", queryset=Site.objects.all())
+
+    class Meta:
+        model = Rack
+        fields = ["id", "site", "name", "power_budget_kw"]
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    site = serializers.SlugRelatedField(slug_field="name", queryset=Site.objects.all())
+    rack = serializers.PrimaryKeyRelatedField(queryset=Rack.objects.all(), allow_null=True, required=False)
+    gpu_count = serializers.IntegerField(read_only=True)
+
+    class Meta:
+        model = Node
+        fields = ["id", "site", "rack", "hostname", "instance_type", "interconnect", "gpu_count", "created_at"]
+
+    def validate(self, attrs: dict) -> dict:
+        rack, site = attrs.get("rack"), attrs.get("site")
+        if rack is not None and site is not None and rack.site_id != site.id:
+            raise serializers.ValidationError({"rack": "The rack belongs to another site."})
+        return attrs
+
+
+class GpuStateSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = GpuState
+        fields = ["ts", *METRIC_NAMES]
+
+
+class GpuSerializer(serializers.ModelSerializer):
+    hostname = serializers.CharField(source="node.hostname", read_only=True)
+    site = serializers.CharField(source="node.site.name", read_only=True)
+    state = GpuStateSerializer(read_only=True, allow_null=True)
+
+    class Meta:
+        model = Gpu
+        fields = ["id", "uuid", "index", "model", "hbm_gib", "node", "hostname", "site", "state", "created_at"]
+        read_only_fields = ["uuid", "created_at"]

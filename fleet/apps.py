@@ -1,0 +1,21 @@
+from django.apps import AppConfig
+
+
+class FleetConfig(AppConfig):
+    name = "fleet"
+    verbose_name = "Fleet"
+
+    def ready(self) -> None:
+        from console import live, overview
+        from fleet.services import dashboard
+
+        live.register_topic_builder("fleet", dashboard.build_fleet_delta)
+        live.register_topic_builder("site", dashboard.build_site_delta)
+        overview.register_section(
+            overview.Section(
+                name="fleet",
+                template="fleet/_overview.html",
+                context=lambda request: {"totals": dashboard.fleet_totals(), "sites": dashboard.site_summaries()},
+                order=10,
+            )
+        )

@@ -1,0 +1,140 @@
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from typing import Any
+
+import requests
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import close_old_connections, transaction
+from django.utils import timezone
+
+from console.models import AgentToken
+from fleet.choices import Interconnect
+from fleet.models import Node, Rack, Site
+from fleet.simulator import DEFAULT_SITES, FleetSimulator, Poster, build_fleet, utcnow
+
+TOKEN_NAME = "simulator"
+NODES_PER_RACK = 4
+
+
+class Command(BaseCommand):
+    help = (
+        "Run a simulated GPU fleet (H100, H200, A100, L40S across three sites) that posts telemetry "
+        "to the console's ingest API with agent tokens, exactly as real agents do."
+    )
+    stealth_options = ("stop_event",)  # `manage.py demo` runs the simulator in a thread and stops it
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--url", default="http://127.0.0.1:8000", help="The console's base URL")
+        parser.add_argument("--interval", type=float, default=5.0, help="Seconds between samples (default 5)")
+        parser.add_argument("--gpus", type=int, default=None, help="Limit the fleet to this many GPUs (default 384)")
+        parser.add_argument(
+            "--fault-rate",
+            type=float,
+            default=0.05,
+            help="Faults per GPU-hour (XID 79, double-bit ECC, thermal throttling); default 0.05",
+        )
+        parser.add_argument("--duration", type=float, default=None, help="Stop after this many seconds")
+        parser.add_argument("--ticks", type=int, default=None, help="Stop after this many sampling rounds")
+        parser.add_argument("--seed", type=int, default=7, help="Seed: the same seed gives the same GPUs")
+        parser.add_argument("--wait", type=float, default=60, help="Seconds to wait for the console to answer")
+        parser.add_argument("--quiet", action="store_true", help="Print faults and errors only")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        self.stop_event: threading.Event = options.get("stop_event") or threading.Event()
+        if options["interval"] <= 0:
+            raise CommandError("--interval must be positive")
+        fleet = build_fleet(DEFAULT_SITES, gpu_limit=options["gpus"], seed=options["seed"])
+        tokens = self._prepare_inventory(fleet)
+        close_old_connections()
+        self._wait_for_console(options["url"], options["wait"])
+        sim = FleetSimulator(
+            fleet, fault_rate_per_gpu_hour=options["fault_rate"], interval=options["interval"], seed=options["seed"]
+        )
+        poster = Poster(options["url"], tokens, sleep=self.stop_event.wait)
+        total = sum(len(g) for g in fleet.values())
+        self.stdout.write(
+            f"Simulating {total} GPUs on {len(fleet)} sites every {options['interval']:g} s "
+            f"-> {options['url']} (Ctrl-C stops)"
+        )
+        started, tick = time.monotonic(), 0
+        while not self.stop_event.is_set():
+            tick_start = time.monotonic()
+            self._tick(sim, poster, tick, quiet=options["quiet"])
+            tick += 1
+            if options["ticks"] is not None and tick >= options["ticks"]:
+                break
+            if options["duration"] is not None and time.monotonic() - started >= options["duration"]:
+                break
+            self.stop_event.wait(max(0.0, options["interval"] - (time.monotonic() - tick_start)))
+
+    def _tick(self, sim: FleetSimulator, poster: Poster, tick: int, *, quiet: bool) -> None:
+        latencies, posted, failed = [], 0, []
+        for site, samples in sim.batches(utcnow()).items():
+            if not samples:
+                continue
+            t0 = time.monotonic()
+            response = poster.post(site, samples)
+            latencies.append((time.monotonic() - t0) * 1000)
+            if response is not None and response.status_code == 202:
+                posted += len(samples)
+            else:
+                detail = f"HTTP {response.status_code}: {response.text[:200]}" if response is not None else "gave up"
+                failed.append(f"{site} ({detail})")
+        for event in sim.events:
+            self.stdout.write(f"  fault: {event}")
+        sim.events.clear()
+        if failed:
+            self.stderr.write(f"tick {tick}: batches rejected or undelivered: {'; '.join(failed)}")
+        if not quiet and (tick % 12 == 0):
+            p50 = statistics.median(latencies) if latencies else 0
+            self.stdout.write(f"tick {tick}: posted {posted} samples, median POST {p50:.0f} ms")
+
+    def _prepare_inventory(self, fleet: dict[str, list[Any]]) -> dict[str, str]:
+        """Sites, racks and nodes as an operator would have entered them, and one fresh token per site."""
+        tokens: dict[str, str] = {}
+        with transaction.atomic():
+            for spec in DEFAULT_SITES:
+                if not fleet.get(spec.name):
+                    continue
+                site, _ = Site.objects.update_or_create(
+                    name=spec.name, defaults={"region": spec.region, "contracted_power_kw": spec.contracted_power_kw}
+                )
+                hostnames = sorted({g.hostname for g in fleet[spec.name]})
+                groups = {g.prefix: g for g in spec.groups}
+                for i, hostname in enumerate(hostnames):
+                    rack, _ = Rack.objects.get_or_create(
+                        site=site, name=f"r{i // NODES_PER_RACK + 1:02d}", defaults={"power_budget_kw": 45}
+                    )
+                    group = groups[hostname.rsplit("-", 1)[0]]
+                    Node.objects.update_or_create(
+                        hostname=hostname,
+                        defaults={
+                            "site": site,
+                            "rack": rack,
+                            "instance_type": group.instance_type,
+                            "interconnect": Interconnect.INFINIBAND
+                            if group.workload == "training"
+                            else Interconnect.PCIE,
+                        },
+                    )
+                # Old simulator tokens are revoked: only this run's tokens can write.
+                AgentToken.objects.filter(site=site, name=TOKEN_NAME, revoked_at__isnull=True).update(
+                    revoked_at=timezone.now()
+                )
+                _, tokens[spec.name] = AgentToken.issue(site=site, name=TOKEN_NAME)
+        return tokens
+
+    def _wait_for_console(self, url: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.stop_event.is_set():
+            try:
+                if requests.get(url.rstrip("/") + "/healthz", timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            if time.monotonic() > deadline:
+                raise CommandError(f"The console at {url} did not answer /healthz within {timeout:g} s.")
+            self.stop_event.wait(0.5)

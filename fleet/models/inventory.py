@@ -1,0 +1,73 @@
+"""Inventory: Site > Rack > Node > GPU."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.urls import reverse
+
+from fleet.choices import Interconnect
+
+
+class Site(models.Model):
+    name = models.SlugField(max_length=64, unique=True, help_text="Short name, e.g. ams-1")
+    region = models.CharField(max_length=64, blank=True)
+    contracted_power_kw = models.DecimalField(
+        max_digits=10, decimal_places=1, null=True, blank=True, help_text="Grid power contracted for the site (kW)"
+    )
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Rack(models.Model):
+    site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="racks")
+    name = models.CharField(max_length=64)
+    power_budget_kw = models.DecimalField(max_digits=8, decimal_places=1, null=True, blank=True)
+
+    class Meta:
+        ordering = ["site__name", "name"]
+        constraints = [models.UniqueConstraint(fields=["site", "name"], name="rack_unique_per_site")]
+
+    def __str__(self) -> str:
+        return f"{self.site.name}/{self.name}"
+
+
+class Node(models.Model):
+    site = models.ForeignKey(Site, on_delete=models.PROTECT, related_name="nodes")
+    rack = models.ForeignKey(Rack, on_delete=models.SET_NULL, null=True, blank=True, related_name="nodes")
+    hostname = models.CharField(max_length=253, unique=True)
+    instance_type = models.CharField(max_length=64, blank=True, help_text="e.g. p5.48xlarge, DGX H100")
+    interconnect = models.CharField(max_length=16, choices=Interconnect.choices, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["hostname"]
+
+    def __str__(self) -> str:
+        return self.hostname
+
+    def get_absolute_url(self) -> str:
+        return reverse("fleet:node_detail", args=[self.hostname])
+
+
+class Gpu(models.Model):
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=64, unique=True, help_text="NVML UUID, GPU-xxxxxxxx-...")
+    model = models.CharField(max_length=64, blank=True, help_text="e.g. NVIDIA H100 80GB HBM3")
+    hbm_gib = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["node__hostname", "index"]
+        verbose_name = "GPU"
+        verbose_name_plural = "GPUs"
+
+    def __str__(self) -> str:
+        return f"{self.node.hostname}/gpu{self.index}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("fleet:gpu_detail", args=[self.uuid])

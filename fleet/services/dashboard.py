@@ -1,0 +1,236 @@
+"""Read models for the fleet dashboard: totals, site cards, the GPU table, time series, live deltas.
+
+The snapshot (HTTP) and the live deltas (websocket) are built from the same functions, so a page
+that reconnects and re-fetches the snapshot lands on exactly what the deltas would have shown.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+from django.db.models import Avg, Count, Max, Q, Sum
+from django.utils import timezone
+
+from fleet.models import Gpu, GpuState, Site
+
+RANGES = {"15m": 900, "1h": 3600, "6h": 6 * 3600, "24h": 86400}
+DEFAULT_RANGE = "15m"
+MAX_POINTS = 180  # per series; the page keeps a rolling window of the same size
+HOTTEST = 5
+# A delta re-sends rows updated slightly before the previous watermark: a transaction that
+# committed late with an earlier timestamp is not missed, and a duplicate row is harmless.
+WATERMARK_OVERLAP = timedelta(seconds=2)
+
+GPU_ROW_FIELDS = (
+    "gpu__uuid",
+    "gpu__index",
+    "gpu__model",
+    "gpu__node__hostname",
+    "gpu__node__site_id",
+    "gpu__node__site__name",
+    "ts",
+    "gpu_util",
+    "fb_used_mib",
+    "fb_free_mib",
+    "gpu_temp_c",
+    "memory_temp_c",
+    "power_w",
+    "sm_clock_mhz",
+    "xid",
+    "ecc_dbe_total",
+    "throttle_reasons",
+    "tensor_active",
+    "updated_at",
+)
+
+
+def _stale_cutoff() -> datetime:
+    return timezone.now() - timedelta(seconds=settings.FLEET_STALE_SECONDS)
+
+
+def _round(value: float | None, digits: int = 1) -> float | None:
+    return None if value is None else round(float(value), digits)
+
+
+def fleet_totals(*, site_id: int | None = None) -> dict[str, Any]:
+    gpus = Gpu.objects.all()
+    states = GpuState.objects.all()
+    if site_id is not None:
+        gpus = gpus.filter(node__site_id=site_id)
+        states = states.filter(gpu__node__site_id=site_id)
+    cutoff = _stale_cutoff()
+    fresh = Q(ts__gte=cutoff)
+    agg = states.aggregate(
+        reporting=Count("pk", filter=fresh),
+        mean_util=Avg("gpu_util", filter=fresh),
+        power_w=Sum("power_w", filter=fresh),
+        max_temp=Max("gpu_temp_c", filter=fresh),
+        with_errors=Count("pk", filter=Q(xid__gt=0) | Q(ecc_dbe_total__gt=0)),
+        throttled=Count("pk", filter=fresh & Q(throttle_reasons__gt=1)),
+    )
+    hottest = [
+        _gpu_row(row)
+        for row in states.filter(fresh, gpu_temp_c__isnull=False)
+        .order_by("-gpu_temp_c")
+        .values(*GPU_ROW_FIELDS)[:HOTTEST]
+    ]
+    total = gpus.count()
+    return {
+        "gpus": total,
+        "reporting": agg["reporting"],
+        "stale": total - agg["reporting"],
+        "mean_util": _round(agg["mean_util"]),
+        "power_kw": _round((agg["power_w"] or 0) / 1000, 2),
+        "max_temp": _round(agg["max_temp"]),
+        "with_errors": agg["with_errors"],
+        "throttled": agg["throttled"],
+        "hottest": hottest,
+    }
+
+
+def site_summaries() -> list[dict[str, Any]]:
+    cutoff = _stale_cutoff()
+    fresh = Q(nodes__gpus__state__ts__gte=cutoff)
+    sites = Site.objects.annotate(
+        gpu_count=Count("nodes__gpus", distinct=True),
+        node_count=Count("nodes", distinct=True),
+        reporting=Count("nodes__gpus__state", filter=fresh),
+        mean_util=Avg("nodes__gpus__state__gpu_util", filter=fresh),
+        power_w=Sum("nodes__gpus__state__power_w", filter=fresh),
+        max_temp=Max("nodes__gpus__state__gpu_temp_c", filter=fresh),
+        with_errors=Count(
+            "nodes__gpus__state",
+            filter=Q(nodes__gpus__state__xid__gt=0) | Q(nodes__gpus__state__ecc_dbe_total__gt=0),
+        ),
+    ).order_by("name")
+    return [
+        {
+            "id": s.id,
+            "name": s.name,
+            "region": s.region,
+            "contracted_power_kw": _round(s.contracted_power_kw),
+            "gpus": s.gpu_count,
+            "nodes": s.node_count,
+            "reporting": s.reporting,
+            "mean_util": _round(s.mean_util),
+            "power_kw": _round((s.power_w or 0) / 1000, 2),
+            "max_temp": _round(s.max_temp),
+            "with_errors": s.with_errors,
+        }
+        for s in sites
+    ]
+
+
+def _gpu_row(row: dict[str, Any]) -> dict[str, Any]:
+    fb_total = None
+    if row["fb_used_mib"] is not None and row["fb_free_mib"] is not None:
+        fb_total = row["fb_used_mib"] + row["fb_free_mib"]
+    return {
+        "uuid": row["gpu__uuid"],
+        "index": row["gpu__index"],
+        "model": row["gpu__model"],
+        "hostname": row["gpu__node__hostname"],
+        "site_id": row["gpu__node__site_id"],
+        "site": row["gpu__node__site__name"],
+        "ts": row["ts"].isoformat(),
+        "util": _round(row["gpu_util"]),
+        "mem_used_pct": _round(100 * row["fb_used_mib"] / fb_total) if fb_total else None,
+        "temp": _round(row["gpu_temp_c"]),
+        "mem_temp": _round(row["memory_temp_c"]),
+        "power_w": _round(row["power_w"]),
+        "sm_clock": _round(row["sm_clock_mhz"], 0),
+        "xid": row["xid"],
+        "ecc_dbe": row["ecc_dbe_total"],
+        "throttle": row["throttle_reasons"],
+        "tensor": _round(row["tensor_active"], 3),
+    }
+
+
+def gpu_rows(*, site_id: int | None = None, updated_since: datetime | None = None) -> list[dict[str, Any]]:
+    states = GpuState.objects.all()
+    if site_id is not None:
+        states = states.filter(gpu__node__site_id=site_id)
+    if updated_since is not None:
+        states = states.filter(updated_at__gt=updated_since)
+    return [_gpu_row(r) for r in states.order_by("gpu__node__hostname", "gpu__index").values(*GPU_ROW_FIELDS)]
+
+
+def site_series(*, seconds: int, site_id: int | None = None) -> dict[str, Any]:
+    """Per-site series (mean utilisation, power kW, max temperature) in at most MAX_POINTS buckets.
+
+    The newest, still-filling bucket is left out: a half-reported bucket would draw a false dip.
+    """
+    bucket = max(10, seconds // MAX_POINTS)
+    now = timezone.now()
+    since = now - timedelta(seconds=seconds)
+    site_filter = "AND n.site_id = %(site_id)s" if site_id is not None else ""
+    sql = f"""
+        WITH per_gpu AS (
+            SELECT date_bin(%(bucket)s, s.ts, TIMESTAMPTZ '2000-01-01') AS bucket, n.site_id, s.gpu_id,
+                   avg(s.gpu_util) AS util, avg(s.power_w) AS power, max(s.gpu_temp_c) AS temp
+            FROM fleet_gpusample s
+            JOIN fleet_gpu g ON g.id = s.gpu_id
+            JOIN fleet_node n ON n.id = g.node_id
+            WHERE s.ts >= %(since)s AND s.ts < date_bin(%(bucket)s, %(now)s, TIMESTAMPTZ '2000-01-01')
+            {site_filter}
+            GROUP BY 1, 2, 3
+        )
+        SELECT bucket, site_id, avg(util), sum(power) / 1000.0, max(temp)
+        FROM per_gpu GROUP BY 1, 2 ORDER BY 1, 2
+    """
+    params = {"bucket": timedelta(seconds=bucket), "since": since, "now": now, "site_id": site_id}
+    series: dict[int, dict[str, list[Any]]] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        for ts, sid, util, power_kw, temp in cursor.fetchall():
+            s = series.setdefault(sid, {"ts": [], "util": [], "power_kw": [], "temp": []})
+            s["ts"].append(ts.isoformat())
+            s["util"].append(_round(util))
+            s["power_kw"].append(_round(power_kw, 2))
+            s["temp"].append(_round(temp))
+    return {"bucket_seconds": bucket, "sites": {str(k): v for k, v in series.items()}}
+
+
+def overview_snapshot(*, range_key: str = DEFAULT_RANGE, site_id: int | None = None) -> dict[str, Any]:
+    """Everything the fleet page draws, for a first load or after a websocket reconnect."""
+    seconds = RANGES[range_key]
+    return {
+        "ts": timezone.now().isoformat(),
+        "range": range_key,
+        "totals": fleet_totals(site_id=site_id),
+        "sites": site_summaries(),
+        "gpus": gpu_rows(site_id=site_id),
+        "series": site_series(seconds=seconds, site_id=site_id),
+    }
+
+
+def _delta(topic: str, watermark: str | None, *, site_id: int | None) -> tuple[dict[str, Any], str | None]:
+    since = (
+        datetime.fromisoformat(watermark) - WATERMARK_OVERLAP
+        if watermark
+        else timezone.now() - timedelta(seconds=settings.FLEET_STALE_SECONDS)
+    )
+    # Read the watermark before the rows: a state written in between is sent now or next time.
+    newest = GpuState.objects.aggregate(m=Max("updated_at"))["m"]
+    rows = gpu_rows(site_id=site_id, updated_since=since)
+    new_watermark = newest.isoformat() if newest else watermark
+    payload = {
+        "type": "fleet.delta",
+        "topic": topic,
+        "ts": timezone.now().isoformat(),
+        "totals": fleet_totals(site_id=site_id),
+        "sites": site_summaries(),
+        "gpus": rows,
+    }
+    return payload, new_watermark
+
+
+def build_fleet_delta(topic: str, watermark: str | None) -> tuple[dict[str, Any], str | None]:
+    return _delta(topic, watermark, site_id=None)
+
+
+def build_site_delta(topic: str, watermark: str | None) -> tuple[dict[str, Any], str | None]:
+    return _delta(topic, watermark, site_id=int(topic.split(".", 1)[1]))

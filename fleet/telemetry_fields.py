@@ -1,0 +1,74 @@
+"""The GPU sample fields: one list that the ingest schema, the table and the writer all derive from.
+
+Units and ranges follow dcgm-exporter / NVML (see shared/REFERENCE.md). Every metric is optional:
+an agent sends what its GPU supports, and "not supported" is stored as NULL, never as a number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    kind: type  # int or float
+    minimum: float
+    maximum: float
+    unit: str
+    dcgm: str  # the dcgm-exporter metric the value corresponds to
+    help: str
+
+
+# Upper bounds are generous physical limits: they reject garbage (and infinity) without
+# second-guessing real hardware.
+GPU_SAMPLE_FIELDS: tuple[Field, ...] = (
+    Field("gpu_util", float, 0, 100, "%", "DCGM_FI_DEV_GPU_UTIL", "GPU utilisation"),
+    Field("mem_copy_util", float, 0, 100, "%", "DCGM_FI_DEV_MEM_COPY_UTIL", "Memory copy utilisation"),
+    Field("fb_used_mib", float, 0, 2**24, "MiB", "DCGM_FI_DEV_FB_USED", "Framebuffer memory used"),
+    Field("fb_free_mib", float, 0, 2**24, "MiB", "DCGM_FI_DEV_FB_FREE", "Framebuffer memory free"),
+    Field("gpu_temp_c", float, -50, 200, "C", "DCGM_FI_DEV_GPU_TEMP", "GPU temperature"),
+    Field("memory_temp_c", float, -50, 200, "C", "DCGM_FI_DEV_MEMORY_TEMP", "HBM temperature"),
+    Field("power_w", float, 0, 5000, "W", "DCGM_FI_DEV_POWER_USAGE", "Power draw"),
+    Field("sm_clock_mhz", float, 0, 10000, "MHz", "DCGM_FI_DEV_SM_CLOCK", "SM clock"),
+    Field("mem_clock_mhz", float, 0, 20000, "MHz", "DCGM_FI_DEV_MEM_CLOCK", "Memory clock"),
+    Field("energy_mj", int, 0, 2**62, "mJ", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "Energy since boot"),
+    Field("xid", int, 0, 100000, "", "DCGM_FI_DEV_XID_ERRORS", "Last XID error (0: none)"),
+    Field("ecc_sbe_total", int, 0, 2**62, "", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "Single-bit ECC errors"),
+    Field("ecc_dbe_total", int, 0, 2**62, "", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "Double-bit ECC errors"),
+    Field(
+        "remapped_rows_uncorrectable",
+        int,
+        0,
+        2**31,
+        "",
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "Rows remapped for uncorrectable errors",
+    ),
+    Field(
+        "remapped_rows_correctable",
+        int,
+        0,
+        2**31,
+        "",
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        "Rows remapped for correctable errors",
+    ),
+    Field("row_remap_failure", int, 0, 1, "", "DCGM_FI_DEV_ROW_REMAP_FAILURE", "Row remapping failed"),
+    Field("pcie_replay_total", int, 0, 2**62, "", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "PCIe replays"),
+    Field(
+        "nvlink_crc_errors_total",
+        int,
+        0,
+        2**62,
+        "",
+        "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+        "NVLink CRC flit errors",
+    ),
+    Field("throttle_reasons", int, 0, 2**32, "", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "Clock event reasons bitmask"),
+    Field("tensor_active", float, 0, 1, "ratio", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "Tensor pipe activity"),
+    Field("sm_active", float, 0, 1, "ratio", "DCGM_FI_PROF_SM_ACTIVE", "SM activity"),
+)
+
+METRIC_NAMES: tuple[str, ...] = tuple(f.name for f in GPU_SAMPLE_FIELDS)
+FIELDS_BY_NAME = {f.name: f for f in GPU_SAMPLE_FIELDS}

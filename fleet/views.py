@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.shortcuts import get_object_or_404
+from django.views.generic import TemplateView
+
+from console.permissions import DashboardRequiredMixin
+from fleet.models import Gpu, GpuSample, Node
+from fleet.services import dashboard
+from fleet.telemetry_fields import GPU_SAMPLE_FIELDS
+
+
+class FleetDashboardView(DashboardRequiredMixin, TemplateView):
+    template_name = "fleet/dashboard.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        context["ranges"] = list(dashboard.RANGES)
+        context["default_range"] = dashboard.DEFAULT_RANGE
+        context["max_points"] = dashboard.MAX_POINTS
+        return context
+
+
+class GpuDetailView(DashboardRequiredMixin, TemplateView):
+    template_name = "fleet/gpu_detail.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        gpu = get_object_or_404(Gpu.objects.select_related("node__site", "node__rack"), uuid=kwargs["uuid"])
+        state = getattr(gpu, "state", None)
+        context["gpu"] = gpu
+        context["metrics"] = [
+            {"field": f, "value": getattr(state, f.name) if state else None} for f in GPU_SAMPLE_FIELDS
+        ]
+        context["state"] = state
+        recent = (
+            GpuSample.objects.filter(gpu=gpu)
+            .order_by("-ts")
+            .values("ts", "gpu_util", "power_w", "gpu_temp_c")[: dashboard.MAX_POINTS]
+        )
+        points = list(reversed(recent))
+        context["series"] = {
+            "ts": [p["ts"].isoformat() for p in points],
+            "util": [p["gpu_util"] for p in points],
+            "power_w": [p["power_w"] for p in points],
+            "temp": [p["gpu_temp_c"] for p in points],
+        }
+        return context
+
+
+class NodeDetailView(DashboardRequiredMixin, TemplateView):
+    template_name = "fleet/node_detail.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        node = get_object_or_404(Node.objects.select_related("site", "rack"), hostname=kwargs["hostname"])
+        context["node"] = node
+        context["gpus"] = node.gpus.select_related("state").order_by("index")
+        return context

@@ -1,0 +1,162 @@
+// Fleet dashboard: snapshot over HTTP, then deltas over the websocket appended with extendTraces.
+(function () {
+  "use strict";
+
+  var MAX_POINTS = JSON.parse(document.getElementById("max-points").textContent);
+  var TABLE_LIMIT = 1000;
+  var CHARTS = [
+    { id: "chart-util", key: "util", siteKey: "mean_util", range: [0, 100] },
+    { id: "chart-power", key: "power_kw", siteKey: "power_kw" },
+    { id: "chart-temp", key: "temp", siteKey: "max_temp" },
+  ];
+  var COLORS = ["#5aa9ff", "#3ecf8e", "#f5b84b", "#c38bff", "#ff7eb6", "#4dd0e1"];
+  var LAYOUT = {
+    paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
+    font: { color: "#8b96a5", size: 11 }, margin: { l: 44, r: 10, t: 6, b: 30 },
+    xaxis: { gridcolor: "#2a323d", type: "date" }, yaxis: { gridcolor: "#2a323d", rangemode: "tozero" },
+    legend: { orientation: "h", y: -0.18 }, showlegend: true,
+  };
+  var CONFIG = { displayModeBar: false, responsive: true };
+
+  var gpus = new Map();
+  var siteOrder = [];   // site ids in trace order
+  var siteNames = {};
+  var flashed = new Set();
+
+  function el(id) { return document.getElementById(id); }
+  function fmt(v, d) { return v === null || v === undefined ? "–" : (d === undefined ? v : Number(v).toFixed(d)); }
+  function esc(s) { return String(s === null || s === undefined ? "" : s).replace(/[&<>"']/g, function (c) { return "&#" + c.charCodeAt(0) + ";"; }); }
+  function rangeKey() { return el("range").value; }
+
+  function renderTotals(t) {
+    document.querySelectorAll("[data-total]").forEach(function (node) {
+      var v = t[node.dataset.total];
+      node.textContent = v === null || v === undefined ? "–" : v;
+    });
+    el("errors-stat").classList.toggle("bad", t.with_errors > 0);
+    var hot = el("hottest").querySelector("tbody");
+    hot.innerHTML = t.hottest.map(function (g) {
+      return "<tr><td><a href='/fleet/gpus/" + encodeURIComponent(g.uuid) + "/'>" + esc(g.hostname) + "/gpu" + g.index +
+        "</a></td><td>" + esc(g.site) + "</td><td class='num'>" + fmt(g.temp) + "</td><td class='num'>" + fmt(g.util) +
+        "</td><td class='num'>" + fmt(g.power_w, 0) + "</td></tr>";
+    }).join("") || "<tr><td colspan='5' class='muted'>No fresh samples.</td></tr>";
+  }
+
+  function renderSites(sites) {
+    var select = el("gpu-site");
+    var current = select.value;
+    sites.forEach(function (s) { siteNames[s.id] = s.name; });
+    el("site-cards").innerHTML = sites.map(function (s) {
+      var budget = s.contracted_power_kw ? " / " + s.contracted_power_kw : "";
+      var pct = s.contracted_power_kw ? Math.min(100, 100 * s.power_kw / s.contracted_power_kw) : 0;
+      return "<div class='card site-card' data-site='" + s.id + "'><div class='card-title'>" + esc(s.name) +
+        " <span class='muted'>" + esc(s.region) + "</span></div>" +
+        "<div class='kv'><span>GPUs reporting</span><b>" + s.reporting + " / " + s.gpus + "</b></div>" +
+        "<div class='kv'><span>Mean util</span><b>" + fmt(s.mean_util) + "%</b></div>" +
+        "<div class='kv'><span>Hottest</span><b>" + fmt(s.max_temp) + " °C</b></div>" +
+        "<div class='kv'><span>Power</span><b>" + fmt(s.power_kw, 1) + budget + " kW</b></div>" +
+        (s.contracted_power_kw ? "<div class='bar'><i style='width:" + pct.toFixed(1) + "%'></i></div>" : "") +
+        "<div class='kv'><span>XID / ECC errors</span><b class='" + (s.with_errors ? "bad-text" : "") + "'>" + s.with_errors + "</b></div></div>";
+    }).join("");
+    select.innerHTML = "<option value=''>All sites</option>" + sites.map(function (s) {
+      return "<option value='" + esc(s.name) + "'>" + esc(s.name) + "</option>";
+    }).join("");
+    select.value = current;
+  }
+
+  function isStale(g) { return Date.now() - Date.parse(g.ts) > 120000; }
+
+  function renderTable() {
+    var text = el("gpu-filter").value.trim().toLowerCase();
+    var site = el("gpu-site").value;
+    var state = el("gpu-state").value;
+    var rows = [];
+    gpus.forEach(function (g) {
+      if (site && g.site !== site) return;
+      if (text && (g.hostname + " " + g.uuid + " " + g.model).toLowerCase().indexOf(text) < 0) return;
+      var bad = (g.xid > 0) || (g.ecc_dbe > 0);
+      if (state === "errors" && !bad) return;
+      if (state === "throttled" && !(g.throttle > 1)) return;
+      if (state === "stale" && !isStale(g)) return;
+      rows.push(g);
+    });
+    rows.sort(function (a, b) { return a.hostname < b.hostname ? -1 : a.hostname > b.hostname ? 1 : a.index - b.index; });
+    el("gpu-count").textContent = rows.length + " of " + gpus.size + (rows.length > TABLE_LIMIT ? " (first " + TABLE_LIMIT + " shown)" : "");
+    el("gpu-table").querySelector("tbody").innerHTML = rows.slice(0, TABLE_LIMIT).map(function (g) {
+      var cls = ((g.xid > 0) || (g.ecc_dbe > 0) ? "row-bad " : "") + (isStale(g) ? "row-stale " : "") + (flashed.has(g.uuid) ? "flash" : "");
+      return "<tr class='" + cls + "'><td><a href='/fleet/nodes/" + encodeURIComponent(g.hostname) + "/'>" + esc(g.hostname) + "</a></td>" +
+        "<td><a href='/fleet/gpus/" + encodeURIComponent(g.uuid) + "/'>gpu" + g.index + "</a></td><td>" + esc(g.model) + "</td><td>" + esc(g.site) + "</td>" +
+        "<td class='num'>" + fmt(g.util) + "</td><td class='num'>" + fmt(g.mem_used_pct) + "</td><td class='num'>" + fmt(g.temp) + "</td>" +
+        "<td class='num'>" + fmt(g.mem_temp) + "</td><td class='num'>" + fmt(g.power_w, 0) + "</td><td class='num'>" + fmt(g.sm_clock, 0) + "</td>" +
+        "<td class='num" + (g.xid > 0 ? " bad-text" : "") + "'>" + fmt(g.xid) + "</td><td class='num" + (g.ecc_dbe > 0 ? " bad-text" : "") + "'>" + fmt(g.ecc_dbe) + "</td>" +
+        "<td>" + new Date(g.ts).toLocaleTimeString() + "</td></tr>";
+    }).join("");
+    flashed.clear();
+  }
+
+  function drawCharts(series) {
+    siteOrder = Object.keys(series.sites).map(Number).sort(function (a, b) { return a - b; });
+    Object.keys(siteNames).map(Number).forEach(function (id) { if (siteOrder.indexOf(id) < 0) siteOrder.push(id); });
+    CHARTS.forEach(function (chart) {
+      var traces = siteOrder.map(function (id, i) {
+        var s = series.sites[id] || { ts: [], util: [], power_kw: [], temp: [] };
+        return { x: s.ts, y: s[chart.key], name: siteNames[id] || ("site " + id), mode: "lines",
+                 line: { width: 2, color: COLORS[i % COLORS.length] } };
+      });
+      var layout = JSON.parse(JSON.stringify(LAYOUT));
+      if (chart.range) layout.yaxis.range = chart.range;
+      Plotly.react(chart.id, traces, layout, CONFIG);
+    });
+  }
+
+  function extendCharts(ts, sites) {
+    var bySite = {};
+    sites.forEach(function (s) { bySite[s.id] = s; });
+    sites.forEach(function (s) {
+      if (siteOrder.indexOf(s.id) < 0) {  // a site that appeared after the snapshot gets a trace
+        siteOrder.push(s.id);
+        CHARTS.forEach(function (chart) {
+          Plotly.addTraces(chart.id, { x: [], y: [], name: s.name, mode: "lines",
+                                       line: { width: 2, color: COLORS[(siteOrder.length - 1) % COLORS.length] } });
+        });
+      }
+    });
+    var indices = siteOrder.map(function (_, i) { return i; });
+    CHARTS.forEach(function (chart) {
+      var xs = siteOrder.map(function (id) { return bySite[id] && bySite[id].reporting ? [ts] : []; });
+      var ys = siteOrder.map(function (id) { return bySite[id] && bySite[id].reporting ? [bySite[id][chart.siteKey]] : []; });
+      Plotly.extendTraces(chart.id, { x: xs, y: ys }, indices, MAX_POINTS);
+    });
+  }
+
+  function stamp(ts) { el("last-update").textContent = "updated " + new Date(ts).toLocaleTimeString(); }
+
+  function loadSnapshot() {
+    return fetch("/api/v1/fleet/overview/?range=" + encodeURIComponent(rangeKey()), { credentials: "same-origin" })
+      .then(function (r) { if (!r.ok) throw new Error("snapshot " + r.status); return r.json(); })
+      .then(function (snap) {
+        gpus.clear();
+        snap.gpus.forEach(function (g) { gpus.set(g.uuid, g); });
+        renderSites(snap.sites);
+        renderTotals(snap.totals);
+        renderTable();
+        drawCharts(snap.series);
+        stamp(snap.ts);
+      });
+  }
+
+  function onDelta(msg) {
+    if (msg.type !== "fleet.delta") return;
+    msg.gpus.forEach(function (g) { gpus.set(g.uuid, g); flashed.add(g.uuid); });
+    renderSites(msg.sites);
+    renderTotals(msg.totals);
+    renderTable();
+    extendCharts(msg.ts, msg.sites);
+    stamp(msg.ts);
+  }
+
+  ["gpu-filter", "gpu-site", "gpu-state"].forEach(function (id) { el(id).addEventListener("input", renderTable); });
+  el("range").addEventListener("change", loadSnapshot);
+  window.goodputFleet = { gpus: gpus };
+  new window.GoodputLive({ topics: ["fleet"], onMessage: onDelta, onSnapshot: loadSnapshot });
+})();

@@ -1,0 +1,176 @@
+"""Shared fixtures: personas, sites with agent tokens, sample batches, and the real process stack.
+
+Most tests run Celery eagerly in the test process with an in-memory channel layer (fast, same
+code path). Tests marked ``worker`` or ``browser`` get the production path instead: a real
+Celery worker process on Redis, channels-redis, and (for the browser) a real uvicorn server.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from channels.layers import channel_layers
+from django.conf import settings
+from django.contrib.auth.models import Group, User
+from django.core.cache import cache
+from django.test import Client
+
+from console import roles
+from console.celery import app as celery_app
+from console.models import AgentToken
+from fleet.models import Site
+
+PASSWORD = "correct-horse-battery-staple"
+
+
+@pytest.fixture(autouse=True)
+def _eager_unless_real_stack(request: pytest.FixtureRequest, settings: Any) -> Iterator[None]:
+    real = request.node.get_closest_marker("worker") or request.node.get_closest_marker("browser")
+    if not real:
+        settings.EAGER_TASKS = True
+        settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+        settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+        celery_app.conf.task_always_eager = True
+    channel_layers.backends.clear()
+    cache.clear()
+    yield
+    celery_app.conf.task_always_eager = settings.CELERY_TASK_ALWAYS_EAGER
+    channel_layers.backends.clear()
+
+
+# --- personas --------------------------------------------------------------------------------
+
+
+def _make_user(username: str, role: str | None, **extra: Any) -> User:
+    roles.sync_roles(__import__("django.apps", fromlist=["apps"]).apps)
+    user = User.objects.create_user(username=username, password=PASSWORD, **extra)
+    if role:
+        user.groups.add(Group.objects.get(name=role))
+    return user
+
+
+@pytest.fixture
+def admin_user(db: None) -> User:
+    return _make_user("ada", roles.ADMIN, is_staff=True)
+
+
+@pytest.fixture
+def operator_user(db: None) -> User:
+    return _make_user("oscar", roles.OPERATOR)
+
+
+@pytest.fixture
+def viewer_user(db: None) -> User:
+    return _make_user("vera", roles.VIEWER)
+
+
+@pytest.fixture
+def norole_user(db: None) -> User:
+    return _make_user("nora", None)
+
+
+def _client_for(user: User) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def admin_client(admin_user: User) -> Client:  # overrides pytest-django's superuser admin_client
+    return _client_for(admin_user)
+
+
+@pytest.fixture
+def operator_client(operator_user: User) -> Client:
+    return _client_for(operator_user)
+
+
+@pytest.fixture
+def viewer_client(viewer_user: User) -> Client:
+    return _client_for(viewer_user)
+
+
+@pytest.fixture
+def norole_client(norole_user: User) -> Client:
+    return _client_for(norole_user)
+
+
+@pytest.fixture
+def anon_client() -> Client:
+    return Client()
+
+
+# --- sites, tokens, batches ------------------------------------------------------------------
+
+
+@pytest.fixture
+def site_a(db: None) -> Site:
+    return Site.objects.create(name="ams-1", region="eu-west", contracted_power_kw=500)
+
+
+@pytest.fixture
+def site_b(db: None) -> Site:
+    return Site.objects.create(name="iad-2", region="us-east", contracted_power_kw=400)
+
+
+@pytest.fixture
+def token_a(site_a: Site) -> str:
+    return AgentToken.issue(site=site_a, name="agent-a")[1]
+
+
+@pytest.fixture
+def token_b(site_b: Site) -> str:
+    return AgentToken.issue(site=site_b, name="agent-b")[1]
+
+
+_counter = itertools.count()
+
+
+def make_sample(**overrides: Any) -> dict[str, Any]:
+    """One valid sample in the agent's JSON format; overrides replace fields."""
+    n = next(_counter)
+    sample: dict[str, Any] = {
+        "gpu_uuid": f"GPU-{uuid.uuid4()}",
+        "hostname": "gpu-a-001",
+        "gpu_index": n % 8,
+        "model": "NVIDIA H100 80GB HBM3",
+        "ts": datetime.now(UTC).isoformat(),
+        "gpu_util": 97.0,
+        "fb_used_mib": 71234,
+        "fb_free_mib": 10245,
+        "gpu_temp_c": 61.0,
+        "memory_temp_c": 70.0,
+        "power_w": 612.3,
+        "sm_clock_mhz": 1980,
+        "mem_clock_mhz": 2619,
+        "energy_mj": 918273645512,
+        "xid": 0,
+        "ecc_sbe_total": 0,
+        "ecc_dbe_total": 0,
+        "throttle_reasons": 0,
+        "tensor_active": 0.41,
+    }
+    sample.update(overrides)
+    return sample
+
+
+def post_batch(client: Client, token: str | None, body: Any, **headers: str) -> Any:
+    import json
+
+    extra = {f"HTTP_{k.upper().replace('-', '_')}": v for k, v in headers.items()}
+    if token:
+        extra["HTTP_AUTHORIZATION"] = f"Bearer {token}"
+    data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+    return client.post("/api/v1/ingest/gpu-samples", data=data, content_type="application/json", **extra)
+
+
+def redis_url() -> str:
+    url = settings.REDIS_URL
+    if not url:
+        pytest.fail("REDIS_URL must be set: these tests use the real Redis (make test sets it).")
+    return url

@@ -1,0 +1,111 @@
+"""The real process stack for end-to-end tests: a Celery worker and a uvicorn server as
+subprocesses, on the test database and Redis, in production mode."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+import redis
+import requests
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_database_url() -> str:
+    s = connection.settings_dict
+    host = s["HOST"] or "127.0.0.1"
+    if host.startswith("/"):
+        host = quote(host, safe="")  # a unix-socket directory (the embedded PostgreSQL)
+    port = f":{s['PORT']}" if s.get("PORT") else ""
+    password = f":{quote(s['PASSWORD'])}" if s.get("PASSWORD") else ""
+    return f"postgres://{quote(s['USER'])}{password}@{host}{port}/{s['NAME']}"
+
+
+def stack_env(redis_url: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        DATABASE_URL=test_database_url(),
+        REDIS_URL=redis_url,
+        SECRET_KEY=env.get("SECRET_KEY") or "test-only-secret-key",
+        ALLOWED_HOSTS="127.0.0.1,localhost",
+        DJANGO_SETTINGS_MODULE="console.settings",
+        PYTHONUNBUFFERED="1",
+        GOODPUT_LIVE_MIN_INTERVAL_MS="500",
+    )
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Stack:
+    def __init__(self, redis_url: str, log_dir: Path) -> None:
+        self.redis_url = redis_url
+        self.log_dir = log_dir
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.base_url = ""
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        log = open(self.log_dir / f"{name}.log", "wb")  # noqa: SIM115 (closed with the process)
+        proc = subprocess.Popen(args, cwd=ROOT, env=stack_env(self.redis_url), stdout=log, stderr=subprocess.STDOUT)
+        self.procs.append(proc)
+        return proc
+
+    def start_worker(self) -> subprocess.Popen[bytes]:
+        proc = self._spawn(
+            "worker",
+            [sys.executable, "-m", "celery", "-A", "console", "worker", "--pool=solo", "--loglevel=INFO",
+             "--without-heartbeat", "--without-gossip", "--without-mingle"],
+        )
+        self._wait(lambda: self._worker_ready(), "the Celery worker", proc)
+        return proc
+
+    def start_server(self) -> subprocess.Popen[bytes]:
+        port = free_port()
+        self.base_url = f"http://127.0.0.1:{port}"
+        proc = self._spawn(
+            "uvicorn",
+            [sys.executable, "-m", "uvicorn", "console.asgi:application", "--host", "127.0.0.1", "--port", str(port),
+             "--lifespan", "off", "--log-level", "warning"],
+        )
+        self._wait(lambda: requests.get(self.base_url + "/healthz", timeout=1).ok, "uvicorn", proc)
+        return proc
+
+    def _worker_ready(self) -> bool:
+        return b"ready." in (self.log_dir / "worker.log").read_bytes()
+
+    def _wait(self, check, what: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:  # type: ignore[no-untyped-def]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{what} exited with {proc.returncode}; see {self.log_dir}")
+            try:
+                if check():
+                    return
+            except (requests.RequestException, OSError):
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"{what} did not start within {timeout} s; see {self.log_dir}")
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        self.procs.clear()
+
+    def flush_redis(self) -> None:
+        redis.Redis.from_url(self.redis_url).flushdb()
