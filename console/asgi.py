@@ -15,10 +15,9 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from console import live  # noqa: E402
 from console.routing import websocket_urlpatterns  # noqa: E402
 from console.runtime import announce_mode  # noqa: E402
-
-from console import live  # noqa: E402
 
 announce_mode("web")
 

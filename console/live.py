@@ -20,7 +20,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.core.cache import cache
-from django.db import close_old_connections
+from django.db import connections
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ def _push_in_thread(topic: str) -> None:
     try:
         push_topic(topic)
     finally:
-        close_old_connections()
+        connections.close_all()  # this executor thread's connections only (they are thread-local)
 
 
 def push_topic(topic: str) -> dict[str, Any] | None:
@@ -138,4 +138,6 @@ def push_topic(topic: str) -> dict[str, Any] | None:
     cache.set(watermark_key, watermark, timeout=3600)
     if payload is not None:
         broadcast(topic, payload)
+        # Measured from the send as well as the start, so a slow build cannot squeeze two sends together.
+        cache.set(f"live:last:{topic}", time.time(), timeout=3600)
     return payload

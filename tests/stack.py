@@ -64,8 +64,19 @@ class Stack:
     def start_worker(self) -> subprocess.Popen[bytes]:
         proc = self._spawn(
             "worker",
-            [sys.executable, "-m", "celery", "-A", "console", "worker", "--pool=solo", "--loglevel=INFO",
-             "--without-heartbeat", "--without-gossip", "--without-mingle"],
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "console",
+                "worker",
+                "--pool=solo",
+                "--loglevel=INFO",
+                "--without-heartbeat",
+                "--without-gossip",
+                "--without-mingle",
+            ],
         )
         self._wait(lambda: self._worker_ready(), "the Celery worker", proc)
         return proc
@@ -75,8 +86,20 @@ class Stack:
         self.base_url = f"http://127.0.0.1:{port}"
         proc = self._spawn(
             "uvicorn",
-            [sys.executable, "-m", "uvicorn", "console.asgi:application", "--host", "127.0.0.1", "--port", str(port),
-             "--lifespan", "off", "--log-level", "warning"],
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "console.asgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--lifespan",
+                "off",
+                "--log-level",
+                "warning",
+            ],
         )
         self._wait(lambda: requests.get(self.base_url + "/healthz", timeout=1).ok, "uvicorn", proc)
         return proc

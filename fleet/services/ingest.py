@@ -47,7 +47,7 @@ class GpuBatchIn(msgspec.Struct, forbid_unknown_fields=True):
 
 
 _decoder = msgspec.json.Decoder(GpuBatchIn)
-_PATH = re.compile(r"\$\.samples\[(\d+)\](?:\.(\w+))?")
+_PATH = re.compile(r"at `\$(?:\.(\w+))?(?:\[(\d+)\])?(?:\.(\w+))?`")
 _UNKNOWN = re.compile(r"unknown field `([^`]+)`")
 _MISSING = re.compile(r"missing required field `([^`]+)`")
 
@@ -120,15 +120,15 @@ _FLOAT_FIELDS = tuple(f.name for f in GPU_SAMPLE_FIELDS if f.kind is float)
 
 
 def _validation_error(text: str) -> IngestError:
+    """Turn msgspec's message (``... - at `$.samples[3].power_w```) into an item index and field."""
     item = field = None
     if match := _PATH.search(text):
-        item = int(match.group(1))
-        field = match.group(2)
+        if match.group(2) is not None:
+            item = int(match.group(2))
+        field = match.group(3) or (match.group(1) if item is None else None)
     if match := (_UNKNOWN.search(text) or _MISSING.search(text)):
         field = match.group(1)
-    if item is None and field is None and "$.samples" not in text and "`$`" not in text:
-        field = "samples"
-    location = f"samples[{item}]" + (f".{field}" if field else "") if item is not None else (field or "body")
+    location = (f"samples[{item}]" + (f".{field}" if field else "")) if item is not None else (field or "body")
     return IngestError(400, f"Invalid {location}: {text}", item=item, field=field)
 
 

@@ -45,14 +45,20 @@ def test_pages_need_a_role(request, persona: str, page_status: int, site_a: Site
         ("anon_client", 401, 401, 401),
     ],
 )
-def test_api_permissions_by_persona(request, gpu: Gpu, persona: str, read: int, create_site: int, patch_gpu: int) -> None:
+def test_api_permissions_by_persona(
+    request, gpu: Gpu, persona: str, read: int, create_site: int, patch_gpu: int
+) -> None:
     client = request.getfixturevalue(persona)
     assert client.get("/api/v1/fleet/gpus/").status_code == read
     assert client.get("/api/v1/fleet/overview/").status_code == read
-    response = client.post("/api/v1/fleet/sites/", {"name": "new-site", "region": "eu"}, content_type="application/json")
+    response = client.post(
+        "/api/v1/fleet/sites/", {"name": "new-site", "region": "eu"}, content_type="application/json"
+    )
     assert response.status_code == create_site
     assert Site.objects.filter(name="new-site").exists() == (create_site == 201)
-    response = client.patch(f"/api/v1/fleet/gpus/{gpu.uuid}/", {"model": "NVIDIA H100 80GB HBM3"}, content_type="application/json")
+    response = client.patch(
+        f"/api/v1/fleet/gpus/{gpu.uuid}/", {"model": "NVIDIA H100 80GB HBM3"}, content_type="application/json"
+    )
     assert response.status_code == patch_gpu
     gpu.refresh_from_db()
     assert (gpu.model == "NVIDIA H100 80GB HBM3") == (patch_gpu == 200)

@@ -14,7 +14,14 @@ from console.asgi import application
 from console.routing import websocket_urlpatterns
 
 OPEN = {"/healthz", "/readyz", "/accounts/login/"}
-SAMPLE_VALUES = {"int": "1", "str": "x", "slug": "x", "uuid": "00000000-0000-0000-0000-000000000000", "path": "x", "drf_format_suffix": ".json"}
+SAMPLE_VALUES = {
+    "int": "1",
+    "str": "x",
+    "slug": "x",
+    "uuid": "00000000-0000-0000-0000-000000000000",
+    "path": "x",
+    "drf_format_suffix": ".json",
+}
 
 
 def _concrete(pattern: str) -> str:
@@ -69,7 +76,7 @@ def test_every_websocket_route_refuses_anonymous_users() -> None:
     for pattern in websocket_urlpatterns:
         path = "/" + _concrete(str(pattern.pattern))
 
-        async def attempt() -> bool:
+        async def attempt(path: str = path) -> bool:
             communicator = WebsocketCommunicator(application, path, headers=[(b"origin", b"http://127.0.0.1")])
             connected, _ = await communicator.connect()
             await communicator.disconnect()

@@ -47,8 +47,12 @@ class Command(BaseCommand):
         self.stdout.write("  Ctrl-C stops the server, the simulator and the embedded database.\n")
         sys.stdout.flush()
         config = uvicorn.Config(
-            "console.asgi:application", host=options["host"], port=options["port"], log_level="warning",
-            lifespan="off", ws_ping_interval=20,
+            "console.asgi:application",
+            host=options["host"],
+            port=options["port"],
+            log_level="warning",
+            lifespan="off",
+            ws_ping_interval=20,
         )
         try:
             uvicorn.Server(config).run()
@@ -83,8 +87,14 @@ class Command(BaseCommand):
     def _run_simulator(self, url: str, options: dict[str, Any], stop: threading.Event) -> None:
         try:
             call_command(
-                "simulate", url=url, gpus=options["gpus"], interval=options["interval"], quiet=True, stop_event=stop,
-                stdout=self.stdout, stderr=self.stderr,
+                "simulate",
+                url=url,
+                gpus=options["gpus"],
+                interval=options["interval"],
+                quiet=True,
+                stop_event=stop,
+                stdout=self.stdout,
+                stderr=self.stderr,
             )
         except Exception as exc:  # the console keeps serving; say why the simulator stopped
             self.stderr.write(f"simulator stopped: {exc}")
