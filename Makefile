@@ -9,16 +9,16 @@ DEV_STAMP := $(VENV)/.installed-dev
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install -qq --upgrade pip
 
 $(STAMP): $(BIN)/python pyproject.toml requirements.lock
 	@echo "Installing Goodput into $(VENV) (first run takes a minute)…"
-	$(BIN)/pip install --quiet -r requirements.lock
-	$(BIN)/pip install --quiet --no-deps -e .
+	$(BIN)/pip install -qq -r requirements.lock
+	PYTHONWARNINGS=ignore $(BIN)/pip install -qq --no-deps -e .
 	@touch $@
 
 $(DEV_STAMP): $(STAMP) requirements-dev.lock
-	$(BIN)/pip install --quiet -r requirements-dev.lock
+	$(BIN)/pip install -qq -r requirements-dev.lock
 	@touch $@
 
 install: $(STAMP)

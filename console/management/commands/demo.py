@@ -56,6 +56,8 @@ class Command(BaseCommand):
         )
         try:
             uvicorn.Server(config).run()
+        except KeyboardInterrupt:
+            pass  # uvicorn re-raises the Ctrl-C it handled; the shutdown below is the clean path
         finally:
             stop.set()
             if simulator is not None:

@@ -1,0 +1,237 @@
+"""End to end: the fleet dashboard in headless Chromium follows new telemetry live.
+
+The whole production path runs for real: an agent's HTTP batch reaches uvicorn, is queued on
+Redis, stored by a Celery worker process in the test database, and pushed as a delta over
+channels-redis to the page's websocket, where fleet.js appends to the Plotly charts with
+extendTraces. Nothing reloads the page, or re-fetches its snapshot, between the first snapshot and
+the assertions.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from django.contrib.auth.models import User
+
+from fleet.models import Gpu, GpuState, Site
+from tests.conftest import PASSWORD, make_sample, redis_url
+from tests.stack import ROOT, Stack
+
+pytestmark = [pytest.mark.browser]
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+ARTIFACTS = ROOT / "test-artifacts"
+LIVE_TIMEOUT_MS = 20_000
+SNAPSHOT_PATH = "/api/v1/fleet/overview/"
+
+# Points in the first trace of the utilisation chart, as Plotly holds them (-1: not drawn yet).
+JS_UTIL_POINTS = "(document.getElementById('chart-util').data?.[0]?.x.length ?? -1)"
+JS_TABLE_ROWS = "document.querySelectorAll('#gpu-table tbody tr').length"
+JS_GPU_TOTAL = "document.querySelector('[data-total=\"gpus\"]').textContent"
+
+
+@pytest.fixture
+def stack(transactional_db: None, tmp_path: Path) -> Iterator[Stack]:
+    """A Celery worker and uvicorn on the (committed) test database and a flushed Redis."""
+    log_dir = tmp_path / "stack-logs"
+    log_dir.mkdir()
+    stack = Stack(redis_url(), log_dir)
+    stack.flush_redis()
+    try:
+        stack.start_worker()
+        stack.start_server()
+        yield stack
+    except BaseException:
+        _print_logs(log_dir)  # pytest shows it with the failure
+        raise
+    finally:
+        stack.stop()
+
+
+def _print_logs(log_dir: Path) -> None:
+    for log in sorted(log_dir.glob("*.log")):
+        print(f"----- {log.name} (tail) -----\n{log.read_text(errors='replace')[-4000:]}")
+
+
+def _uuid(n: int) -> str:
+    return f"GPU-00000000-0000-4000-8000-{n:012d}"
+
+
+def _samples(gpus: list[tuple[str, str, int]], *, ages_s: list[float], util: float) -> list[dict[str, Any]]:
+    """One sample per GPU per age (seconds before now); ``gpus`` holds (uuid, hostname, index)."""
+    now = datetime.now(UTC)
+    return [
+        make_sample(
+            gpu_uuid=uuid,
+            hostname=hostname,
+            gpu_index=index,
+            ts=(now - timedelta(seconds=age)).isoformat(),
+            gpu_util=util,
+            gpu_temp_c=55.0 + index,
+        )
+        for age in ages_s
+        for uuid, hostname, index in gpus
+    ]
+
+
+def _post_samples(stack: Stack, token: str, samples: list[dict[str, Any]]) -> None:
+    response = requests.post(
+        stack.base_url + "/api/v1/ingest/gpu-samples",
+        json={"samples": samples},
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=10,
+    )
+    assert response.status_code == 202, response.text
+    assert response.json()["accepted"] == len(samples)
+
+
+def _wait_for(check: Callable[[], bool], what: str, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def _wait_in_page(page: Any, check: Callable[[], bool], what: str) -> None:
+    """Wait on state that Playwright's event handlers fill in; they run only while Playwright waits."""
+    deadline = time.monotonic() + LIVE_TIMEOUT_MS / 1000
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {LIVE_TIMEOUT_MS / 1000} s waiting for {what}")
+        page.wait_for_timeout(100)
+
+
+class BrowserLog:
+    """What the page did that the assertions need: errors, snapshot fetches, websocket frames."""
+
+    def __init__(self, page: Any) -> None:
+        self.errors: list[str] = []
+        self.snapshots = 0
+        self.frames: list[dict[str, Any]] = []
+        page.on("pageerror", lambda exc: self.errors.append(f"uncaught: {exc}"))
+        page.on("console", self._console)
+        page.on("request", self._request)
+        page.on("response", self._response)
+        page.on("websocket", lambda ws: ws.on("framereceived", self._frame))
+
+    def _console(self, msg: Any) -> None:
+        # A failed load is logged here and as a response; the response names the URL.
+        if msg.type == "error" and not msg.text.startswith("Failed to load resource"):
+            self.errors.append(f"console: {msg.text} at {msg.location.get('url')}")
+
+    def _request(self, request: Any) -> None:
+        if SNAPSHOT_PATH in request.url:
+            self.snapshots += 1
+
+    def _response(self, response: Any) -> None:
+        # Chromium's own favicon probe is not the page's doing (the console has no favicon).
+        if response.status >= 400 and not response.url.endswith("/favicon.ico"):
+            self.errors.append(f"HTTP {response.status} {response.url}")
+
+    def _frame(self, payload: str | bytes) -> None:
+        try:
+            self.frames.append(json.loads(payload))
+        except ValueError:
+            self.errors.append(f"websocket: a frame that is not JSON: {payload!r:.200}")
+
+    def of_type(self, kind: str) -> list[dict[str, Any]]:
+        return [f for f in self.frames if f.get("type") == kind]
+
+
+def test_fleet_dashboard_follows_live_telemetry(stack: Stack, viewer_user: User, site_a: Site, token_a: str) -> None:
+    # --- batch 1: 4 GPUs on 2 hosts, with history in past 10 s buckets, so the snapshot has a
+    # series (the newest, still-filling bucket is left out of it) -------------------------------
+    first = [(_uuid(i), f"gpu-a-00{1 + i // 2}", i % 2) for i in range(4)]
+    _post_samples(stack, token_a, _samples(first, ages_s=[55, 40, 25], util=60.0))
+    _wait_for(lambda: GpuState.objects.filter(gpu__node__site=site_a).count() == 4, "the worker to store batch 1")
+    username = viewer_user.username
+
+    # No ORM inside the Playwright block: its sync API runs an event loop in this thread (Django
+    # refuses queries there as async-unsafe) and switches greenlets, whose separate contexts open a
+    # second database connection that outlives the test and blocks the test database's teardown.
+    # The page is the witness inside; the database is checked after the browser has closed.
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1440, "height": 900})
+            log = BrowserLog(page)
+            js = (ROOT / "static/js/fleet.js").read_text().replace("Plotly.extendTraces(", "(function(){})(")
+            page.route(
+                "**/static/js/fleet.js", lambda route: route.fulfill(body=js, content_type="application/javascript")
+            )
+            page.on(
+                "websocket",
+                lambda ws: (print("WS OPEN", time.time()), ws.on("close", lambda w: print("WS CLOSE", time.time()))),
+            )
+            page.on("request", lambda r: print("REQ", time.time(), r.url))
+
+            # --- sign in through the real login page ----------------------------------------
+            page.goto(stack.base_url + "/accounts/login/?next=/fleet/")
+            page.fill("#id_username", username)
+            page.fill("#id_password", PASSWORD)
+            with page.expect_navigation():
+                page.click("form button[type=submit]")
+            assert page.url == stack.base_url + "/fleet/", f"signing in did not land on the fleet page: {page.url}"
+
+            # --- the snapshot: table, totals, and a chart with history --------------------------
+            page.wait_for_function(f"{JS_TABLE_ROWS} === 4", timeout=LIVE_TIMEOUT_MS)
+            page.wait_for_function(f"{JS_UTIL_POINTS} >= 0", timeout=LIVE_TIMEOUT_MS)
+            _wait_in_page(page, lambda: bool(log.of_type("subscribed")), "the websocket subscription to be confirmed")
+            assert log.of_type("subscribed")[-1]["topics"] == ["fleet"]
+            points_before = page.evaluate(JS_UTIL_POINTS)
+            assert points_before >= 1, "the snapshot's series should hold batch 1's past buckets"
+            assert page.text_content('[data-total="gpus"]') == "4"
+            assert page.get_attribute("#live-status", "class") == "live-dot on"
+            page.evaluate("window.__sameDocument = true")  # gone if anything reloads the page
+            deltas_before = len(log.of_type("fleet.delta"))
+
+            # --- batch 2: 2 new GPUs on a new host, and newer samples for the first 4 ------------
+            second = [(_uuid(10 + i), "gpu-a-003", i) for i in range(2)]
+            _post_samples(stack, token_a, _samples(first + second, ages_s=[0], util=90.0))
+
+            # --- the page follows over the websocket --------------------------------------------
+            page.wait_for_function(f"{JS_GPU_TOTAL} === '6'", timeout=LIVE_TIMEOUT_MS)
+            page.wait_for_function(f"{JS_TABLE_ROWS} === 6", timeout=LIVE_TIMEOUT_MS)
+            page.wait_for_function(f"{JS_UTIL_POINTS} > {points_before}", timeout=LIVE_TIMEOUT_MS)
+
+            assert page.evaluate("window.__sameDocument === true"), "the page reloaded"
+            print("FRAMES", [(f.get("type"), len(f.get("gpus", []))) for f in log.frames])
+            print("ERR", log.errors)
+            assert log.snapshots == 1, "the page re-fetched its snapshot instead of applying the delta"
+            assert len(log.of_type("fleet.delta")) > deltas_before
+            assert page.evaluate(JS_UTIL_POINTS) == points_before + 1, "one push appends one point"
+            assert page.evaluate("document.getElementById('chart-util').data[0].y.slice(-1)[0]") == 90.0
+            assert page.text_content("#gpu-count") == "6 of 6"
+            assert page.locator("#gpu-table tbody a[href='/fleet/nodes/gpu-a-003/']").count() == 2
+            assert page.text_content('[data-total="reporting"]') == "6"
+            assert page.text_content('[data-total="mean_util"]') == "90"
+
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "fleet-dashboard.png"), full_page=True)
+            assert not log.errors, f"the browser reported errors: {log.errors}"
+        finally:
+            browser.close()
+
+    assert Gpu.objects.filter(node__site=site_a).count() == 6
+    assert set(GpuState.objects.filter(gpu__node__site=site_a).values_list("gpu_util", flat=True)) == {90.0}
