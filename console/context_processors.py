@@ -4,11 +4,19 @@ from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest
+from django.urls import reverse
 
+# Sections appear here as they land (Training, Serving, Incidents, Capacity, Power, Compliance).
 NAV = [
-    ("Fleet", "fleet:dashboard", "/fleet/"),
+    ("Overview", "home"),
+    ("Fleet", "fleet:dashboard"),
 ]
 
 
 def console(request: HttpRequest) -> dict[str, Any]:
-    return {"nav_items": NAV, "run_mode": settings.RUN_MODE, "eager_tasks": settings.EAGER_TASKS}
+    nav = []
+    for label, url_name in NAV:
+        url = reverse(url_name)
+        active = request.path == url if url == "/" else request.path.startswith(url)
+        nav.append({"label": label, "url": url, "active": active})
+    return {"nav_items": nav, "run_mode": settings.RUN_MODE, "eager_tasks": settings.EAGER_TASKS}

@@ -149,7 +149,14 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": "goodput", "capacity": 500, "expiry": 30},
+            # channels-redis blocks on BZPOPMIN for 5 s; redis-py's asyncio default socket timeout
+            # is also 5 s, which kills every idle consumer. Give reads room above the block.
+            "CONFIG": {
+                "hosts": [{"address": REDIS_URL, "socket_timeout": 15, "socket_connect_timeout": 5}],
+                "prefix": "goodput",
+                "capacity": 500,
+                "expiry": 30,
+            },
         }
     }
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}

@@ -2,13 +2,31 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.shortcuts import get_object_or_404
 from django.views.generic import TemplateView
 
 from console.permissions import DashboardRequiredMixin
 from fleet.models import Gpu, GpuSample, Node
 from fleet.services import dashboard
-from fleet.telemetry_fields import GPU_SAMPLE_FIELDS
+from fleet.telemetry_fields import GPU_SAMPLE_FIELDS, Field
+from fleet.xid import describe_throttle, describe_xid
+
+
+def format_metric(field: Field, value: float | None) -> str:
+    """A metric as a person reads it: units, separators, kWh for energy, % for ratios, XIDs named."""
+    if value is None:
+        return "–"
+    if field.name == "xid":
+        return describe_xid(int(value))
+    if field.name == "throttle_reasons":
+        return f"{describe_throttle(int(value))} (0x{int(value):x})"
+    if field.name == "energy_mj":
+        return f"{value / 3.6e9:,.1f} kWh"
+    if field.unit == "ratio":
+        return f"{value * 100:.0f} %"
+    text = f"{value:,.0f}" if field.kind is int or float(value).is_integer() else f"{value:,.1f}"
+    return f"{text} {field.unit}".strip()
 
 
 class FleetDashboardView(DashboardRequiredMixin, TemplateView):
@@ -18,7 +36,7 @@ class FleetDashboardView(DashboardRequiredMixin, TemplateView):
         context = super().get_context_data(**kwargs)
         context["ranges"] = list(dashboard.RANGES)
         context["default_range"] = dashboard.DEFAULT_RANGE
-        context["max_points"] = dashboard.MAX_POINTS
+        context["stale_seconds"] = settings.FLEET_STALE_SECONDS
         return context
 
 
@@ -31,7 +49,7 @@ class GpuDetailView(DashboardRequiredMixin, TemplateView):
         state = getattr(gpu, "state", None)
         context["gpu"] = gpu
         context["metrics"] = [
-            {"field": f, "value": getattr(state, f.name) if state else None} for f in GPU_SAMPLE_FIELDS
+            {"field": f, "text": format_metric(f, getattr(state, f.name) if state else None)} for f in GPU_SAMPLE_FIELDS
         ]
         context["state"] = state
         recent = (

@@ -185,13 +185,21 @@ def site_series(*, seconds: int, site_id: int | None = None) -> dict[str, Any]:
     series: dict[int, dict[str, list[Any]]] = {}
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
+        last_ts: dict[int, datetime] = {}
         for ts, sid, util, power_kw, temp in cursor.fetchall():
             s = series.setdefault(sid, {"ts": [], "util": [], "power_kw": [], "temp": []})
+            previous = last_ts.get(sid)
+            if previous is not None and ts - previous > timedelta(seconds=3 * bucket):
+                # A gap in the data (an outage, a stopped agent) is drawn as a gap, not a straight line.
+                s["ts"].append((previous + timedelta(seconds=bucket)).isoformat())
+                for key in ("util", "power_kw", "temp"):
+                    s[key].append(None)
+            last_ts[sid] = ts
             s["ts"].append(ts.isoformat())
             s["util"].append(_round(util))
             s["power_kw"].append(_round(power_kw, 2))
             s["temp"].append(_round(temp))
-    return {"bucket_seconds": bucket, "sites": {str(k): v for k, v in series.items()}}
+    return {"bucket_seconds": bucket, "range_seconds": seconds, "sites": {str(k): v for k, v in series.items()}}
 
 
 def overview_snapshot(*, range_key: str = DEFAULT_RANGE, site_id: int | None = None) -> dict[str, Any]:

@@ -2,7 +2,11 @@
 (function () {
   "use strict";
 
-  var MAX_POINTS = JSON.parse(document.getElementById("max-points").textContent);
+  // The live charts keep the snapshot's resolution: one point per bucket, a window as long as
+  // the chosen range. Deltas arrive up to once a second; only one per bucket becomes a point.
+  var bucketMs = 10000;
+  var windowPoints = 90;
+  var lastPointMs = 0;
   var TABLE_LIMIT = 1000;
   var CHARTS = [
     { id: "chart-util", key: "util", siteKey: "mean_util", range: [0, 100] },
@@ -12,7 +16,7 @@
   var COLORS = ["#5aa9ff", "#3ecf8e", "#f5b84b", "#c38bff", "#ff7eb6", "#4dd0e1"];
   var LAYOUT = {
     paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
-    font: { color: "#8b96a5", size: 11 }, margin: { l: 44, r: 10, t: 6, b: 30 },
+    font: { color: "#8b96a5", size: 11 }, margin: { l: 44, r: 10, t: 14, b: 30 },
     xaxis: { gridcolor: "#2a323d", type: "date" }, yaxis: { gridcolor: "#2a323d", rangemode: "tozero" },
     legend: { orientation: "h", y: -0.18 }, showlegend: true,
   };
@@ -27,11 +31,13 @@
   function fmt(v, d) { return v === null || v === undefined ? "–" : (d === undefined ? v : Number(v).toFixed(d)); }
   function esc(s) { return String(s === null || s === undefined ? "" : s).replace(/[&<>"']/g, function (c) { return "&#" + c.charCodeAt(0) + ";"; }); }
   function rangeKey() { return el("range").value; }
+  function fmtTime(ts) { return new Date(ts).toISOString().slice(11, 19) + " UTC"; }
+  var TOTAL_DIGITS = { mean_util: 1, power_kw: 1, max_temp: 1 };
 
   function renderTotals(t) {
     document.querySelectorAll("[data-total]").forEach(function (node) {
-      var v = t[node.dataset.total];
-      node.textContent = v === null || v === undefined ? "–" : v;
+      var key = node.dataset.total;
+      node.textContent = fmt(t[key], TOTAL_DIGITS[key]);
     });
     el("errors-stat").classList.toggle("bad", t.with_errors > 0);
     var hot = el("hottest").querySelector("tbody");
@@ -64,7 +70,8 @@
     select.value = current;
   }
 
-  function isStale(g) { return Date.now() - Date.parse(g.ts) > 120000; }
+  var STALE_MS = JSON.parse(document.getElementById("stale-seconds").textContent) * 1000;
+  function isStale(g) { return Date.now() - Date.parse(g.ts) > STALE_MS; }
 
   function renderTable() {
     var text = el("gpu-filter").value.trim().toLowerCase();
@@ -89,12 +96,19 @@
         "<td class='num'>" + fmt(g.util) + "</td><td class='num'>" + fmt(g.mem_used_pct) + "</td><td class='num'>" + fmt(g.temp) + "</td>" +
         "<td class='num'>" + fmt(g.mem_temp) + "</td><td class='num'>" + fmt(g.power_w, 0) + "</td><td class='num'>" + fmt(g.sm_clock, 0) + "</td>" +
         "<td class='num" + (g.xid > 0 ? " bad-text" : "") + "'>" + fmt(g.xid) + "</td><td class='num" + (g.ecc_dbe > 0 ? " bad-text" : "") + "'>" + fmt(g.ecc_dbe) + "</td>" +
-        "<td>" + new Date(g.ts).toLocaleTimeString() + "</td></tr>";
+        "<td>" + fmtTime(g.ts) + "</td></tr>";
     }).join("");
     flashed.clear();
   }
 
   function drawCharts(series) {
+    bucketMs = series.bucket_seconds * 1000;
+    windowPoints = Math.ceil(series.range_seconds / series.bucket_seconds);
+    lastPointMs = 0;
+    Object.keys(series.sites).forEach(function (id) {
+      var ts = series.sites[id].ts;
+      if (ts.length) lastPointMs = Math.max(lastPointMs, Date.parse(ts[ts.length - 1]));
+    });
     siteOrder = Object.keys(series.sites).map(Number).sort(function (a, b) { return a - b; });
     Object.keys(siteNames).map(Number).forEach(function (id) { if (siteOrder.indexOf(id) < 0) siteOrder.push(id); });
     CHARTS.forEach(function (chart) {
@@ -110,6 +124,8 @@
   }
 
   function extendCharts(ts, sites) {
+    if (Date.parse(ts) - lastPointMs < bucketMs) return;  // this bucket already has its point
+    lastPointMs = Date.parse(ts);
     var bySite = {};
     sites.forEach(function (s) { bySite[s.id] = s; });
     sites.forEach(function (s) {
@@ -125,11 +141,11 @@
     CHARTS.forEach(function (chart) {
       var xs = siteOrder.map(function (id) { return bySite[id] && bySite[id].reporting ? [ts] : []; });
       var ys = siteOrder.map(function (id) { return bySite[id] && bySite[id].reporting ? [bySite[id][chart.siteKey]] : []; });
-      Plotly.extendTraces(chart.id, { x: xs, y: ys }, indices, MAX_POINTS);
+      Plotly.extendTraces(chart.id, { x: xs, y: ys }, indices, windowPoints);
     });
   }
 
-  function stamp(ts) { el("last-update").textContent = "updated " + new Date(ts).toLocaleTimeString(); }
+  function stamp(ts) { el("last-update").textContent = "updated " + fmtTime(ts); }
 
   function loadSnapshot() {
     return fetch("/api/v1/fleet/overview/?range=" + encodeURIComponent(rangeKey()), { credentials: "same-origin" })

@@ -3,9 +3,10 @@
   var s = JSON.parse(document.getElementById("gpu-series").textContent);
   var layout = {
     paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: { color: "#8b96a5", size: 11 },
-    margin: { l: 44, r: 44, t: 6, b: 30 }, legend: { orientation: "h", y: -0.12 },
-    xaxis: { gridcolor: "#2a323d", type: "date" }, yaxis: { gridcolor: "#2a323d", title: "% / °C" },
-    yaxis2: { overlaying: "y", side: "right", title: "W", showgrid: false },
+    margin: { l: 56, r: 56, t: 14, b: 30 }, legend: { orientation: "h", y: -0.12 },
+    xaxis: { gridcolor: "#2a323d", type: "date" },
+    yaxis: { gridcolor: "#2a323d", title: { text: "% · °C" }, rangemode: "tozero" },
+    yaxis2: { overlaying: "y", side: "right", title: { text: "W" }, showgrid: false, rangemode: "tozero", tickformat: ",.0f" },
   };
   Plotly.newPlot("gpu-chart", [
     { x: s.ts, y: s.util, name: "Utilisation %", mode: "lines", line: { color: "#5aa9ff" } },

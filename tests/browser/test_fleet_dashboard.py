@@ -10,6 +10,7 @@ the assertions.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -48,26 +49,24 @@ JS_GPU_TOTAL = "document.querySelector('[data-total=\"gpus\"]').textContent"
 
 
 @pytest.fixture
-def stack(transactional_db: None, tmp_path: Path) -> Iterator[Stack]:
-    """A Celery worker and uvicorn on the (committed) test database and a flushed Redis."""
+def stack(transactional_db: None, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Stack]:
+    """A Celery worker and uvicorn on the (committed) test database and a flushed Redis.
+
+    When the test fails, the worker's and the server's logs are copied to test-artifacts/.
+    """
     log_dir = tmp_path / "stack-logs"
     log_dir.mkdir()
     stack = Stack(redis_url(), log_dir)
     stack.flush_redis()
+    failed_before = request.session.testsfailed
     try:
         stack.start_worker()
         stack.start_server()
         yield stack
-    except BaseException:
-        _print_logs(log_dir)  # pytest shows it with the failure
-        raise
     finally:
         stack.stop()
-
-
-def _print_logs(log_dir: Path) -> None:
-    for log in sorted(log_dir.glob("*.log")):
-        print(f"----- {log.name} (tail) -----\n{log.read_text(errors='replace')[-4000:]}")
+        if request.session.testsfailed > failed_before:
+            shutil.copytree(log_dir, ARTIFACTS / "stack-logs" / request.node.name, dirs_exist_ok=True)
 
 
 def _uuid(n: int) -> str:
@@ -127,11 +126,13 @@ class BrowserLog:
         self.errors: list[str] = []
         self.snapshots = 0
         self.frames: list[dict[str, Any]] = []
+        self.sockets_opened = 0
+        self.sockets_closed = 0
         page.on("pageerror", lambda exc: self.errors.append(f"uncaught: {exc}"))
         page.on("console", self._console)
         page.on("request", self._request)
         page.on("response", self._response)
-        page.on("websocket", lambda ws: ws.on("framereceived", self._frame))
+        page.on("websocket", self._websocket)
 
     def _console(self, msg: Any) -> None:
         # A failed load is logged here and as a response; the response names the URL.
@@ -147,6 +148,11 @@ class BrowserLog:
         if response.status >= 400 and not response.url.endswith("/favicon.ico"):
             self.errors.append(f"HTTP {response.status} {response.url}")
 
+    def _websocket(self, ws: Any) -> None:
+        self.sockets_opened += 1
+        ws.on("framereceived", self._frame)
+        ws.on("close", lambda _ws: setattr(self, "sockets_closed", self.sockets_closed + 1))
+
     def _frame(self, payload: str | bytes) -> None:
         try:
             self.frames.append(json.loads(payload))
@@ -155,6 +161,23 @@ class BrowserLog:
 
     def of_type(self, kind: str) -> list[dict[str, Any]]:
         return [f for f in self.frames if f.get("type") == kind]
+
+
+def _launch(pw: Any) -> Any:
+    return pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+
+
+def _open_dashboard(browser: Any, stack: Stack, username: str) -> tuple[Any, BrowserLog]:
+    """Sign in through the real login page and land on the fleet dashboard."""
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    log = BrowserLog(page)
+    page.goto(stack.base_url + "/accounts/login/?next=/fleet/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    with page.expect_navigation():
+        page.click("form button[type=submit]")
+    assert page.url == stack.base_url + "/fleet/", f"signing in did not land on the fleet page: {page.url}"
+    return page, log
 
 
 def test_fleet_dashboard_follows_live_telemetry(stack: Stack, viewer_user: User, site_a: Site, token_a: str) -> None:
@@ -172,18 +195,9 @@ def test_fleet_dashboard_follows_live_telemetry(stack: Stack, viewer_user: User,
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        browser = _launch(pw)
         try:
-            page = browser.new_page(viewport={"width": 1440, "height": 900})
-            log = BrowserLog(page)
-
-            # --- sign in through the real login page ----------------------------------------
-            page.goto(stack.base_url + "/accounts/login/?next=/fleet/")
-            page.fill("#id_username", username)
-            page.fill("#id_password", PASSWORD)
-            with page.expect_navigation():
-                page.click("form button[type=submit]")
-            assert page.url == stack.base_url + "/fleet/", f"signing in did not land on the fleet page: {page.url}"
+            page, log = _open_dashboard(browser, stack, username)
 
             # --- the snapshot: table, totals, and a chart with history --------------------------
             page.wait_for_function(f"{JS_TABLE_ROWS} === 4", timeout=LIVE_TIMEOUT_MS)
@@ -214,7 +228,7 @@ def test_fleet_dashboard_follows_live_telemetry(stack: Stack, viewer_user: User,
             assert page.text_content("#gpu-count") == "6 of 6"
             assert page.locator("#gpu-table tbody a[href='/fleet/nodes/gpu-a-003/']").count() == 2
             assert page.text_content('[data-total="reporting"]') == "6"
-            assert page.text_content('[data-total="mean_util"]') == "90"
+            assert page.text_content('[data-total="mean_util"]') == "90.0"
 
             ARTIFACTS.mkdir(exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "fleet-dashboard.png"), full_page=True)
@@ -224,3 +238,30 @@ def test_fleet_dashboard_follows_live_telemetry(stack: Stack, viewer_user: User,
 
     assert Gpu.objects.filter(node__site=site_a).count() == 6
     assert set(GpuState.objects.filter(gpu__node__site=site_a).values_list("gpu_util", flat=True)) == {90.0}
+
+
+def test_live_socket_stays_up_between_pushes(stack: Stack, viewer_user: User, site_a: Site, token_a: str) -> None:
+    """A quiet fleet must not cost a reconnect and a full snapshot every few seconds."""
+    first = [(_uuid(i), "gpu-a-001", i) for i in range(2)]
+    _post_samples(stack, token_a, _samples(first, ages_s=[30], util=50.0))
+    _wait_for(lambda: GpuState.objects.filter(gpu__node__site=site_a).count() == 2, "the worker to store batch 1")
+    username = viewer_user.username
+
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = _launch(pw)
+        try:
+            page, log = _open_dashboard(browser, stack, username)
+            page.wait_for_function(f"{JS_TABLE_ROWS} === 2", timeout=LIVE_TIMEOUT_MS)
+            _wait_in_page(page, lambda: bool(log.of_type("subscribed")), "the websocket subscription to be confirmed")
+            page.wait_for_timeout(8_000)  # longer than the layer's 5 s blocking receive
+
+            _post_samples(stack, token_a, _samples([*first, (_uuid(10), "gpu-a-002", 0)], ages_s=[0], util=70.0))
+            page.wait_for_function(f"{JS_GPU_TOTAL} === '3'", timeout=LIVE_TIMEOUT_MS)
+            assert (log.sockets_opened, log.sockets_closed) == (1, 0), "the live websocket dropped and reconnected"
+            assert log.snapshots == 1, "the page re-fetched its snapshot"
+            assert len(log.of_type("fleet.delta")) >= 1
+            assert not log.errors, f"the browser reported errors: {log.errors}"
+        finally:
+            browser.close()
