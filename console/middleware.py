@@ -7,6 +7,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
+from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 # Machine routes answer 401 instead of redirecting to the login page; a request carrying an
@@ -33,3 +34,28 @@ class LoginRequiredMiddleware:
             response["WWW-Authenticate"] = 'Bearer realm="goodput"'
             return response
         return redirect_to_login(request.get_full_path())
+
+
+class DependencyDownMiddleware:
+    """A page or route whose database is unreachable answers 503 with Retry-After, not a 500."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if isinstance(exception, (OperationalError, InterfaceError)):
+            return self._unavailable()
+        return None
+
+    @staticmethod
+    def _unavailable() -> HttpResponse:
+        return database_unavailable()
+
+
+def database_unavailable() -> HttpResponse:
+    response = JsonResponse({"error": "The database is unavailable; retry later."}, status=503)
+    response["Retry-After"] = "5"
+    return response

@@ -81,6 +81,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "console.middleware.DependencyDownMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -189,6 +190,7 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 100,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    "EXCEPTION_HANDLER": "console.api.exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Goodput API",
@@ -228,6 +230,13 @@ INGEST_MAX_BYTES = envint("GOODPUT_INGEST_MAX_BYTES", 5 * 1024 * 1024, minimum=1
 INGEST_MAX_FUTURE_SECONDS = envint("GOODPUT_INGEST_MAX_FUTURE_SECONDS", 300, minimum=0)
 INGEST_MAX_AGE_SECONDS = envint("GOODPUT_INGEST_MAX_AGE_SECONDS", 7 * 86400, minimum=60)
 DATA_UPLOAD_MAX_MEMORY_SIZE = INGEST_MAX_BYTES + 1024
+# Retention: raw samples (GPU and serving) and rollups are kept this many days; expiry drops
+# whole partitions.
+RAW_RETENTION_DAYS = envint("GOODPUT_RAW_RETENTION_DAYS", 7, minimum=1)
+ROLLUP_1M_RETENTION_DAYS = envint("GOODPUT_ROLLUP_1M_RETENTION_DAYS", 30, minimum=1)
+ROLLUP_1H_RETENTION_DAYS = envint("GOODPUT_ROLLUP_1H_RETENTION_DAYS", 400, minimum=1)
+# Back-pressure: ingest answers 429 once this many tasks wait in the broker queue.
+INGEST_QUEUE_BOUND = envint("GOODPUT_INGEST_QUEUE_BOUND", 2000, minimum=1)
 # A GPU whose last sample is older than this is "stale" on the dashboard.
 FLEET_STALE_SECONDS = envint("GOODPUT_FLEET_STALE_SECONDS", 120, minimum=5)
 LIVE_MIN_INTERVAL_MS = envint("GOODPUT_LIVE_MIN_INTERVAL_MS", 1000, minimum=50)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import json
 import logging
 import os
@@ -52,6 +53,15 @@ NO_DRIVER_HELP = (
 # --- reading the GPUs -------------------------------------------------------------------------
 
 
+def _address(handle: Any) -> Any:
+    """A device handle's address: pynvml hands back a new pointer object in each event, so
+    handles compare by address, never by identity."""
+    try:
+        return ctypes.cast(handle, ctypes.c_void_p).value
+    except (ctypes.ArgumentError, TypeError):
+        return handle
+
+
 class NvmlReader:
     """Reads every GPU on the host through pynvml, the NVIDIA Management Library bindings."""
 
@@ -63,9 +73,13 @@ class NvmlReader:
             nvml.nvmlInit()
         except nvml.NVMLError as exc:
             raise AgentSetupError(NO_DRIVER_HELP.format(error=exc)) from exc
-        self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
-        self.uuids = [self._text(nvml.nvmlDeviceGetUUID(h)) for h in self.handles]
-        self.models = [self._text(nvml.nvmlDeviceGetName(h)) for h in self.handles]
+        try:
+            self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+            self.uuids = [self._text(nvml.nvmlDeviceGetUUID(h)) for h in self.handles]
+            self.models = [self._text(nvml.nvmlDeviceGetName(h)) for h in self.handles]
+        except nvml.NVMLError as exc:
+            nvml.nvmlShutdown()
+            raise AgentSetupError(f"cannot enumerate the GPUs through NVML: {exc}") from exc
         self.last_xid = {u: 0 for u in self.uuids}
         self.events = self._xid_events()
 
@@ -74,21 +88,33 @@ class NvmlReader:
         return value.decode() if isinstance(value, bytes) else value
 
     def _xid_events(self) -> Any:
-        """XIDs arrive as NVML events, not as a readable value: register for them once."""
+        """XIDs arrive as NVML events, not as a readable value: register each GPU once.
+
+        A GPU that cannot deliver events reports xid as null; the others still report theirs.
+        """
         nvml = self.nvml
+        self.xid_capable: set[str] = set()
         try:
             event_set = nvml.nvmlEventSetCreate()
-            for handle in self.handles:
-                nvml.nvmlDeviceRegisterEvents(handle, nvml.nvmlEventTypeXidCriticalError, event_set)
-            return event_set
         except nvml.NVMLError as exc:
             logger.warning("XID events unavailable (%s); xid will be reported as null", exc)
             return None
+        for uuid_, handle in zip(self.uuids, self.handles, strict=True):
+            try:
+                nvml.nvmlDeviceRegisterEvents(handle, nvml.nvmlEventTypeXidCriticalError, event_set)
+                self.xid_capable.add(uuid_)
+            except nvml.NVMLError as exc:
+                logger.warning("XID events unavailable on %s (%s)", uuid_, exc)
+        if not self.xid_capable:
+            nvml.nvmlEventSetFree(event_set)
+            return None
+        return event_set
 
     def _drain_xids(self) -> None:
         if self.events is None:
             return
         nvml = self.nvml
+        addresses = [_address(h) for h in self.handles]
         while True:
             try:
                 event = nvml.nvmlEventSetWait_v2(self.events, 0)
@@ -97,8 +123,9 @@ class NvmlReader:
             except nvml.NVMLError as exc:
                 logger.warning("reading XID events failed: %s", exc)
                 return
-            for index, handle in enumerate(self.handles):
-                if event.device == handle:
+            device = _address(event.device)
+            for index, address in enumerate(addresses):
+                if address == device:
                     self.last_xid[self.uuids[index]] = int(event.eventData)
 
     def _read(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -139,7 +166,7 @@ class NvmlReader:
                     "sm_clock_mhz": self._read(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM),
                     "mem_clock_mhz": self._read(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_MEM),
                     "energy_mj": self._read(nvml.nvmlDeviceGetTotalEnergyConsumption, handle),
-                    "xid": self.last_xid[uuid_] if self.events is not None else None,
+                    "xid": self.last_xid[uuid_] if uuid_ in self.xid_capable else None,
                     "ecc_sbe_total": self._read(
                         nvml.nvmlDeviceGetTotalEccErrors,
                         handle,
@@ -186,6 +213,8 @@ class Spool:
         self.directory = directory
         self.max_batches = max_batches
         directory.mkdir(parents=True, exist_ok=True)
+        for leftover in directory.glob("*.json.tmp"):  # a crash mid-write: the batch was never spooled
+            leftover.unlink(missing_ok=True)
 
     def put(self, batch: Batch) -> None:
         files = self.files()
@@ -194,8 +223,11 @@ class Spool:
             files[0].unlink(missing_ok=True)
         name = f"{time.time_ns():020d}-{batch.key}.json"
         tmp = self.directory / (name + ".tmp")
-        tmp.write_bytes(batch.body)
-        tmp.rename(self.directory / name)  # atomic: a crash never leaves half a batch to send
+        with open(tmp, "wb") as f:
+            f.write(batch.body)
+            f.flush()
+            os.fsync(f.fileno())  # on disk before it is visible: power loss leaves no empty batch
+        os.replace(tmp, self.directory / name)  # atomic: a crash never leaves half a batch to send
 
     def files(self) -> list[Path]:
         return sorted(self.directory.glob("*.json"))
@@ -211,6 +243,15 @@ class Spool:
 
 class Rejected(Exception):
     """The console refused the batch for good (a 4xx other than 429): retrying cannot help."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def is_auth(self) -> bool:
+        """401/403 say the token is wrong, not the batch: the batch is still worth keeping."""
+        return self.status in (401, 403)
 
 
 class Unreachable(Exception):
@@ -244,27 +285,26 @@ class Sender:
                 delay = max(delay, float(retry_after))
         return min(MAX_BACKOFF_S, delay)
 
-    def send(self, batch: Batch) -> None:
-        for attempt in range(self.attempts):
+    def send(self, batch: Batch, *, attempts: int | None = None) -> None:
+        attempts = attempts or self.attempts
+        for attempt in range(attempts):
             retry_after = None
             try:
                 response = self.session.post(
                     self.url, data=batch.body, headers={"Idempotency-Key": batch.key}, timeout=self.timeout
                 )
             except requests.RequestException as exc:
-                logger.warning(
-                    "console unreachable (%s), attempt %d/%d", exc.__class__.__name__, attempt + 1, self.attempts
-                )
+                logger.warning("console unreachable (%s), attempt %d/%d", exc.__class__.__name__, attempt + 1, attempts)
             else:
                 if response.status_code < 300:
                     return
                 if 400 <= response.status_code < 500 and response.status_code != 429:
-                    raise Rejected(f"HTTP {response.status_code}: {response.text[:500]}")
+                    raise Rejected(response.status_code, f"HTTP {response.status_code}: {response.text[:500]}")
                 retry_after = response.headers.get("Retry-After")
-                logger.warning("console answered %d, attempt %d/%d", response.status_code, attempt + 1, self.attempts)
-            if attempt + 1 < self.attempts:
+                logger.warning("console answered %d, attempt %d/%d", response.status_code, attempt + 1, attempts)
+            if attempt + 1 < attempts:
                 self.sleep(self.backoff(attempt, retry_after))
-        raise Unreachable(f"gave up after {self.attempts} attempts")
+        raise Unreachable(f"gave up after {attempts} attempts")
 
 
 class Agent:
@@ -275,12 +315,19 @@ class Agent:
         self.hostname = hostname
 
     def drain(self) -> bool:
-        """Send spooled batches oldest first; stop at the first that cannot be delivered."""
+        """Send spooled batches oldest first; stop at the first that cannot be delivered.
+
+        One attempt per batch: while the console is down, a drain must not hold up sampling
+        for a whole retry schedule. What is not sent now waits for the next tick.
+        """
         for path in self.spool.files():
             batch = Spool.load(path)
             try:
-                self.sender.send(batch)
+                self.sender.send(batch, attempts=1)
             except Rejected as exc:
+                if exc.is_auth:  # a revoked or rotated token: keep the data for the new one
+                    logger.error("console refused the token (%s); spooled batches kept", exc)
+                    return False
                 logger.error("spooled batch %s refused, dropped: %s", batch.key, exc)
             except Unreachable:
                 return False

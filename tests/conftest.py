@@ -24,6 +24,7 @@ from console import roles
 from console.celery import app as celery_app
 from console.models import AgentToken
 from fleet.models import Site
+from fleet.services import directory
 
 PASSWORD = "correct-horse-battery-staple"
 
@@ -38,6 +39,7 @@ def _eager_unless_real_stack(request: pytest.FixtureRequest, settings: Any) -> I
         celery_app.conf.task_always_eager = True
     channel_layers.backends.clear()
     cache.clear()
+    directory.clear()  # in-process caches must not outlive a test's rolled-back rows
     yield
     celery_app.conf.task_always_eager = settings.CELERY_TASK_ALWAYS_EAGER
     channel_layers.backends.clear()

@@ -1,7 +1,7 @@
 from django.urls import path
 
-from fleet.api import views
+from fleet.api import ingest
 
 urlpatterns = [
-    path("gpu-samples", views.GpuSampleIngestView.as_view(), name="ingest-gpu-samples"),
+    path("gpu-samples", ingest.GpuSampleIngestView.as_view(), name="ingest-gpu-samples"),
 ]

@@ -1,4 +1,33 @@
 from fleet.models.inventory import Gpu, Node, Rack, Site
-from fleet.models.telemetry import GpuSample, GpuState, IngestBatch
+from fleet.models.scraping import ScrapeTarget
+from fleet.models.serving import Endpoint, ServingSample
+from fleet.models.telemetry import (
+    GpuRollup1h,
+    GpuRollup1m,
+    GpuSample,
+    GpuState,
+    GroupRollup1h,
+    GroupRollup1m,
+    IngestBatch,
+    PartitionDrop,
+    RollupDirty,
+)
 
-__all__ = ["Gpu", "GpuSample", "GpuState", "IngestBatch", "Node", "Rack", "Site"]
+__all__ = [
+    "Endpoint",
+    "Gpu",
+    "GpuRollup1h",
+    "GpuRollup1m",
+    "GpuSample",
+    "GpuState",
+    "GroupRollup1h",
+    "GroupRollup1m",
+    "IngestBatch",
+    "Node",
+    "PartitionDrop",
+    "Rack",
+    "RollupDirty",
+    "ScrapeTarget",
+    "ServingSample",
+    "Site",
+]

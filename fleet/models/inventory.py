@@ -56,7 +56,16 @@ class Node(models.Model):
 class Gpu(models.Model):
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
     index = models.PositiveSmallIntegerField()
-    uuid = models.CharField(max_length=64, unique=True, help_text="NVML UUID, GPU-xxxxxxxx-...")
+    uuid = models.CharField(max_length=64, unique=True, help_text="NVML UUID (GPU-..., MIG-... for a MIG instance)")
+    parent = models.ForeignKey(
+        "self",
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="mig_instances",
+        help_text="The physical GPU of a MIG instance",
+    )
+    mig_profile = models.CharField(max_length=32, blank=True, help_text="MIG profile, e.g. 1g.10gb")
     model = models.CharField(max_length=64, blank=True, help_text="e.g. NVIDIA H100 80GB HBM3")
     hbm_gib = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -1,4 +1,9 @@
-"""GPU telemetry: raw samples, each GPU's latest state, and the batch keys that make ingest idempotent."""
+"""GPU telemetry: raw samples, rollups, each GPU's latest state, batch keys and retention records.
+
+The sample and rollup tables are range-partitioned by time in PostgreSQL (see
+fleet/migrations/0002 and fleet.services.partitions): Django's models describe their columns for
+queries and for the test runner's flush, while the tables themselves are created by SQL.
+"""
 
 from __future__ import annotations
 
@@ -30,12 +35,14 @@ GpuMetrics = type(
 
 
 class GpuSample(GpuMetrics):  # type: ignore[misc, valid-type]
-    id = models.BigAutoField(primary_key=True)
-    gpu = models.ForeignKey("fleet.Gpu", on_delete=models.CASCADE, related_name="samples", db_index=False)
+    """One raw sample. Partitioned by day on ``ts``; written only by binary COPY."""
+
+    pk = models.CompositePrimaryKey("gpu", "ts")
+    gpu = models.ForeignKey("fleet.Gpu", on_delete=models.DO_NOTHING, db_constraint=False, related_name="+")
     ts = models.DateTimeField()
 
     class Meta:
-        indexes = [models.Index(fields=["gpu", "ts"], name="gpusample_gpu_ts")]
+        db_table = "fleet_gpusample"
 
 
 class GpuStateQuerySet(models.QuerySet["GpuState"]):
@@ -64,7 +71,125 @@ class IngestBatch(models.Model):
     key = models.CharField(max_length=255, primary_key=True)
     site = models.ForeignKey("fleet.Site", on_delete=models.CASCADE, related_name="+")
     samples = models.PositiveIntegerField()
-    received_at = models.DateTimeField(default=timezone.now)
+    enqueued_at = models.DateTimeField(null=True, blank=True, help_text="When the API accepted the batch")
+    received_at = models.DateTimeField(default=timezone.now, db_index=True, help_text="When it was stored")
 
     def __str__(self) -> str:
         return self.key
+
+
+class RollupColumns(models.Model):
+    """Aggregates of GPU samples over a bucket (one minute or one hour)."""
+
+    bucket = models.DateTimeField()
+    samples = models.IntegerField()
+    util_mean = models.FloatField(null=True)
+    util_max = models.FloatField(null=True)
+    temp_mean = models.FloatField(null=True)
+    temp_max = models.FloatField(null=True)
+    power_mean = models.FloatField(null=True, help_text="Mean power draw (W)")
+    power_max = models.FloatField(null=True)
+    energy_j = models.FloatField(null=True, help_text="Mean power x bucket length (J)")
+    xid_max = models.IntegerField(null=True)
+    error_samples = models.IntegerField(default=0, help_text="Samples with an XID or double-bit ECC errors")
+    throttled_samples = models.IntegerField(default=0, help_text="Samples clocked down by power or thermal limits")
+
+    class Meta:
+        abstract = True
+
+
+class GpuRollup1m(RollupColumns):
+    pk = models.CompositePrimaryKey("gpu", "bucket")
+    gpu = models.ForeignKey("fleet.Gpu", on_delete=models.DO_NOTHING, db_constraint=False, related_name="+")
+
+    class Meta:
+        db_table = "fleet_gpurollup_1m"
+
+    def __str__(self) -> str:
+        return f"gpu {self.gpu_id} {self.bucket:%Y-%m-%d %H:%M}"
+
+
+class GpuRollup1h(RollupColumns):
+    pk = models.CompositePrimaryKey("gpu", "bucket")
+    gpu = models.ForeignKey("fleet.Gpu", on_delete=models.DO_NOTHING, db_constraint=False, related_name="+")
+
+    class Meta:
+        db_table = "fleet_gpurollup_1h"
+
+    def __str__(self) -> str:
+        return f"gpu {self.gpu_id} {self.bucket:%Y-%m-%d %H:00}"
+
+
+class GroupRollupColumns(models.Model):
+    """Aggregates over the GPUs of a node, rack, site or the whole fleet (scope_id 0)."""
+
+    scope = models.CharField(max_length=8)  # node, rack, site, fleet
+    scope_id = models.BigIntegerField()
+    bucket = models.DateTimeField()
+    gpus = models.IntegerField(help_text="GPUs that reported in the bucket")
+    util_mean = models.FloatField(null=True)
+    util_max = models.FloatField(null=True)
+    temp_mean = models.FloatField(null=True)
+    temp_max = models.FloatField(null=True)
+    power_mean = models.FloatField(null=True, help_text="Mean power per GPU (W)")
+    power_sum = models.FloatField(null=True, help_text="Summed mean power of the GPUs (W)")
+    energy_j = models.FloatField(null=True)
+    error_gpus = models.IntegerField(default=0)
+    throttled_gpus = models.IntegerField(default=0)
+
+    class Meta:
+        abstract = True
+
+
+class GroupRollup1m(GroupRollupColumns):
+    pk = models.CompositePrimaryKey("scope", "scope_id", "bucket")
+
+    class Meta:
+        db_table = "fleet_grouprollup_1m"
+
+    def __str__(self) -> str:
+        return f"{self.scope} {self.scope_id} {self.bucket:%Y-%m-%d %H:%M}"
+
+
+class GroupRollup1h(GroupRollupColumns):
+    pk = models.CompositePrimaryKey("scope", "scope_id", "bucket")
+
+    class Meta:
+        db_table = "fleet_grouprollup_1h"
+
+    def __str__(self) -> str:
+        return f"{self.scope} {self.scope_id} {self.bucket:%Y-%m-%d %H:00}"
+
+
+class RollupDirty(models.Model):
+    """Buckets whose rollups must be (re)computed: written by ingest, claimed by the rollup task.
+
+    A queue of buckets rather than a single time watermark, because samples arrive late (an agent
+    drains its spool after an outage) and must re-roll the old buckets they land in.
+    """
+
+    pk = models.CompositePrimaryKey("resolution", "bucket")
+    resolution = models.CharField(max_length=2)  # 1m or 1h
+    bucket = models.DateTimeField()
+    dirtied_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.resolution} {self.bucket:%Y-%m-%d %H:%M}"
+
+
+class PartitionDrop(models.Model):
+    """A record of each expired partition dropped by retention."""
+
+    table = models.CharField(max_length=63)
+    partition = models.CharField(max_length=63)
+    range_start = models.DateTimeField()
+    range_end = models.DateTimeField()
+    rows = models.BigIntegerField()
+    bytes = models.BigIntegerField()
+    dropped_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-dropped_at"]
+
+    def __str__(self) -> str:
+        return f"{self.partition} ({self.range_start:%Y-%m-%d} – {self.range_end:%Y-%m-%d})"

@@ -143,29 +143,25 @@ def batch_key(*, site_id: int, body: bytes, idempotency_key: str | None) -> str:
 
 def check_site_scope(batch: GpuBatchIn, *, site_id: int) -> None:
     """Refuse (403) a batch that writes GPUs or nodes registered under another site."""
-    from fleet.models import Gpu, Node
+    from fleet.services import directory
 
-    uuids = {s.gpu_uuid for s in batch.samples}
-    hostnames = {s.hostname for s in batch.samples}
-    foreign_gpu = (
-        Gpu.objects.filter(uuid__in=uuids).exclude(node__site_id=site_id).values_list("uuid", flat=True).first()
-    )
-    foreign_node = (
-        Node.objects.filter(hostname__in=hostnames).exclude(site_id=site_id).values_list("hostname", flat=True).first()
-    )
+    gpus = directory.gpus(s.gpu_uuid for s in batch.samples)
+    nodes = directory.nodes(s.hostname for s in batch.samples)
     for index, sample in enumerate(batch.samples):
-        if foreign_gpu is not None and sample.gpu_uuid == foreign_gpu:
+        gpu = gpus.get(sample.gpu_uuid)
+        if gpu is not None and gpu[1] != site_id:
             raise IngestError(
                 403,
-                f"samples[{index}]: GPU {foreign_gpu} belongs to another site; this token may only "
+                f"samples[{index}]: GPU {sample.gpu_uuid} belongs to another site; this token may only "
                 "write its own site's GPUs.",
                 item=index,
                 field="gpu_uuid",
             )
-        if foreign_node is not None and sample.hostname == foreign_node:
+        node = nodes.get(sample.hostname)
+        if node is not None and node[1] != site_id:
             raise IngestError(
                 403,
-                f"samples[{index}]: node {foreign_node} belongs to another site; this token may only "
+                f"samples[{index}]: node {sample.hostname} belongs to another site; this token may only "
                 "write its own site's nodes.",
                 item=index,
                 field="hostname",

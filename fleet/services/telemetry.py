@@ -1,64 +1,91 @@
-"""Writing GPU telemetry. ``store_gpu_samples`` is the one writer: every door (JSON batch, and later
-Prometheus pushes and scrapes) ends here, so its insides can change without touching the doors.
+"""Writing GPU telemetry. ``store_gpu_samples`` is the one writer: every door (JSON batches,
+Prometheus pushes, scrapes) ends here, so its insides can change without touching the doors.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
-from django.db import connection, transaction
-from django.utils import timezone
+import psycopg
+from django.db import DatabaseError, connection, transaction
 
 from console import live
-from fleet.models import Gpu, GpuSample, IngestBatch, Node
-from fleet.telemetry_fields import METRIC_NAMES
+from fleet.models import Gpu, IngestBatch, Node
+from fleet.services import directory, partitions
+from fleet.telemetry_fields import GPU_SAMPLE_FIELDS, METRIC_NAMES
 
 SAMPLE_COLUMNS = ("gpu_id", "ts", *METRIC_NAMES)
+SAMPLE_TYPES = ["int8", "timestamptz", *("float4" if f.kind is float else "int8" for f in GPU_SAMPLE_FIELDS)]
+STATE_TYPES = ["bigint", "timestamptz", *("real" if f.kind is float else "bigint" for f in GPU_SAMPLE_FIELDS)]
 
 
-def store_gpu_samples(*, site_id: int, batch_key: str, samples: Sequence[Any]) -> int:
-    """Store one validated batch atomically; return the number of samples written.
+def store_gpu_samples(
+    *, site_id: int, batch_key: str, samples: Sequence[Any], enqueued_at: datetime | None = None
+) -> int:
+    """Store one validated batch atomically; return the number of samples written (0: a redelivery).
 
-    1. Claim the batch key (a redelivered batch stops here and writes nothing).
-    2. Register nodes and GPUs the site has not reported before.
-    3. COPY the samples into the sample table.
-    4. Upsert each GPU's latest state (never moving it backwards in time).
-    5. After commit, ask the live hub to push deltas to the dashboards.
+    Partitions for the batch's days are made first, in their own transaction: creating one takes
+    a lock on the parent table that must not be held for the length of a batch.
     """
+    if not samples:
+        return 0
+    first = min(s.ts for s in samples)
+    last = max(s.ts for s in samples)
+    for attempt in (1, 2):
+        partitions.ensure_partitions(partitions.SAMPLES, first, last)
+        try:
+            return _store(site_id=site_id, batch_key=batch_key, samples=samples, enqueued_at=enqueued_at)
+        except (DatabaseError, psycopg.Error) as exc:  # COPY runs on the raw psycopg cursor
+            # Another process (retention, a test's rollback) removed a partition this process
+            # believed in: forget what it believed and try once more.
+            if attempt == 2 or not partitions.is_missing_partition(exc):
+                raise
+            partitions.forget_known_partitions()
+            directory.clear()
+    return 0  # pragma: no cover (the loop returns or raises)
+
+
+def _store(*, site_id: int, batch_key: str, samples: Sequence[Any], enqueued_at: datetime | None) -> int:
+    """1. claim the batch key, 2. register new GPUs, 3. COPY, 4. latest state, 5. dirty rollup buckets."""
     with transaction.atomic():
-        if not _claim_batch(batch_key, site_id=site_id, count=len(samples)):
+        if not _claim_batch(batch_key, site_id=site_id, count=len(samples), enqueued_at=enqueued_at):
             return 0
         gpu_ids = _resolve_gpus(site_id=site_id, samples=samples)
         _copy_samples(gpu_ids, samples)
         _upsert_latest_state(gpu_ids, samples)
+        mark_dirty_minutes(s.ts for s in samples)
         transaction.on_commit(lambda: live.request_push("fleet", f"site.{site_id}"))
     return len(samples)
 
 
-def _claim_batch(key: str, *, site_id: int, count: int) -> bool:
+def _claim_batch(key: str, *, site_id: int, count: int, enqueued_at: datetime | None) -> bool:
     """Record the batch key; False when it was already there (a redelivery)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {IngestBatch._meta.db_table} (key, site_id, samples, received_at) "
-            "VALUES (%s, %s, %s, now()) ON CONFLICT (key) DO NOTHING RETURNING key",
-            [key, site_id, count],
+            f"INSERT INTO {IngestBatch._meta.db_table} (key, site_id, samples, enqueued_at, received_at) "
+            "VALUES (%s, %s, %s, %s, now()) ON CONFLICT (key) DO NOTHING RETURNING key",
+            [key, site_id, count, enqueued_at],
         )
         return cursor.fetchone() is not None
 
 
-def _resolve_gpus(*, site_id: int, samples: Iterable[Any]) -> dict[str, int]:
+def _resolve_gpus(*, site_id: int, samples: Sequence[Any]) -> dict[str, int]:
     """Map GPU UUIDs to ids, registering unknown nodes and GPUs under the token's site."""
     by_uuid: dict[str, Any] = {}
     for sample in samples:
         by_uuid.setdefault(sample.gpu_uuid, sample)
-    known = dict(Gpu.objects.filter(uuid__in=by_uuid).values_list("uuid", "id"))
+    known = {u: gpu_id for u, (gpu_id, _) in directory.gpus(by_uuid).items()}
     missing = [s for u, s in by_uuid.items() if u not in known]
     if not missing:
         return known
-    hostnames = {s.hostname for s in missing}
-    Node.objects.bulk_create([Node(site_id=site_id, hostname=h) for h in sorted(hostnames)], ignore_conflicts=True)
-    node_ids = dict(Node.objects.filter(hostname__in=hostnames, site_id=site_id).values_list("hostname", "id"))
+    hostnames = sorted({s.hostname for s in missing})
+    Node.objects.bulk_create([Node(site_id=site_id, hostname=h) for h in hostnames], ignore_conflicts=True)
+    created_nodes = directory.nodes(hostnames, remember=False)
+    node_ids = {h: node_id for h, (node_id, node_site) in created_nodes.items() if node_site == site_id}
+    parents = {s.parent_uuid for s in missing if getattr(s, "parent_uuid", None)}
+    parent_ids = {u: gpu_id for u, (gpu_id, _) in directory.gpus(parents).items()} if parents else {}
     new_gpus = []
     for sample in missing:
         node_id = node_ids.get(sample.hostname)
@@ -74,28 +101,32 @@ def _resolve_gpus(*, site_id: int, samples: Iterable[Any]) -> dict[str, int]:
                 index=sample.gpu_index or 0,
                 model=sample.model or "",
                 hbm_gib=hbm,
+                parent_id=parent_ids.get(getattr(sample, "parent_uuid", None) or ""),
+                mig_profile=getattr(sample, "mig_profile", None) or "",
             )
         )
     # Sorted inserts keep lock order stable when two workers register overlapping GPUs.
     Gpu.objects.bulk_create(sorted(new_gpus, key=lambda g: g.uuid), ignore_conflicts=True)
-    known.update(Gpu.objects.filter(uuid__in=[g.uuid for g in new_gpus]).values_list("uuid", "id"))
+    created = directory.gpus((g.uuid for g in new_gpus), remember=False)
+    known.update({u: gpu_id for u, (gpu_id, _) in created.items()})
     return known
 
 
 def _copy_samples(gpu_ids: dict[str, int], samples: Sequence[Any]) -> None:
-    table = GpuSample._meta.db_table
+    """Binary COPY: the fastest way into PostgreSQL, and the reason there is no ORM here."""
     columns = ", ".join(SAMPLE_COLUMNS)
     with connection.cursor() as cursor:
         raw = cursor.cursor  # the psycopg 3 cursor under Django's wrapper
-        with raw.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+        with raw.copy(f"COPY {partitions.SAMPLES.name} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(SAMPLE_TYPES)
             for sample in samples:
                 gpu_id = gpu_ids.get(sample.gpu_uuid)
-                if gpu_id is None:
-                    continue
-                copy.write_row((gpu_id, sample.ts, *[getattr(sample, name) for name in METRIC_NAMES]))
+                if gpu_id is not None:
+                    copy.write_row((gpu_id, sample.ts, *[getattr(sample, name) for name in METRIC_NAMES]))
 
 
 def _upsert_latest_state(gpu_ids: dict[str, int], samples: Sequence[Any]) -> None:
+    """Each GPU's newest sample becomes its state, never moving the state back in time."""
     latest: dict[int, Any] = {}
     for sample in samples:
         gpu_id = gpu_ids.get(sample.gpu_uuid)
@@ -103,18 +134,34 @@ def _upsert_latest_state(gpu_ids: dict[str, int], samples: Sequence[Any]) -> Non
             latest[gpu_id] = sample
     if not latest:
         return
-    now = timezone.now()
-    columns = ("gpu_id", "ts", *METRIC_NAMES, "updated_at")
-    placeholders = "(" + ", ".join(["%s"] * len(columns)) + ")"
-    values: list[Any] = []
-    for gpu_id in sorted(latest):  # stable lock order across concurrent workers
-        sample = latest[gpu_id]
-        values.extend((gpu_id, sample.ts, *[getattr(sample, n) for n in METRIC_NAMES], now))
+    order = sorted(latest)  # stable lock order across concurrent workers
+    columns = ["gpu_id", "ts", *METRIC_NAMES]
+    arrays: list[list[Any]] = [order, [latest[g].ts for g in order]]
+    arrays += [[getattr(latest[g], name) for g in order] for name in METRIC_NAMES]
+    # One array per column through unnest(): a few parameters instead of one per value.
+    unnest = ", ".join(f"%s::{t}[]" for t in STATE_TYPES)
     assignments = ", ".join(f"{c} = EXCLUDED.{c}" for c in columns[1:])
-    sql = (
-        f"INSERT INTO fleet_gpustate ({', '.join(columns)}) VALUES "
-        + ", ".join([placeholders] * len(latest))
-        + f" ON CONFLICT (gpu_id) DO UPDATE SET {assignments} WHERE fleet_gpustate.ts <= EXCLUDED.ts"
-    )
     with connection.cursor() as cursor:
-        cursor.execute(sql, values)
+        cursor.execute(
+            f"INSERT INTO fleet_gpustate ({', '.join(columns)}, updated_at) "
+            f"SELECT *, now() FROM unnest({unnest}) "
+            f"ON CONFLICT (gpu_id) DO UPDATE SET {assignments}, updated_at = EXCLUDED.updated_at "
+            "WHERE fleet_gpustate.ts <= EXCLUDED.ts",
+            arrays,
+        )
+
+
+def mark_dirty_minutes(timestamps: Any) -> None:
+    """Queue the minutes these samples fall in for the rollup task.
+
+    Run last in the batch's transaction: the upsert locks the bucket's row until commit, so the
+    rollup task cannot claim the bucket between our write and our commit and miss our samples.
+    """
+    minutes = sorted({ts.replace(second=0, microsecond=0) for ts in timestamps})
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO fleet_rollupdirty (resolution, bucket, dirtied_at) "
+            "SELECT '1m', b, now() FROM unnest(%s::timestamptz[]) AS b "
+            "ON CONFLICT (resolution, bucket) DO UPDATE SET dirtied_at = EXCLUDED.dirtied_at",
+            [minutes],
+        )

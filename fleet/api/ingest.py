@@ -1,0 +1,103 @@
+"""The ingest doors: JSON GPU-sample batches and Prometheus text. Both validate the whole request
+first (400 naming the item or line, nothing written), then queue it with an idempotency key."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+from django.conf import settings
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
+from kombu.exceptions import OperationalError as BrokerError
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from console import counters
+from console.api import unavailable
+from console.authentication import AgentTokenAuthentication
+from console.permissions import IsAgent
+from console.queues import queue_depth
+from fleet.services.ingest import IngestError, batch_key, check_site_scope, parse_gpu_batch
+from fleet.tasks import ingest_gpu_batch
+
+QUEUE_FULL_RETRY_AFTER = 2
+
+COMMON_RESPONSES = {
+    400: OpenApiResponse(description="Invalid input; the body names the item (or line) and field"),
+    401: OpenApiResponse(description="Missing or invalid agent token"),
+    403: OpenApiResponse(description="The request writes another site's GPUs or nodes"),
+    413: OpenApiResponse(description="Too many samples or too many bytes"),
+    429: OpenApiResponse(description="The ingest queue is full; retry after Retry-After seconds"),
+    503: OpenApiResponse(description="Broker or database unavailable; retry after Retry-After seconds"),
+}
+
+
+def read_body(request: Request) -> bytes:
+    declared = request.META.get("CONTENT_LENGTH")
+    if declared and declared.isdigit() and int(declared) > settings.INGEST_MAX_BYTES:
+        raise IngestError(413, f"Body is {declared} bytes; the limit is {settings.INGEST_MAX_BYTES} bytes.")
+    return request.body
+
+
+def enqueue(task: Any, *args: Any) -> Response | None:
+    """Queue a validated request; a Response when the queue is full (429) or down (503)."""
+    try:
+        depth = queue_depth()
+    except redis.RedisError as exc:
+        counters.increment("goodput_ingest_rejected_total", reason="broker_down")
+        return unavailable(f"The ingest queue is unavailable ({exc.__class__.__name__}); retry later.")
+    if depth >= settings.INGEST_QUEUE_BOUND:
+        counters.increment("goodput_ingest_rejected_total", reason="queue_full")
+        response = Response(
+            {"error": f"The ingest queue holds {depth} batches (bound {settings.INGEST_QUEUE_BOUND}); retry later."},
+            status=429,
+        )
+        response["Retry-After"] = str(QUEUE_FULL_RETRY_AFTER)
+        return response
+    try:
+        task.apply_async(args=args)
+    except (BrokerError, redis.RedisError, OSError) as exc:
+        counters.increment("goodput_ingest_rejected_total", reason="broker_down")
+        return unavailable(f"The ingest queue is unavailable ({exc.__class__.__name__}); retry later.")
+    return None
+
+
+def rejected(exc: IngestError) -> Response:
+    counters.increment("goodput_ingest_rejected_total", reason=f"http_{exc.status}")
+    return Response(exc.as_dict(), status=exc.status)
+
+
+class GpuSampleIngestView(APIView):
+    """Accept a JSON batch of GPU samples from an agent; 202 once it is queued."""
+
+    authentication_classes = [AgentTokenAuthentication]
+    permission_classes = [IsAgent]
+
+    @extend_schema(
+        request=inline_serializer("GpuSampleBatch", {"samples": serializers.ListField(child=serializers.DictField())}),
+        parameters=[OpenApiParameter("Idempotency-Key", OpenApiTypes.STR, OpenApiParameter.HEADER, required=False)],
+        responses={
+            202: inline_serializer(
+                "IngestAccepted", {"accepted": serializers.IntegerField(), "batch": serializers.CharField()}
+            ),
+            **COMMON_RESPONSES,
+        },
+    )
+    def post(self, request: Request) -> Response:
+        token = request.auth
+        try:
+            body = read_body(request)
+            batch = parse_gpu_batch(body)
+            check_site_scope(batch, site_id=token.site_id)
+            key = batch_key(site_id=token.site_id, body=body, idempotency_key=request.headers.get("Idempotency-Key"))
+        except IngestError as exc:
+            return rejected(exc)
+        refused = enqueue(ingest_gpu_batch, token.site_id, key, body.decode(), timezone.now().isoformat())
+        if refused is not None:
+            return refused
+        counters.increment("goodput_ingest_accepted_total", kind="gpu_samples")
+        return Response({"accepted": len(batch.samples), "batch": key}, status=202)
