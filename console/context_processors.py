@@ -10,6 +10,7 @@ from django.urls import reverse
 NAV = [
     ("Overview", "home"),
     ("Fleet", "fleet:dashboard"),
+    ("Targets", "fleet:targets"),
 ]
 
 
@@ -17,6 +18,6 @@ def console(request: HttpRequest) -> dict[str, Any]:
     nav = []
     for label, url_name in NAV:
         url = reverse(url_name)
-        active = request.path == url if url == "/" else request.path.startswith(url)
+        active = request.path == url if url in ("/", "/fleet/") else request.path.startswith(url)
         nav.append({"label": label, "url": url, "active": active})
     return {"nav_items": nav, "run_mode": settings.RUN_MODE, "eager_tasks": settings.EAGER_TASKS}

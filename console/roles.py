@@ -19,11 +19,21 @@ _READ_FLEET = [
     "fleet.view_rack",
     "fleet.view_node",
     "fleet.view_gpu",
+    "fleet.view_endpoint",
+    "fleet.view_scrapetarget",
 ]
 
 ROLE_PERMISSIONS: dict[str, list[str]] = {
     VIEWER: _READ_FLEET,
-    OPERATOR: [*_READ_FLEET, "console.operate", "fleet.change_node", "fleet.change_gpu"],
+    OPERATOR: [
+        *_READ_FLEET,
+        "console.operate",
+        "fleet.change_node",
+        "fleet.change_gpu",
+        "fleet.add_scrapetarget",
+        "fleet.change_scrapetarget",
+        "fleet.delete_scrapetarget",
+    ],
     COMPLIANCE_OFFICER: [*_READ_FLEET, "console.manage_compliance"],
     # Admin: every permission of the project's apps and of users and groups.
     ADMIN: ["*"],

@@ -145,6 +145,16 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_PUBLISH_RETRY = False
 CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "socket_timeout": 5, "max_retries": 0}
 CELERY_TIMEZONE = "UTC"
+# A message taken by a worker that then dies (SIGKILL, OOM, power) goes back to the queue after
+# this long; batches are idempotent, so a redelivery stores nothing twice.
+CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] = envint("GOODPUT_TASK_VISIBILITY_TIMEOUT", 300, minimum=1)
+# Periodic work. Production runs it with `celery beat`; embedded mode runs the same schedule in
+# a thread of the demo process (console.scheduler).
+CELERY_BEAT_SCHEDULE = {
+    "update-rollups": {"task": "fleet.tasks.update_rollups", "schedule": 10.0},
+    "schedule-scrapes": {"task": "fleet.tasks.schedule_scrapes", "schedule": 5.0},
+    "maintain-partitions": {"task": "fleet.tasks.maintain_partitions", "schedule": 3600.0},
+}
 
 if REDIS_URL:
     CHANNEL_LAYERS = {

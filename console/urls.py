@@ -5,6 +5,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from console import views
+from console.metrics import MetricsView
 
 # The admin's own login page would be a second open door: send it to ours instead.
 admin.site.login = login_required(admin.site.login)  # type: ignore[method-assign]
@@ -19,6 +20,7 @@ urlpatterns = [
     path("", views.HomeView.as_view(), name="home"),
     path("healthz", views.healthz, name="healthz"),
     path("readyz", views.readyz, name="readyz"),
+    path("metrics", MetricsView.as_view(), name="metrics"),
     path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("fleet/", include("fleet.urls")),

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from fleet.models import Gpu, IngestBatch, Node, Rack, Site
+from fleet.models import Endpoint, Gpu, IngestBatch, Node, PartitionDrop, Rack, ScrapeTarget, Site
 
 
 class RackInline(admin.TabularInline):
@@ -45,4 +45,34 @@ class IngestBatchAdmin(admin.ModelAdmin):
         return False
 
     def has_change_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
+        return False
+
+
+@admin.register(Endpoint)
+class EndpointAdmin(admin.ModelAdmin):
+    list_display = ["name", "site", "framework", "model_name", "created_at"]
+    list_filter = ["site", "framework"]
+    search_fields = ["name", "model_name"]
+
+
+@admin.register(ScrapeTarget)
+class ScrapeTargetAdmin(admin.ModelAdmin):
+    list_display = ["name", "site", "url", "kind", "enabled", "health", "last_scrape_at", "last_samples"]
+    list_filter = ["site", "kind", "health", "enabled"]
+    search_fields = ["name", "url"]
+    readonly_fields = ["health", "last_scrape_at", "last_duration_ms", "last_samples", "last_error", "created_at"]
+
+
+@admin.register(PartitionDrop)
+class PartitionDropAdmin(admin.ModelAdmin):
+    list_display = ["partition", "table", "range_start", "range_end", "rows", "bytes", "dropped_at"]
+    list_filter = ["table"]
+
+    def has_add_permission(self, request):  # type: ignore[no-untyped-def]
+        return False
+
+    def has_change_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
+        return False
+
+    def has_delete_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
         return False

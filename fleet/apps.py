@@ -6,9 +6,11 @@ class FleetConfig(AppConfig):
     verbose_name = "Fleet"
 
     def ready(self) -> None:
-        from console import live, overview
+        from console import live, metrics, overview
+        from fleet import metrics as fleet_metrics
         from fleet.services import dashboard
 
+        metrics.register_collector(fleet_metrics.collect)
         live.register_topic_builder("fleet", dashboard.build_fleet_delta)
         live.register_topic_builder("site", dashboard.build_site_delta)
         overview.register_section(

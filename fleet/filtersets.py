@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import django_filters
 
-from fleet.models import Gpu, Node, Rack, Site
+from fleet.models import Endpoint, Gpu, Node, Rack, ScrapeTarget, Site
 
 
 class SiteFilterSet(django_filters.FilterSet):
@@ -39,3 +39,19 @@ class GpuFilterSet(django_filters.FilterSet):
     class Meta:
         model = Gpu
         fields = ["site", "hostname", "model", "uuid", "index"]
+
+
+class EndpointFilterSet(django_filters.FilterSet):
+    site = django_filters.CharFilter(field_name="site__name")
+
+    class Meta:
+        model = Endpoint
+        fields = ["site", "name", "framework"]
+
+
+class ScrapeTargetFilterSet(django_filters.FilterSet):
+    site = django_filters.CharFilter(field_name="site__name")
+
+    class Meta:
+        model = ScrapeTarget
+        fields = ["site", "kind", "health", "enabled"]

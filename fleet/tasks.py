@@ -1,3 +1,5 @@
+"""Celery tasks of the fleet app: thin wrappers that take ids and hand off to services."""
+
 from __future__ import annotations
 
 from datetime import datetime
@@ -5,6 +7,7 @@ from datetime import datetime
 from celery import shared_task
 
 from console import counters
+from fleet.services import partitions, rollups
 from fleet.services.ingest import decode_trusted_batch
 from fleet.services.telemetry import store_gpu_samples
 
@@ -21,3 +24,53 @@ def ingest_gpu_batch(site_id: int, batch_key: str, body: str, enqueued_at: str |
     )
     counters.increment("goodput_ingest_samples_stored_total", stored)
     return stored
+
+
+@shared_task(ignore_result=True)
+def ingest_prometheus_batch(
+    site_id: int, batch_key: str, body: str, options: dict, enqueued_at: str | None = None
+) -> int:
+    """Store a validated Prometheus exposition (GPU samples and serving series)."""
+    from fleet.services.prometheus import parse_exposition, store_exposition
+
+    exposition = parse_exposition(body, **options)
+    stored = store_exposition(
+        exposition,
+        site_id=site_id,
+        batch_key=batch_key,
+        enqueued_at=datetime.fromisoformat(enqueued_at) if enqueued_at else None,
+    )
+    counters.increment("goodput_ingest_samples_stored_total", stored)
+    return stored
+
+
+@shared_task(ignore_result=True, acks_late=False)
+def update_rollups() -> dict[str, int]:
+    """Fold newly dirtied minutes and hours into the rollups (every few seconds)."""
+    return rollups.update_rollups()
+
+
+@shared_task(ignore_result=True, acks_late=False)
+def maintain_partitions() -> dict[str, object]:
+    """Make the next days' partitions ahead of time and drop expired ones (hourly)."""
+    created = partitions.make_partitions_ahead()
+    dropped = partitions.drop_expired_partitions()
+    return {"created": created, "dropped": dropped}
+
+
+@shared_task(ignore_result=True, acks_late=False)
+def schedule_scrapes() -> int:
+    """Queue a scrape for each due target (every few seconds); returns how many were queued."""
+    from fleet.services.scraping import claim_due_targets
+
+    due = claim_due_targets()
+    for target_id in due:
+        scrape_target.delay(target_id)
+    return len(due)
+
+
+@shared_task(ignore_result=True)
+def scrape_target(target_id: int) -> int:
+    from fleet.services.scraping import scrape
+
+    return scrape(target_id)

@@ -3,11 +3,15 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.shortcuts import get_object_or_404
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect
 from django.views.generic import TemplateView
 
 from console.permissions import DashboardRequiredMixin
-from fleet.models import Gpu, GpuSample, Node
+from fleet.forms import ScrapeTargetForm
+from fleet.models import Gpu, GpuSample, Node, ScrapeTarget
 from fleet.services import dashboard
 from fleet.telemetry_fields import GPU_SAMPLE_FIELDS, Field
 from fleet.xid import describe_throttle, describe_xid
@@ -75,4 +79,34 @@ class NodeDetailView(DashboardRequiredMixin, TemplateView):
         node = get_object_or_404(Node.objects.select_related("site", "rack"), hostname=kwargs["hostname"])
         context["node"] = node
         context["gpus"] = node.gpus.select_related("state").order_by("index")
+        return context
+
+
+class ScrapeTargetListView(DashboardRequiredMixin, TemplateView):
+    """Like Prometheus' targets page: each target's health, last scrape, duration, samples, error.
+
+    Operators add targets here (POST); everyone with a role can read it.
+    """
+
+    template_name = "fleet/targets.html"
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.has_perm("fleet.add_scrapetarget"):
+            raise PermissionDenied("Adding scrape targets needs the Operator role.")
+        form = ScrapeTargetForm(request.POST)
+        if form.is_valid():
+            target = form.save()
+            messages.success(request, f"Added {target.name}; its first scrape runs within a few seconds.")
+            return redirect("fleet:targets")
+        return self.render_to_response(self.get_context_data(form=form))
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        targets = list(ScrapeTarget.objects.select_related("site").order_by("site__name", "name"))
+        context["targets"] = targets
+        context["counts"] = {
+            health: sum(1 for t in targets if t.health == health) for health in ("up", "down", "unknown")
+        }
+        context["can_edit"] = self.request.user.has_perm("fleet.add_scrapetarget")
+        context.setdefault("form", ScrapeTargetForm())
         return context

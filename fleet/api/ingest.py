@@ -22,7 +22,8 @@ from console.authentication import AgentTokenAuthentication
 from console.permissions import IsAgent
 from console.queues import queue_depth
 from fleet.services.ingest import IngestError, batch_key, check_site_scope, parse_gpu_batch
-from fleet.tasks import ingest_gpu_batch
+from fleet.services.prometheus import KINDS, check_scope, exposition_key, parse_exposition
+from fleet.tasks import ingest_gpu_batch, ingest_prometheus_batch
 
 QUEUE_FULL_RETRY_AFTER = 2
 
@@ -101,3 +102,78 @@ class GpuSampleIngestView(APIView):
             return refused
         counters.increment("goodput_ingest_accepted_total", kind="gpu_samples")
         return Response({"accepted": len(batch.samples), "batch": key}, status=202)
+
+
+class PrometheusIngestView(APIView):
+    """Accept a Prometheus text exposition (a dcgm-exporter, vLLM, Triton or TGI scrape) as is.
+
+    Query parameters: ``hostname`` for GPU metrics without a hostname label, ``endpoint`` to
+    file serving metrics under a name other than the model label, ``kind`` to keep only one
+    family of metrics (auto, dcgm, vllm, triton, tgi).
+    """
+
+    authentication_classes = [AgentTokenAuthentication]
+    permission_classes = [IsAgent]
+
+    @extend_schema(
+        request={"text/plain": OpenApiTypes.STR},
+        parameters=[
+            OpenApiParameter("hostname", OpenApiTypes.STR, required=False),
+            OpenApiParameter("endpoint", OpenApiTypes.STR, required=False),
+            OpenApiParameter("kind", OpenApiTypes.STR, enum=list(KINDS), required=False),
+            OpenApiParameter("Idempotency-Key", OpenApiTypes.STR, OpenApiParameter.HEADER, required=False),
+        ],
+        responses={
+            202: inline_serializer(
+                "PrometheusAccepted",
+                {
+                    "gpu_samples": serializers.IntegerField(),
+                    "serving_samples": serializers.IntegerField(),
+                    "ignored": serializers.IntegerField(),
+                    "batch": serializers.CharField(),
+                },
+            ),
+            **COMMON_RESPONSES,
+        },
+    )
+    def post(self, request: Request) -> Response:
+        token = request.auth
+        options = {
+            "hostname": request.query_params.get("hostname") or None,
+            "endpoint": request.query_params.get("endpoint") or None,
+            "kind": request.query_params.get("kind", "auto"),
+            "now": timezone.now().isoformat(),
+        }
+        try:
+            if options["kind"] not in KINDS:
+                raise IngestError(400, f"kind must be one of {', '.join(KINDS)}.", field="kind")
+            body = read_body(request)
+            try:
+                text = body.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise IngestError(400, f"The body is not UTF-8 text ({exc}).") from None
+            exposition = parse_exposition(text, **options)
+            if not exposition.count:
+                raise IngestError(400, "No GPU or serving metrics found in the exposition.")
+            check_scope(exposition, site_id=token.site_id)
+            key = exposition_key(
+                site_id=token.site_id,
+                body=text,
+                idempotency_key=request.headers.get("Idempotency-Key"),
+                options=options,
+            )
+        except IngestError as exc:
+            return rejected(exc)
+        refused = enqueue(ingest_prometheus_batch, token.site_id, key, text, options, options["now"])
+        if refused is not None:
+            return refused
+        counters.increment("goodput_ingest_accepted_total", kind="prometheus")
+        return Response(
+            {
+                "gpu_samples": len(exposition.gpu_samples),
+                "serving_samples": len(exposition.serving),
+                "ignored": exposition.ignored,
+                "batch": key,
+            },
+            status=202,
+        )

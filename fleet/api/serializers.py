@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from fleet.models import Gpu, GpuState, Node, Rack, Site
+from fleet.models import Endpoint, Gpu, GpuState, Node, Rack, ScrapeTarget, Site
 from fleet.telemetry_fields import METRIC_NAMES
 
 
@@ -51,3 +51,44 @@ class GpuSerializer(serializers.ModelSerializer):
         model = Gpu
         fields = ["id", "uuid", "index", "model", "hbm_gib", "node", "hostname", "site", "state", "created_at"]
         read_only_fields = ["uuid", "created_at"]
+
+
+class EndpointSerializer(serializers.ModelSerializer):
+    site = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = Endpoint
+        fields = ["id", "site", "name", "framework", "model_name", "created_at"]
+
+
+class ScrapeTargetSerializer(serializers.ModelSerializer):
+    site = serializers.SlugRelatedField(slug_field="name", queryset=Site.objects.all())
+
+    class Meta:
+        model = ScrapeTarget
+        fields = [
+            "id",
+            "site",
+            "name",
+            "url",
+            "kind",
+            "endpoint_name",
+            "hostname",
+            "interval_seconds",
+            "timeout_seconds",
+            "enabled",
+            "health",
+            "last_scrape_at",
+            "last_duration_ms",
+            "last_samples",
+            "last_error",
+            "next_scrape_at",
+        ]
+        read_only_fields = [
+            "health",
+            "last_scrape_at",
+            "last_duration_ms",
+            "last_samples",
+            "last_error",
+            "next_scrape_at",
+        ]

@@ -10,6 +10,8 @@ router.register("sites", views.SiteViewSet)
 router.register("racks", views.RackViewSet)
 router.register("nodes", views.NodeViewSet)
 router.register("gpus", views.GpuViewSet)
+router.register("endpoints", views.EndpointViewSet)
+router.register("scrape-targets", views.ScrapeTargetViewSet)
 
 urlpatterns = [
     path("overview/", views.FleetOverviewView.as_view(), name="overview"),

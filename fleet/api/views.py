@@ -8,9 +8,23 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from fleet.api.serializers import GpuSerializer, NodeSerializer, RackSerializer, SiteSerializer
-from fleet.filtersets import GpuFilterSet, NodeFilterSet, RackFilterSet, SiteFilterSet
-from fleet.models import Gpu, Node, Rack, Site
+from fleet.api.serializers import (
+    EndpointSerializer,
+    GpuSerializer,
+    NodeSerializer,
+    RackSerializer,
+    ScrapeTargetSerializer,
+    SiteSerializer,
+)
+from fleet.filtersets import (
+    EndpointFilterSet,
+    GpuFilterSet,
+    NodeFilterSet,
+    RackFilterSet,
+    ScrapeTargetFilterSet,
+    SiteFilterSet,
+)
+from fleet.models import Endpoint, Gpu, Node, Rack, ScrapeTarget, Site
 from fleet.services import dashboard
 
 
@@ -41,6 +55,20 @@ class GpuViewSet(viewsets.ModelViewSet):
     lookup_field = "uuid"
     lookup_value_regex = r"[A-Za-z0-9-]+"
     http_method_names = ["get", "patch", "delete", "head", "options"]  # GPUs are registered by ingest
+
+
+class EndpointViewSet(viewsets.ReadOnlyModelViewSet):
+    """Serving endpoints, registered by the metrics they report."""
+
+    queryset = Endpoint.objects.select_related("site")
+    serializer_class = EndpointSerializer
+    filterset_class = EndpointFilterSet
+
+
+class ScrapeTargetViewSet(viewsets.ModelViewSet):
+    queryset = ScrapeTarget.objects.select_related("site")
+    serializer_class = ScrapeTargetSerializer
+    filterset_class = ScrapeTargetFilterSet
 
 
 class FleetOverviewView(APIView):

@@ -16,9 +16,13 @@ from django.utils import timezone
 
 from fleet.models import Gpu, GpuState, Site
 
-RANGES = {"15m": 900, "1h": 3600, "6h": 6 * 3600, "24h": 86400}
+RANGES = {"15m": 900, "1h": 3600, "6h": 6 * 3600, "24h": 86400, "7d": 7 * 86400}
 DEFAULT_RANGE = "15m"
-MAX_POINTS = 180  # per series; the page keeps a rolling window of the same size
+MAX_POINTS = 180  # raw-sample series (the 15-minute view, a GPU's page)
+# Where each range reads from: raw samples only for the short live view; rollups beyond, so no
+# series has more than 1,440 points and no query scans raw samples over hours.
+RESOLUTION = {"15m": "raw", "1h": "1m", "6h": "1m", "24h": "1m", "7d": "1h"}
+BUCKET_SECONDS = {"1m": 60, "1h": 3600}
 HOTTEST = 5
 # A delta re-sends rows updated slightly before the previous watermark: a transaction that
 # committed late with an earlier timestamp is not missed, and a duplicate row is harmless.
@@ -158,14 +162,37 @@ def gpu_rows(*, site_id: int | None = None, updated_since: datetime | None = Non
     return [_gpu_row(r) for r in states.order_by("gpu__node__hostname", "gpu__index").values(*GPU_ROW_FIELDS)]
 
 
-def site_series(*, seconds: int, site_id: int | None = None) -> dict[str, Any]:
-    """Per-site series (mean utilisation, power kW, max temperature) in at most MAX_POINTS buckets.
+def _empty_series() -> dict[str, list[Any]]:
+    return {"ts": [], "util": [], "power_kw": [], "temp": []}
+
+
+def _collect(rows: Any, bucket: int) -> dict[int, dict[str, list[Any]]]:
+    """Rows of (ts, site, util, power kW, temp) into per-site series; gaps become None points."""
+    series: dict[int, dict[str, list[Any]]] = {}
+    last_ts: dict[int, datetime] = {}
+    for ts, sid, util, power_kw, temp in rows:
+        s = series.setdefault(sid, _empty_series())
+        previous = last_ts.get(sid)
+        if previous is not None and ts - previous > timedelta(seconds=3 * bucket):
+            # A gap in the data (an outage, a stopped agent) is drawn as a gap, not a straight line.
+            s["ts"].append((previous + timedelta(seconds=bucket)).isoformat())
+            for key in ("util", "power_kw", "temp"):
+                s[key].append(None)
+        last_ts[sid] = ts
+        s["ts"].append(ts.isoformat())
+        s["util"].append(_round(util))
+        s["power_kw"].append(_round(power_kw, 2))
+        s["temp"].append(_round(temp))
+    return series
+
+
+def site_series_from_raw(*, seconds: int, site_id: int | None = None) -> dict[str, Any]:
+    """Per-site series computed from raw samples (the live 15-minute view; the benchmark's baseline).
 
     The newest, still-filling bucket is left out: a half-reported bucket would draw a false dip.
     """
     bucket = max(10, seconds // MAX_POINTS)
     now = timezone.now()
-    since = now - timedelta(seconds=seconds)
     site_filter = "AND n.site_id = %(site_id)s" if site_id is not None else ""
     sql = f"""
         WITH per_gpu AS (
@@ -181,37 +208,61 @@ def site_series(*, seconds: int, site_id: int | None = None) -> dict[str, Any]:
         SELECT bucket, site_id, avg(util), sum(power) / 1000.0, max(temp)
         FROM per_gpu GROUP BY 1, 2 ORDER BY 1, 2
     """
-    params = {"bucket": timedelta(seconds=bucket), "since": since, "now": now, "site_id": site_id}
-    series: dict[int, dict[str, list[Any]]] = {}
+    params = {
+        "bucket": timedelta(seconds=bucket),
+        "since": now - timedelta(seconds=seconds),
+        "now": now,
+        "site_id": site_id,
+    }
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        last_ts: dict[int, datetime] = {}
-        for ts, sid, util, power_kw, temp in cursor.fetchall():
-            s = series.setdefault(sid, {"ts": [], "util": [], "power_kw": [], "temp": []})
-            previous = last_ts.get(sid)
-            if previous is not None and ts - previous > timedelta(seconds=3 * bucket):
-                # A gap in the data (an outage, a stopped agent) is drawn as a gap, not a straight line.
-                s["ts"].append((previous + timedelta(seconds=bucket)).isoformat())
-                for key in ("util", "power_kw", "temp"):
-                    s[key].append(None)
-            last_ts[sid] = ts
-            s["ts"].append(ts.isoformat())
-            s["util"].append(_round(util))
-            s["power_kw"].append(_round(power_kw, 2))
-            s["temp"].append(_round(temp))
-    return {"bucket_seconds": bucket, "range_seconds": seconds, "sites": {str(k): v for k, v in series.items()}}
+        series = _collect(cursor.fetchall(), bucket)
+    return {
+        "bucket_seconds": bucket,
+        "range_seconds": seconds,
+        "resolution": "raw",
+        "sites": {str(k): v for k, v in series.items()},
+    }
+
+
+def site_series_from_rollups(*, seconds: int, resolution: str, site_id: int | None = None) -> dict[str, Any]:
+    """Per-site series from the site rollups: a read of at most a few thousand rows."""
+    bucket = BUCKET_SECONDS[resolution]
+    site_filter = "AND scope_id = %(site_id)s" if site_id is not None else ""
+    sql = f"""
+        SELECT bucket, scope_id, util_mean, power_sum / 1000.0, temp_max
+        FROM fleet_grouprollup_{resolution}
+        WHERE scope = 'site' AND bucket >= %(since)s {site_filter}
+        ORDER BY bucket, scope_id
+    """
+    params = {"since": timezone.now() - timedelta(seconds=seconds), "site_id": site_id}
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        series = _collect(cursor.fetchall(), bucket)
+    return {
+        "bucket_seconds": bucket,
+        "range_seconds": seconds,
+        "resolution": resolution,
+        "sites": {str(k): v for k, v in series.items()},
+    }
+
+
+def site_series(*, range_key: str, site_id: int | None = None) -> dict[str, Any]:
+    seconds, resolution = RANGES[range_key], RESOLUTION[range_key]
+    if resolution == "raw":
+        return site_series_from_raw(seconds=seconds, site_id=site_id)
+    return site_series_from_rollups(seconds=seconds, resolution=resolution, site_id=site_id)
 
 
 def overview_snapshot(*, range_key: str = DEFAULT_RANGE, site_id: int | None = None) -> dict[str, Any]:
     """Everything the fleet page draws, for a first load or after a websocket reconnect."""
-    seconds = RANGES[range_key]
     return {
         "ts": timezone.now().isoformat(),
         "range": range_key,
         "totals": fleet_totals(site_id=site_id),
         "sites": site_summaries(),
         "gpus": gpu_rows(site_id=site_id),
-        "series": site_series(seconds=seconds, site_id=site_id),
+        "series": site_series(range_key=range_key, site_id=site_id),
     }
 
 

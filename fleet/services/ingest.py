@@ -35,6 +35,9 @@ GpuSampleIn = msgspec.defstruct(
         ("ts", Annotated[datetime, msgspec.Meta(tz=True)]),
         ("gpu_index", Annotated[int, msgspec.Meta(ge=0, le=1023)] | None, None),
         ("model", Annotated[str, msgspec.Meta(max_length=64)] | None, None),
+        # A MIG instance names its physical GPU and its profile (e.g. 1g.10gb).
+        ("parent_uuid", Annotated[str, msgspec.Meta(pattern=UUID_PATTERN)] | None, None),
+        ("mig_profile", Annotated[str, msgspec.Meta(max_length=32)] | None, None),
         *[(f.name, _metric_type(f.kind, f.minimum, f.maximum), None) for f in GPU_SAMPLE_FIELDS],
     ],
     forbid_unknown_fields=True,

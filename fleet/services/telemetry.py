@@ -84,7 +84,7 @@ def _resolve_gpus(*, site_id: int, samples: Sequence[Any]) -> dict[str, int]:
     Node.objects.bulk_create([Node(site_id=site_id, hostname=h) for h in hostnames], ignore_conflicts=True)
     created_nodes = directory.nodes(hostnames, remember=False)
     node_ids = {h: node_id for h, (node_id, node_site) in created_nodes.items() if node_site == site_id}
-    parents = {s.parent_uuid for s in missing if getattr(s, "parent_uuid", None)}
+    parents = {s.parent_uuid for s in missing if s.parent_uuid}
     parent_ids = {u: gpu_id for u, (gpu_id, _) in directory.gpus(parents).items()} if parents else {}
     new_gpus = []
     for sample in missing:
@@ -101,8 +101,8 @@ def _resolve_gpus(*, site_id: int, samples: Sequence[Any]) -> dict[str, int]:
                 index=sample.gpu_index or 0,
                 model=sample.model or "",
                 hbm_gib=hbm,
-                parent_id=parent_ids.get(getattr(sample, "parent_uuid", None) or ""),
-                mig_profile=getattr(sample, "mig_profile", None) or "",
+                parent_id=parent_ids.get(sample.parent_uuid or ""),
+                mig_profile=sample.mig_profile or "",
             )
         )
     # Sorted inserts keep lock order stable when two workers register overlapping GPUs.

@@ -35,6 +35,10 @@ class Command(BaseCommand):
         url = f"http://{options['host']}:{options['port']}"
 
         stop = threading.Event()
+        if settings.EAGER_TASKS:
+            from console.scheduler import EmbeddedBeat
+
+            EmbeddedBeat(stop).start()  # rollups, scrapes and retention without `celery beat`
         simulator = None
         if not options["no_simulator"]:
             simulator = threading.Thread(

@@ -1,0 +1,170 @@
+"""1-minute and 1-hour rollups per GPU and per node, rack, site and fleet, kept current from a
+queue of dirty buckets (fleet_rollupdirty).
+
+Ingest marks the minutes its samples fall in; ``update_rollups`` (a beat task, every few
+seconds) claims them, recomputes each claimed minute from the raw samples (so late samples are
+folded in by recomputing, never by adding), then the group rollups from the per-GPU ones, and
+marks the hours. Hours are recomputed from the minutes at most once a minute each.
+Dashboards read these tables, never raw samples over long ranges.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from django.db import connection, transaction
+
+from fleet.services import partitions
+
+logger = logging.getLogger(__name__)
+
+# Clock-event bits that mean "slowed by a power or thermal limit": SW power cap, HW slowdown,
+# SW thermal, HW thermal, HW power brake.
+THROTTLE_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+HOUR_SETTLE = timedelta(seconds=60)
+LOCK_KEY = 0x60_0D_9C_7  # advisory lock: one rollup run at a time across workers
+
+GPU_COLUMNS = (
+    "samples, util_mean, util_max, temp_mean, temp_max, power_mean, power_max, energy_j, "
+    "xid_max, error_samples, throttled_samples"
+)
+GROUP_COLUMNS = (
+    "gpus, util_mean, util_max, temp_mean, temp_max, power_mean, power_sum, energy_j, error_gpus, throttled_gpus"
+)
+
+
+def _excluded(columns: str) -> str:
+    return ", ".join(f"{c.strip()} = EXCLUDED.{c.strip()}" for c in columns.split(","))
+
+
+GPU_MINUTES_SQL = f"""
+INSERT INTO fleet_gpurollup_1m (gpu_id, bucket, {GPU_COLUMNS})
+SELECT gpu_id, date_trunc('minute', ts) AS bucket, count(*),
+       avg(gpu_util), max(gpu_util), avg(gpu_temp_c), max(gpu_temp_c), avg(power_w), max(power_w),
+       avg(power_w) * 60, max(xid),
+       count(*) FILTER (WHERE xid > 0 OR ecc_dbe_total > 0),
+       count(*) FILTER (WHERE throttle_reasons & {THROTTLE_MASK} > 0)
+FROM fleet_gpusample
+WHERE ts >= %(first)s AND ts < %(last)s + interval '1 minute'
+  AND date_trunc('minute', ts) = ANY(%(buckets)s)
+GROUP BY gpu_id, date_trunc('minute', ts)
+ON CONFLICT (gpu_id, bucket) DO UPDATE SET {_excluded(GPU_COLUMNS)}
+"""
+
+GPU_HOURS_SQL = f"""
+INSERT INTO fleet_gpurollup_1h (gpu_id, bucket, {GPU_COLUMNS})
+SELECT gpu_id, date_trunc('hour', bucket) AS hour, sum(samples),
+       sum(util_mean * samples) / nullif(sum(samples) FILTER (WHERE util_mean IS NOT NULL), 0), max(util_max),
+       sum(temp_mean * samples) / nullif(sum(samples) FILTER (WHERE temp_mean IS NOT NULL), 0), max(temp_max),
+       sum(power_mean * samples) / nullif(sum(samples) FILTER (WHERE power_mean IS NOT NULL), 0), max(power_max),
+       sum(energy_j), max(xid_max), sum(error_samples), sum(throttled_samples)
+FROM fleet_gpurollup_1m
+WHERE bucket >= %(first)s AND bucket < %(last)s + interval '1 hour'
+  AND date_trunc('hour', bucket) = ANY(%(buckets)s)
+GROUP BY gpu_id, date_trunc('hour', bucket)
+ON CONFLICT (gpu_id, bucket) DO UPDATE SET {_excluded(GPU_COLUMNS)}
+"""
+
+# One pass groups the per-GPU rows by node, rack, site and the whole fleet (GROUPING SETS).
+GROUP_SQL = f"""
+INSERT INTO fleet_grouprollup_{{res}} (scope, scope_id, bucket, {GROUP_COLUMNS})
+SELECT CASE WHEN grouping(n.id) = 0 THEN 'node' WHEN grouping(n.rack_id) = 0 THEN 'rack'
+            WHEN grouping(n.site_id) = 0 THEN 'site' ELSE 'fleet' END,
+       coalesce(n.id, n.rack_id, n.site_id, 0), r.bucket, count(*),
+       avg(r.util_mean), max(r.util_max), avg(r.temp_mean), max(r.temp_max), avg(r.power_mean),
+       sum(r.power_mean), sum(r.energy_j),
+       count(*) FILTER (WHERE r.error_samples > 0), count(*) FILTER (WHERE r.throttled_samples > 0)
+FROM fleet_gpurollup_{{res}} r
+JOIN fleet_gpu g ON g.id = r.gpu_id
+JOIN fleet_node n ON n.id = g.node_id
+WHERE r.bucket >= %(first)s AND r.bucket <= %(last)s AND r.bucket = ANY(%(buckets)s)
+GROUP BY r.bucket, GROUPING SETS ((n.id), (n.rack_id), (n.site_id), ())
+HAVING NOT (grouping(n.rack_id) = 0 AND n.rack_id IS NULL)
+ON CONFLICT (scope, scope_id, bucket) DO UPDATE SET {_excluded(GROUP_COLUMNS)}
+"""
+
+
+def _claim(resolution: str, *, settled_before: datetime | None = None) -> list[datetime]:
+    """Take the dirty buckets of one resolution off the queue (in the caller's transaction)."""
+    condition = "AND dirtied_at < %s" if settled_before else ""
+    params: list[object] = [resolution] + ([settled_before] if settled_before else [])
+    with connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM fleet_rollupdirty WHERE resolution = %s {condition} RETURNING bucket", params)
+        return sorted(row[0] for row in cursor.fetchall())
+
+
+def _mark(resolution: str, buckets: list[datetime]) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO fleet_rollupdirty (resolution, bucket, dirtied_at) "
+            "SELECT %s, b, now() FROM unnest(%s::timestamptz[]) AS b ON CONFLICT (resolution, bucket) DO NOTHING",
+            [resolution, buckets],
+        )
+
+
+def _roll(
+    buckets: list[datetime],
+    *,
+    gpu_sql: str,
+    resolution: str,
+    table_gpu: partitions.PartitionedTable,
+    table_group: partitions.PartitionedTable,
+) -> None:
+    partitions.ensure_partitions(table_gpu, buckets[0], buckets[-1])
+    partitions.ensure_partitions(table_group, buckets[0], buckets[-1])
+    params = {"first": buckets[0], "last": buckets[-1], "buckets": buckets}
+    with connection.cursor() as cursor:
+        cursor.execute(gpu_sql, params)
+        cursor.execute(GROUP_SQL.format(res=resolution), params)
+
+
+def update_rollups(*, now: datetime | None = None) -> dict[str, int]:
+    """Recompute every dirty minute, then every settled dirty hour. Returns the counts done.
+
+    1. Claim dirty minutes and roll them (per GPU, then per node/rack/site/fleet) in one
+       transaction: if it fails, the claim rolls back and the minutes stay queued.
+    2. Mark their hours dirty; roll the hours that have not been dirtied for a minute.
+    """
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [LOCK_KEY])
+            if not cursor.fetchone()[0]:
+                return {"minutes": 0, "hours": 0}  # another worker is rolling up right now
+        minutes = _claim("1m")
+        if minutes:
+            _roll(
+                minutes,
+                gpu_sql=GPU_MINUTES_SQL,
+                resolution="1m",
+                table_gpu=partitions.GPU_ROLLUP_1M,
+                table_group=partitions.GROUP_ROLLUP_1M,
+            )
+            _mark("1h", sorted({m.replace(minute=0) for m in minutes}))
+        from django.utils import timezone
+
+        settled = (now or timezone.now()) - HOUR_SETTLE
+        hours = _claim("1h", settled_before=settled)
+        if hours:
+            _roll(
+                hours,
+                gpu_sql=GPU_HOURS_SQL,
+                resolution="1h",
+                table_gpu=partitions.GPU_ROLLUP_1H,
+                table_group=partitions.GROUP_ROLLUP_1H,
+            )
+    if minutes or hours:
+        logger.debug("rolled up %d minute(s) and %d hour(s)", len(minutes), len(hours))
+    return {"minutes": len(minutes), "hours": len(hours)}
+
+
+def rollup_lag_seconds(*, now: datetime | None = None) -> float:
+    """Age of the oldest minute waiting to be rolled up (0 when none): the rollups' freshness."""
+    from django.utils import timezone
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT min(bucket) FROM fleet_rollupdirty WHERE resolution = '1m'")
+        oldest = cursor.fetchone()[0]
+    if oldest is None:
+        return 0.0
+    return max(0.0, ((now or timezone.now()) - oldest).total_seconds() - 60)
