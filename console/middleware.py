@@ -25,7 +25,13 @@ class LoginRequiredMiddleware:
     def process_view(
         self, request: HttpRequest, view_func: Any, view_args: Any, view_kwargs: Any
     ) -> HttpResponse | None:
-        if request.user.is_authenticated or request.path in settings.OPEN_PATHS:
+        if request.path in settings.OPEN_PATHS:
+            return None
+        try:
+            authenticated = request.user.is_authenticated  # loads the session: a database read
+        except (OperationalError, InterfaceError):
+            return database_unavailable()
+        if authenticated:
             return None
         if request.path.startswith(MACHINE_PREFIXES):
             if "HTTP_AUTHORIZATION" in request.META:
@@ -47,12 +53,8 @@ class DependencyDownMiddleware:
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         if isinstance(exception, (OperationalError, InterfaceError)):
-            return self._unavailable()
+            return database_unavailable()
         return None
-
-    @staticmethod
-    def _unavailable() -> HttpResponse:
-        return database_unavailable()
 
 
 def database_unavailable() -> HttpResponse:

@@ -24,7 +24,7 @@ from console import roles
 from console.celery import app as celery_app
 from console.models import AgentToken
 from fleet.models import Site
-from fleet.services import directory
+from fleet.services import directory, partitions
 
 PASSWORD = "correct-horse-battery-staple"
 
@@ -40,6 +40,7 @@ def _eager_unless_real_stack(request: pytest.FixtureRequest, settings: Any) -> I
     channel_layers.backends.clear()
     cache.clear()
     directory.clear()  # in-process caches must not outlive a test's rolled-back rows
+    partitions.forget_known_partitions()
     yield
     celery_app.conf.task_always_eager = settings.CELERY_TASK_ALWAYS_EAGER
     channel_layers.backends.clear()

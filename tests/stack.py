@@ -49,36 +49,38 @@ def free_port() -> int:
 
 
 class Stack:
-    def __init__(self, redis_url: str, log_dir: Path) -> None:
+    def __init__(self, redis_url: str, log_dir: Path, **env_overrides: str) -> None:
         self.redis_url = redis_url
         self.log_dir = log_dir
+        self.env_overrides = env_overrides
         self.procs: list[subprocess.Popen[bytes]] = []
         self.base_url = ""
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         log = open(self.log_dir / f"{name}.log", "wb")  # noqa: SIM115 (closed with the process)
-        proc = subprocess.Popen(args, cwd=ROOT, env=stack_env(self.redis_url), stdout=log, stderr=subprocess.STDOUT)
+        env = {**stack_env(self.redis_url), **self.env_overrides}
+        proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         self.procs.append(proc)
         return proc
 
-    def start_worker(self) -> subprocess.Popen[bytes]:
-        proc = self._spawn(
+    def start_worker(self, *, pool: str = "solo", name: str = "worker") -> subprocess.Popen[bytes]:
+        args = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "console",
             "worker",
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "console",
-                "worker",
-                "--pool=solo",
-                "--loglevel=INFO",
-                "--without-heartbeat",
-                "--without-gossip",
-                "--without-mingle",
-            ],
-        )
-        self._wait(lambda: self._worker_ready(), "the Celery worker", proc)
+            f"--pool={pool}",
+            "--concurrency=1",
+            "--loglevel=INFO",
+            "--without-heartbeat",
+            "--without-gossip",
+            "--without-mingle",
+            f"--hostname={name}@%h",
+        ]
+        proc = self._spawn(name, args)
+        self._wait(lambda: self._worker_ready(name), f"the Celery worker {name}", proc)
         return proc
 
     def start_server(self) -> subprocess.Popen[bytes]:
@@ -104,8 +106,8 @@ class Stack:
         self._wait(lambda: requests.get(self.base_url + "/healthz", timeout=1).ok, "uvicorn", proc)
         return proc
 
-    def _worker_ready(self) -> bool:
-        return b"ready." in (self.log_dir / "worker.log").read_bytes()
+    def _worker_ready(self, name: str = "worker") -> bool:
+        return b"ready." in (self.log_dir / f"{name}.log").read_bytes()
 
     def _wait(self, check, what: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:  # type: ignore[no-untyped-def]
         deadline = time.monotonic() + timeout

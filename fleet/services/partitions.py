@@ -112,6 +112,7 @@ def is_missing_partition(exc: BaseException) -> bool:
 def make_partitions_ahead(*, days: int = 3, now: datetime | None = None) -> list[str]:
     """Create today's and the next ``days`` days' partitions of every table (the beat task)."""
     now = now or datetime.now(UTC)
+    forget_known_partitions()  # check the database itself, not this process's memory of it
     created: list[str] = []
     for table in TABLES:
         created += ensure_partitions(table, now, now + timedelta(days=days))

@@ -76,16 +76,22 @@ class _Lines:
 
     def __init__(self, text: str) -> None:
         self.lines = text.splitlines()
-        self.number = 0
+        self.number = 0  # the line the parser is reading (exact when it raises)
         self.declared: set[str] = set()
+        # The parser hands samples over a family at a time, after reading ahead; each sample line
+        # holds one sample, in order, so the n-th sample handed over came from sample_lines[n].
+        self.sample_lines: list[int] = []
 
     def __iter__(self) -> Iterator[str]:
         for number, line in enumerate(self.lines, start=1):
             self.number = number
-            if line.startswith("# TYPE "):
-                parts = line.split()
+            stripped = line.strip()
+            if stripped.startswith("# TYPE "):
+                parts = stripped.split()
                 if len(parts) >= 3:
                     self.declared.add(parts[2])
+            elif stripped and not stripped.startswith("#"):
+                self.sample_lines.append(number)
             yield line
 
     def exposed_name(self, sample_name: str, family_type: str) -> str:
@@ -133,18 +139,21 @@ def parse_exposition(
     gpus: dict[str, dict[str, Any]] = {}
     origin: dict[tuple[str, str], int] = {}  # (uuid, field) -> line, to name the line of a bad value
     out = Exposition()
+    handed = 0
     try:
         for family in text_fd_to_metric_families(iter(lines)):
             for sample in family.samples:
+                line = lines.sample_lines[handed] if handed < len(lines.sample_lines) else lines.number
+                handed += 1
                 name = lines.exposed_name(sample.name, family.type)
                 ts = datetime.fromtimestamp(sample.timestamp, UTC) if sample.timestamp else received
                 field_name = DCGM_FIELDS.get(name)
                 if field_name is not None and kind in ("auto", "dcgm"):
-                    _add_gpu_value(gpus, origin, lines.number, field_name, sample.labels, sample.value, ts, hostname)
+                    _add_gpu_value(gpus, origin, line, field_name, sample.labels, sample.value, ts, hostname)
                     continue
                 framework = _framework(name)
                 if framework is not None and kind in ("auto", framework):
-                    point = _serving_point(name, framework, sample.labels, sample.value, ts, endpoint, lines.number)
+                    point = _serving_point(name, framework, sample.labels, sample.value, ts, endpoint, line)
                     if point is not None:
                         out.serving.append(point)
                     continue

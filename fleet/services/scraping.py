@@ -27,8 +27,9 @@ def claim_due_targets() -> list[int]:
     schedulers running at once cannot both claim the same scrape."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "UPDATE fleet_scrapetarget SET next_scrape_at = now() + interval_seconds * interval '1 second' "
-            "WHERE enabled AND next_scrape_at <= now() RETURNING id"
+            # clock_timestamp(), not now(): now() is frozen at the start of the transaction.
+            "UPDATE fleet_scrapetarget SET next_scrape_at = clock_timestamp() + interval_seconds * interval '1 second' "
+            "WHERE enabled AND next_scrape_at <= clock_timestamp() RETURNING id"
         )
         return [row[0] for row in cursor.fetchall()]
 

@@ -84,10 +84,18 @@ def _resolve_gpus(*, site_id: int, samples: Sequence[Any]) -> dict[str, int]:
     Node.objects.bulk_create([Node(site_id=site_id, hostname=h) for h in hostnames], ignore_conflicts=True)
     created_nodes = directory.nodes(hostnames, remember=False)
     node_ids = {h: node_id for h, (node_id, node_site) in created_nodes.items() if node_site == site_id}
-    parents = {s.parent_uuid for s in missing if s.parent_uuid}
-    parent_ids = {u: gpu_id for u, (gpu_id, _) in directory.gpus(parents).items()} if parents else {}
+    # Physical GPUs first, so the MIG instances in the same batch find their parent.
+    for group in ([s for s in missing if not s.parent_uuid], [s for s in missing if s.parent_uuid]):
+        if group:
+            known.update(_register_gpus(group, node_ids))
+    return known
+
+
+def _register_gpus(samples: list[Any], node_ids: dict[str, int]) -> dict[str, int]:
+    parents = {s.parent_uuid for s in samples if s.parent_uuid}
+    parent_ids = {u: gpu_id for u, (gpu_id, _) in directory.gpus(parents, remember=False).items()}
     new_gpus = []
-    for sample in missing:
+    for sample in samples:
         node_id = node_ids.get(sample.hostname)
         if node_id is None:  # the hostname belongs to another site (checked at the edge; raced here)
             continue
@@ -108,8 +116,7 @@ def _resolve_gpus(*, site_id: int, samples: Sequence[Any]) -> dict[str, int]:
     # Sorted inserts keep lock order stable when two workers register overlapping GPUs.
     Gpu.objects.bulk_create(sorted(new_gpus, key=lambda g: g.uuid), ignore_conflicts=True)
     created = directory.gpus((g.uuid for g in new_gpus), remember=False)
-    known.update({u: gpu_id for u, (gpu_id, _) in created.items()})
-    return known
+    return {u: gpu_id for u, (gpu_id, _) in created.items()}
 
 
 def _copy_samples(gpu_ids: dict[str, int], samples: Sequence[Any]) -> None:

@@ -1,0 +1,78 @@
+"""Back-pressure and outages: 429 when the queue is over its bound, 503 when the broker or the
+database is down, always with Retry-After, never a 500."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+import requests
+
+from console import queues
+from console.celery import app as celery_app
+from fleet.models import GpuSample, IngestBatch
+from tests.conftest import make_sample, post_batch, redis_url
+from tests.stack import Stack
+
+
+@pytest.fixture
+def broker_mode(settings) -> Iterator[redis.Redis]:
+    """The test process publishes to the real Redis broker (no worker consumes)."""
+    url = redis_url()
+    settings.EAGER_TASKS = False
+    celery_app.conf.task_always_eager = False
+    queues.reset()
+    client = redis.Redis.from_url(url)
+    client.delete("celery")
+    yield client
+    client.delete("celery")
+    queues.reset()
+
+
+def test_a_queue_over_its_bound_answers_429_with_retry_after(client, token_a, broker_mode, settings) -> None:
+    settings.INGEST_QUEUE_BOUND = 3
+    assert post_batch(client, token_a, {"samples": [make_sample()]}).status_code == 202
+    assert broker_mode.llen("celery") == 1  # queued for a worker, not stored here
+    broker_mode.rpush("celery", "x", "y")  # other batches waiting
+    response = post_batch(client, token_a, {"samples": [make_sample()]})
+    assert response.status_code == 429
+    assert response["Retry-After"] == "2" and "bound 3" in response.json()["error"]
+    assert broker_mode.llen("celery") == 3  # the refused batch was not queued
+
+
+def test_a_broker_that_is_down_answers_503_with_retry_after(client, token_a, broker_mode, settings) -> None:
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens on port 1
+    queues.reset()
+    response = post_batch(client, token_a, {"samples": [make_sample()]})
+    assert response.status_code == 503
+    assert response["Retry-After"] == "5" and "unavailable" in response.json()["error"]
+    assert GpuSample.objects.count() == 0 and IngestBatch.objects.count() == 0
+
+
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_a_database_that_is_down_answers_503_not_500(tmp_path: Path, token_a) -> None:
+    """A real server whose database does not answer (a closed port), in production mode."""
+    stack = Stack(
+        redis_url(), tmp_path, DATABASE_URL="postgres://postgres@127.0.0.1:1/goodput", DATABASE_CONNECT_TIMEOUT="1"
+    )
+    stack.start_server()
+    try:
+        ingest = requests.post(
+            stack.base_url + "/api/v1/ingest/gpu-samples",
+            json={"samples": [make_sample()]},
+            headers={"Authorization": f"Bearer {token_a}"},
+            timeout=30,
+        )
+        assert ingest.status_code == 503 and ingest.headers["Retry-After"] == "5"
+        ready = requests.get(stack.base_url + "/readyz", timeout=30)
+        assert ready.status_code == 503 and ready.json()["checks"]["database"].startswith("error")
+        page = requests.get(
+            stack.base_url + "/fleet/", cookies={"sessionid": "a" * 32}, timeout=30, allow_redirects=False
+        )
+        assert page.status_code == 503
+        assert requests.get(stack.base_url + "/healthz", timeout=30).status_code == 200  # the process is alive
+    finally:
+        stack.stop()
