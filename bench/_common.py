@@ -11,9 +11,11 @@ database, never the ones the test suite or the demo use:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -198,6 +200,12 @@ def percentile(values: list[float], pct: float) -> float:
     return ordered[max(0, math.ceil(pct / 100 * len(ordered)) - 1)]
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 # --- subprocesses ------------------------------------------------------------------------------
 
 
@@ -255,16 +263,12 @@ class Processes:
                 proc.terminate()
         deadline = time.monotonic() + 10
         for proc in self.procs.values():
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
         for members in trees.values():
             for member in members:
-                try:
+                with contextlib.suppress(psutil.NoSuchProcess):
                     member.kill()
-                except psutil.NoSuchProcess:
-                    pass
         self.procs.clear()
 
 

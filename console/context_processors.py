@@ -11,6 +11,7 @@ NAV = [
     ("Overview", "home"),
     ("Fleet", "fleet:dashboard"),
     ("Targets", "fleet:targets"),
+    ("Incidents", "incidents:list"),
 ]
 
 

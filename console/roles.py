@@ -21,6 +21,11 @@ _READ_FLEET = [
     "fleet.view_gpu",
     "fleet.view_endpoint",
     "fleet.view_scrapetarget",
+    "incidents.view_incident",
+    "incidents.view_finding",
+    "incidents.view_timelineentry",
+    "incidents.view_actionitem",
+    "incidents.view_silence",
 ]
 
 ROLE_PERMISSIONS: dict[str, list[str]] = {
@@ -33,6 +38,13 @@ ROLE_PERMISSIONS: dict[str, list[str]] = {
         "fleet.add_scrapetarget",
         "fleet.change_scrapetarget",
         "fleet.delete_scrapetarget",
+        "incidents.change_incident",
+        "incidents.add_timelineentry",
+        "incidents.add_actionitem",
+        "incidents.change_actionitem",
+        "incidents.add_silence",
+        "incidents.change_silence",
+        "incidents.delete_silence",
     ],
     COMPLIANCE_OFFICER: [*_READ_FLEET, "console.manage_compliance"],
     # Admin: every permission of the project's apps and of users and groups.

@@ -154,6 +154,11 @@ CELERY_BEAT_SCHEDULE = {
     "update-rollups": {"task": "fleet.tasks.update_rollups", "schedule": 10.0},
     "schedule-scrapes": {"task": "fleet.tasks.schedule_scrapes", "schedule": 5.0},
     "maintain-partitions": {"task": "fleet.tasks.maintain_partitions", "schedule": 3600.0},
+    "run-detectors": {
+        "task": "incidents.tasks.run_detectors",
+        "schedule": float(envint("GOODPUT_DETECTOR_INTERVAL_SECONDS", 15, minimum=1)),
+    },
+    "resolve-held-down-incidents": {"task": "incidents.tasks.resolve_held_down_incidents", "schedule": 10.0},
 }
 
 if REDIS_URL:
@@ -250,6 +255,37 @@ INGEST_QUEUE_BOUND = envint("GOODPUT_INGEST_QUEUE_BOUND", 2000, minimum=1)
 # A GPU whose last sample is older than this is "stale" on the dashboard.
 FLEET_STALE_SECONDS = envint("GOODPUT_FLEET_STALE_SECONDS", 120, minimum=5)
 LIVE_MIN_INTERVAL_MS = envint("GOODPUT_LIVE_MIN_INTERVAL_MS", 1000, minimum=50)
+
+# --- incidents ------------------------------------------------------------------------------
+# An incident whose findings have all cleared, and that nobody has taken, resolves after this.
+INCIDENT_HOLD_DOWN_SECONDS = envint("GOODPUT_INCIDENT_HOLD_DOWN_SECONDS", 300, minimum=0)
+# Findings of the same group (node, job, endpoint, Alertmanager group) join an open incident
+# opened within this window.
+INCIDENT_GROUP_WINDOW_SECONDS = envint("GOODPUT_INCIDENT_GROUP_WINDOW_SECONDS", 7200, minimum=60)
+DETECTOR_INTERVAL_SECONDS = envint("GOODPUT_DETECTOR_INTERVAL_SECONDS", 15, minimum=1)
+# How often agents and scrapes report; a GPU silent for 3 intervals is a finding.
+FLEET_SAMPLE_INTERVAL_SECONDS = envint("GOODPUT_FLEET_SAMPLE_INTERVAL_SECONDS", 15, minimum=1)
+NOTIFICATION_TIMEOUT_SECONDS = envint("GOODPUT_NOTIFICATION_TIMEOUT_SECONDS", 5, minimum=1)
+# Links in notifications point here.
+PUBLIC_URL = env("GOODPUT_PUBLIC_URL", "http://127.0.0.1:8000") or "http://127.0.0.1:8000"
+
+
+def _severity_map(raw: str) -> dict[str, str]:
+    mapping = {}
+    for pair in filter(None, (p.strip() for p in raw.split(","))):
+        label, _, severity = pair.partition("=")
+        if severity.strip() not in ("SEV1", "SEV2", "SEV3", "SEV4") or not label.strip():
+            raise ImproperlyConfiguredEnv(
+                f"GOODPUT_ALERTMANAGER_SEVERITY_MAP: {pair!r} is not label=SEV1..SEV4 (e.g. critical=SEV1,page=SEV2)"
+            )
+        mapping[label.strip()] = severity.strip()
+    return mapping
+
+
+# Alertmanager's `severity` label to incident severity; anything unmapped is SEV3.
+ALERTMANAGER_SEVERITY_MAP = _severity_map(
+    env("GOODPUT_ALERTMANAGER_SEVERITY_MAP", "critical=SEV1,page=SEV2,error=SEV2,warning=SEV3,info=SEV4") or ""
+)
 
 LOGGING = {
     "version": 1,

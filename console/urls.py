@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from console import views
 from console.metrics import MetricsView
+from incidents.api.alertmanager import AlertmanagerWebhookView
 
 # The admin's own login page would be a second open door: send it to ours instead.
 admin.site.login = login_required(admin.site.login)  # type: ignore[method-assign]
@@ -14,6 +15,8 @@ admin.site.site_header = "Goodput administration"
 api_v1 = [
     path("fleet/", include("fleet.api.urls")),
     path("ingest/", include("fleet.api.ingest_urls")),
+    path("alertmanager", AlertmanagerWebhookView.as_view(), name="alertmanager"),
+    path("", include("incidents.api.urls")),
 ]
 
 urlpatterns = [
@@ -24,6 +27,7 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("fleet/", include("fleet.urls")),
+    path("incidents/", include("incidents.urls")),
     path("api/v1/", include((api_v1, "api"))),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),

@@ -7,6 +7,7 @@ class FleetConfig(AppConfig):
 
     def ready(self) -> None:
         from console import live, metrics, overview
+        from fleet import detectors  # noqa: F401  (registers the GPU-health detectors)
         from fleet import metrics as fleet_metrics
         from fleet.services import dashboard
 

@@ -1,0 +1,154 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from rest_framework import serializers
+
+from incidents.choices import IncidentRole
+from incidents.models import ActionItem, Finding, Incident, NotificationChannel, Silence, TimelineEntry
+from incidents.services.matchers import MatcherError, validate_matchers
+
+User = get_user_model()
+
+
+class UsernameField(serializers.SlugRelatedField):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(slug_field="username", queryset=User.objects.filter(is_active=True), **kwargs)
+
+
+class FindingSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Finding
+        fields = [
+            "fingerprint",
+            "source",
+            "labels",
+            "severity",
+            "summary",
+            "status",
+            "started_at",
+            "last_seen",
+            "cleared_at",
+            "times_seen",
+        ]
+
+
+class IncidentSerializer(serializers.ModelSerializer):
+    commander = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    scribe = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    communications = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    gpu_hours = serializers.SerializerMethodField()
+    findings = FindingSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Incident
+        fields = [
+            "id",
+            "title",
+            "severity",
+            "state",
+            "category",
+            "labels",
+            "started_at",
+            "detected_at",
+            "acknowledged_at",
+            "mitigated_at",
+            "resolved_at",
+            "auto_resolve_at",
+            "commander",
+            "scribe",
+            "communications",
+            "affected_gpus",
+            "gpu_hours",
+            "error_budget_burned",
+            "pm_summary",
+            "pm_impact",
+            "pm_root_cause",
+            "pm_timeline",
+            "pm_went_well",
+            "pm_went_badly",
+            "findings",
+        ]
+        read_only_fields = fields
+
+    def get_gpu_hours(self, incident: Incident) -> float:
+        return round(incident.current_gpu_hours(), 3)
+
+
+class NoteSerializer(serializers.Serializer):
+    text = serializers.CharField(max_length=10_000)
+
+
+class TransitionSerializer(serializers.Serializer):
+    note = serializers.CharField(max_length=2_000, required=False, allow_blank=True, default="")
+
+
+class RoleSerializer(serializers.Serializer):
+    role = serializers.ChoiceField(choices=IncidentRole.choices)
+    username = UsernameField(allow_null=True)
+
+
+class PostmortemSerializer(serializers.Serializer):
+    pm_summary = serializers.CharField(required=False, allow_blank=True)
+    pm_impact = serializers.CharField(required=False, allow_blank=True)
+    pm_root_cause = serializers.CharField(required=False, allow_blank=True)
+    pm_timeline = serializers.CharField(required=False, allow_blank=True)
+    pm_went_well = serializers.CharField(required=False, allow_blank=True)
+    pm_went_badly = serializers.CharField(required=False, allow_blank=True)
+
+
+class TimelineEntrySerializer(serializers.ModelSerializer):
+    class Meta:
+        model = TimelineEntry
+        fields = ["id", "incident", "at", "kind", "actor_label", "text", "data"]
+        read_only_fields = fields
+
+
+class ActionItemSerializer(serializers.ModelSerializer):
+    owner = UsernameField(allow_null=True, required=False)
+
+    class Meta:
+        model = ActionItem
+        fields = ["id", "incident", "title", "owner", "due_date", "state", "created_at"]
+        read_only_fields = ["created_at"]
+
+
+class MatchersField(serializers.JSONField):
+    def to_internal_value(self, data: Any) -> Any:
+        try:
+            return validate_matchers(super().to_internal_value(data))
+        except MatcherError as exc:
+            raise serializers.ValidationError(str(exc)) from None
+
+
+class SilenceSerializer(serializers.ModelSerializer):
+    matchers = MatchersField()
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = Silence
+        fields = ["id", "matchers", "starts_at", "ends_at", "comment", "created_by", "created_at"]
+        read_only_fields = ["created_by", "created_at"]
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        starts = attrs.get("starts_at", getattr(self.instance, "starts_at", None))
+        ends = attrs.get("ends_at", getattr(self.instance, "ends_at", None))
+        if starts and ends and ends <= starts:
+            raise serializers.ValidationError({"ends_at": "Must be after starts_at."})
+        return attrs
+
+
+class NotificationChannelSerializer(serializers.ModelSerializer):
+    matchers = MatchersField(required=False)
+
+    class Meta:
+        model = NotificationChannel
+        fields = ["id", "name", "kind", "url", "routing_key", "min_severity", "matchers", "enabled"]
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        kind = attrs.get("kind", getattr(self.instance, "kind", None))
+        key = attrs.get("routing_key", getattr(self.instance, "routing_key", ""))
+        if kind == "pagerduty" and not key:
+            raise serializers.ValidationError({"routing_key": "PagerDuty channels need the integration key."})
+        return attrs

@@ -1,0 +1,100 @@
+"""The detector registry. Apps register detectors: functions from recent state to the findings
+present now. A beat task runs them all; each run is reconciled with what that detector reported
+before (new fingerprints raise, vanished ones clear), so a detector only says what is wrong now.
+A detector that fails is logged and reported as its own finding while the others run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.utils import timezone
+
+from incidents.choices import FindingStatus, Severity
+from incidents.models import Finding
+from incidents.services.engine import clear_finding, raise_finding
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FindingSpec:
+    fingerprint: str
+    labels: dict[str, Any]
+    severity: str
+    summary: str
+    description: str = ""
+    impact: dict[str, Any] = field(default_factory=dict)
+    category: str = ""
+
+
+Detector = Callable[[datetime], Iterable[FindingSpec]]
+_detectors: dict[str, Detector] = {}
+
+
+def register(name: str) -> Callable[[Detector], Detector]:
+    def decorate(fn: Detector) -> Detector:
+        _detectors[name] = fn
+        return fn
+
+    return decorate
+
+
+def registered() -> dict[str, Detector]:
+    return dict(_detectors)
+
+
+def source_of(name: str) -> str:
+    return f"detector:{name}"
+
+
+def run_detectors(*, now: datetime | None = None, only: Iterable[str] | None = None) -> dict[str, Any]:
+    """Run every detector once and reconcile its findings. Returns counts per detector."""
+    now = now or timezone.now()
+    report: dict[str, Any] = {}
+    for name, detector in registered().items():
+        if only is not None and name not in only:
+            continue
+        source = source_of(name)
+        failure = f"detector-failed:{name}"
+        try:
+            specs = list(detector(now))
+        except Exception as exc:
+            logger.exception("detector %s failed", name)
+            raise_finding(
+                failure,
+                {"detector": name},
+                Severity.SEV4,
+                f"Detector {name} is failing: {exc}"[:500],
+                description=repr(exc),
+                source="detectors",
+                category="console",
+            )
+            report[name] = {"error": str(exc)}
+            continue
+        clear_finding(failure, source="detectors")
+        present = {spec.fingerprint for spec in specs}
+        for spec in specs:
+            raise_finding(
+                spec.fingerprint,
+                spec.labels,
+                spec.severity,
+                spec.summary,
+                spec.description,
+                spec.impact,
+                source=source,
+                category=spec.category or name,
+            )
+        gone = (
+            Finding.objects.filter(source=source, status=FindingStatus.FIRING)
+            .exclude(fingerprint__in=present)
+            .values_list("fingerprint", flat=True)
+        )
+        for fingerprint in list(gone):
+            clear_finding(fingerprint, source=source)
+        report[name] = {"firing": len(present)}
+    return report

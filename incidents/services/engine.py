@@ -1,0 +1,425 @@
+"""The incident engine: findings in, incidents out.
+
+* ``raise_finding`` / ``clear_finding`` are the only way faults enter: detectors and the
+  Alertmanager receiver both call them. The same fingerprint updates the same finding; related
+  findings (same group key, e.g. the same node or job) join one open incident within a window.
+* State changes are atomic claims: a conditional UPDATE ... WHERE state IN (allowed) and a row
+  count check, so two operators (or two workers) cannot both move the same incident.
+* Every change writes a timeline entry with actor and time; notifications and live pushes are
+  scheduled after commit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from console import live
+from incidents.choices import (
+    OPEN_STATES,
+    SEVERITY_RANK,
+    FindingStatus,
+    IncidentRole,
+    IncidentState,
+    Severity,
+    TimelineKind,
+)
+from incidents.models import ActionItem, Finding, Incident, Silence, TimelineEntry
+
+logger = logging.getLogger(__name__)
+
+# Labels that say "the same thing is broken", most specific first: findings sharing the first
+# one present group into one incident.
+GROUP_LABELS = ("job", "endpoint", "hostname", "node")
+
+
+class TransitionError(Exception):
+    """The incident is not in a state that allows this change (someone else moved it first?)."""
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who did something: a person, or a named system part (a detector, alertmanager)."""
+
+    label: str
+    user: Any = None
+
+    @classmethod
+    def person(cls, user: Any) -> Actor:
+        return cls(label=user.get_username(), user=user)
+
+    @classmethod
+    def system(cls, name: str) -> Actor:
+        return cls(label=name)
+
+
+SYSTEM = Actor.system("system")
+
+
+def default_group_key(labels: dict[str, Any], fingerprint: str) -> str:
+    for name in GROUP_LABELS:
+        if labels.get(name):
+            key = "node" if name == "hostname" else name
+            return f"{key}={labels[name]}"
+    return f"fingerprint={fingerprint}"
+
+
+def worse(a: str, b: str) -> str:
+    return a if SEVERITY_RANK[Severity(a)] <= SEVERITY_RANK[Severity(b)] else b
+
+
+def _record(
+    incident: Incident, kind: str, text: str, actor: Actor, *, at: datetime | None = None, **data: Any
+) -> TimelineEntry:
+    return TimelineEntry.objects.create(
+        incident=incident,
+        kind=kind,
+        text=text,
+        actor=actor.user,
+        actor_label=actor.label,
+        at=at or timezone.now(),
+        data=data,
+    )
+
+
+def _after_commit(incident_id: int, event: str | None = None) -> None:
+    def run() -> None:
+        live.request_push("incidents")
+        if event:
+            from incidents.services.notify import notify
+
+            notify(incident_id, event)
+
+    transaction.on_commit(run)
+
+
+def _lock_group(group_key: str) -> None:
+    """Serialise incident creation per group: two findings of one node arriving together must
+    not open two incidents."""
+    digest = int.from_bytes(hashlib.blake2b(group_key.encode(), digest_size=8).digest(), "big", signed=True)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [digest])
+
+
+def active_silence(labels: dict[str, Any], at: datetime | None = None) -> Silence | None:
+    for silence in Silence.objects.active(at):
+        if silence.matches(labels):
+            return silence
+    return None
+
+
+def raise_finding(
+    fingerprint: str,
+    labels: dict[str, Any],
+    severity: str,
+    summary: str,
+    description: str = "",
+    impact: dict[str, Any] | None = None,
+    *,
+    source: str = "api",
+    group_key: str | None = None,
+    started_at: datetime | None = None,
+    category: str = "",
+) -> Finding:
+    """Report that a fault is present. Idempotent: repeating it changes nothing but last_seen.
+
+    1. Upsert the finding by fingerprint (a repeat only refreshes it; a worse severity escalates).
+    2. A finding matched by an active silence is recorded and goes no further.
+    3. Otherwise it joins the open incident of its group (within the window) or opens one.
+    """
+    now = timezone.now()
+    impact = impact or {}
+    actor = Actor.system(source)
+    with transaction.atomic():
+        finding = Finding.objects.select_for_update().filter(fingerprint=fingerprint).first()
+        if finding is not None and finding.status == FindingStatus.FIRING:
+            return _repeat(finding, severity=severity, summary=summary, impact=impact, now=now, actor=actor)
+        if finding is None:
+            try:
+                with transaction.atomic():
+                    finding = Finding.objects.create(
+                        fingerprint=fingerprint,
+                        source=source,
+                        labels=labels,
+                        severity=severity,
+                        summary=summary[:500],
+                        description=description,
+                        impact=impact,
+                        started_at=started_at or now,
+                    )
+            except IntegrityError:  # raised at the same moment elsewhere: take theirs
+                finding = Finding.objects.select_for_update().get(fingerprint=fingerprint)
+                return _repeat(finding, severity=severity, summary=summary, impact=impact, now=now, actor=actor)
+        else:  # fired before, cleared, and fires again
+            finding.status, finding.cleared_at, finding.incident = FindingStatus.FIRING, None, None
+            finding.labels, finding.severity, finding.summary = labels, severity, summary[:500]
+            finding.description, finding.impact = description, impact
+            finding.started_at, finding.last_seen, finding.times_seen = started_at or now, now, finding.times_seen + 1
+        silence = active_silence(labels, now)
+        finding.silenced_by = silence
+        if silence is not None:
+            finding.save()
+            logger.info("finding %s silenced by silence %s", fingerprint, silence.pk)
+            return finding
+        key = group_key or default_group_key(labels, fingerprint)
+        _lock_group(key)
+        window = now - timedelta(seconds=settings.INCIDENT_GROUP_WINDOW_SECONDS)
+        incident = (
+            Incident.objects.select_for_update()
+            .filter(group_key=key, state__in=OPEN_STATES, detected_at__gte=window)
+            .order_by("-detected_at")
+            .first()
+        )
+        if incident is None:
+            incident = Incident.objects.create(
+                title=summary[:300],
+                severity=severity,
+                group_key=key,
+                labels=labels,
+                category=category or source,
+                started_at=finding.started_at,
+                detected_at=now,
+                affected_gpus=int(impact.get("gpus", 0)),
+                gpu_hours_lost=float(impact.get("gpu_hours", 0)),
+                error_budget_burned=float(impact.get("error_budget", 0)),
+            )
+            finding.incident = incident
+            finding.save()
+            _record(
+                incident,
+                TimelineKind.STATE,
+                f"Triggered ({severity}) by {source}: {summary}",
+                actor,
+                fingerprint=fingerprint,
+                labels=labels,
+            )
+            _after_commit(incident.pk, "triggered")
+            return finding
+        finding.incident = incident
+        finding.save()
+        _join(incident, finding, actor=actor, now=now)
+        return finding
+
+
+def _join(incident: Incident, finding: Finding, *, actor: Actor, now: datetime) -> None:
+    updates: dict[str, Any] = {}
+    if incident.auto_resolve_at is not None:
+        updates["auto_resolve_at"] = None
+    new_severity = worse(incident.severity, finding.severity)
+    if new_severity != incident.severity:
+        updates["severity"] = new_severity
+    # Labels common to every finding describe the incident; the rest live on the findings.
+    common = {k: v for k, v in incident.labels.items() if finding.labels.get(k) == v}
+    if common != incident.labels:
+        updates["labels"] = common
+    updates["affected_gpus"] = incident.affected_gpus + int(finding.impact.get("gpus", 0))
+    updates["started_at"] = min(incident.started_at, finding.started_at)
+    Incident.objects.filter(pk=incident.pk).update(**updates)
+    text = f"Finding joined: {finding.summary}"
+    if "severity" in updates:
+        text += f" (severity raised to {new_severity})"
+    if "auto_resolve_at" in updates:
+        text += "; auto-resolution cancelled"
+    _record(incident, TimelineKind.FINDING, text, actor, fingerprint=finding.fingerprint, labels=finding.labels)
+    _after_commit(incident.pk)
+
+
+def _repeat(
+    finding: Finding, *, severity: str, summary: str, impact: dict[str, Any], now: datetime, actor: Actor
+) -> Finding:
+    Finding.objects.filter(pk=finding.pk).update(
+        last_seen=now, times_seen=F("times_seen") + 1, impact=impact or finding.impact
+    )
+    incident = finding.incident
+    if incident is not None and incident.is_open:
+        escalated = worse(incident.severity, severity)
+        if escalated != incident.severity:
+            Incident.objects.filter(pk=incident.pk).update(severity=escalated)
+            _record(
+                incident,
+                TimelineKind.FINDING,
+                f"Severity raised to {escalated}: {summary}",
+                actor,
+                fingerprint=finding.fingerprint,
+            )
+            _after_commit(incident.pk)
+        if impact.get("gpu_hours") and float(impact["gpu_hours"]) > incident.gpu_hours_lost:
+            Incident.objects.filter(pk=incident.pk).update(gpu_hours_lost=float(impact["gpu_hours"]))
+    finding.refresh_from_db()
+    return finding
+
+
+def clear_finding(fingerprint: str, *, source: str = "api", at: datetime | None = None) -> Finding | None:
+    """Report that a fault is gone. Idempotent. When an incident's last finding clears:
+    untouched by people, it resolves after the hold-down; taken by someone, people resolve it."""
+    now = at or timezone.now()
+    actor = Actor.system(source)
+    with transaction.atomic():
+        finding = Finding.objects.select_for_update().filter(fingerprint=fingerprint).first()
+        if finding is None or finding.status != FindingStatus.FIRING:
+            return finding
+        finding.status, finding.cleared_at = FindingStatus.CLEARED, now
+        finding.save(update_fields=["status", "cleared_at"])
+        incident = finding.incident
+        if incident is None or not incident.is_open:
+            return finding
+        incident = Incident.objects.select_for_update().get(pk=incident.pk)
+        _record(incident, TimelineKind.FINDING, f"Finding cleared: {finding.summary}", actor, fingerprint=fingerprint)
+        if not incident.findings.firing().exists():
+            if incident.state == IncidentState.TRIGGERED:
+                hold = timedelta(seconds=settings.INCIDENT_HOLD_DOWN_SECONDS)
+                Incident.objects.filter(pk=incident.pk).update(auto_resolve_at=now + hold)
+                _record(
+                    incident,
+                    TimelineKind.STATE,
+                    f"All findings cleared; resolves automatically at {(now + hold):%H:%M:%S} UTC "
+                    "unless one fires again",
+                    actor,
+                )
+            else:
+                _record(
+                    incident,
+                    TimelineKind.STATE,
+                    "All findings cleared; the incident stays open until a person resolves it",
+                    actor,
+                )
+        _after_commit(incident.pk)
+    return finding
+
+
+def auto_resolve_due(*, now: datetime | None = None) -> list[int]:
+    """Resolve untouched incidents whose findings stayed cleared through the hold-down."""
+    now = now or timezone.now()
+    resolved = []
+    due = Incident.objects.filter(state=IncidentState.TRIGGERED, auto_resolve_at__lte=now).values_list("pk", flat=True)
+    for pk in list(due):
+        with transaction.atomic():
+            if Finding.objects.filter(incident_id=pk, status=FindingStatus.FIRING).exists():
+                continue
+            claimed = Incident.objects.filter(pk=pk, state=IncidentState.TRIGGERED, auto_resolve_at__lte=now).update(
+                state=IncidentState.RESOLVED, resolved_at=now, auto_resolve_at=None
+            )
+            if not claimed:
+                continue  # a person acted, or another worker resolved it
+            incident = Incident.objects.get(pk=pk)
+            _record(
+                incident,
+                TimelineKind.STATE,
+                f"Auto-resolved: healthy for the {settings.INCIDENT_HOLD_DOWN_SECONDS} s hold-down",
+                SYSTEM,
+            )
+            _after_commit(pk, "resolved")
+            resolved.append(pk)
+    return resolved
+
+
+# --- what people do ---------------------------------------------------------------------------
+
+_TRANSITIONS = {
+    IncidentState.ACKNOWLEDGED: ((IncidentState.TRIGGERED,), "acknowledged_at", "Acknowledged"),
+    IncidentState.MITIGATED: ((IncidentState.TRIGGERED, IncidentState.ACKNOWLEDGED), "mitigated_at", "Mitigated"),
+    IncidentState.RESOLVED: (OPEN_STATES, "resolved_at", "Resolved"),
+}
+
+
+def _transition(incident: Incident, to: str, *, actor: Actor, note: str = "") -> Incident:
+    allowed, stamp, verb = _TRANSITIONS[IncidentState(to)]
+    now = timezone.now()
+    with transaction.atomic():
+        updates: dict[str, Any] = {"state": to, stamp: now, "auto_resolve_at": None}
+        claimed = Incident.objects.filter(pk=incident.pk, state__in=allowed).update(**updates)
+        if not claimed:
+            current = Incident.objects.filter(pk=incident.pk).values_list("state", flat=True).first()
+            raise TransitionError(f"Cannot move incident #{incident.pk} from {current} to {to}.")
+        # Acknowledging is implied by mitigating or resolving: keep MTTA honest.
+        Incident.objects.filter(pk=incident.pk, acknowledged_at__isnull=True).update(acknowledged_at=now)
+        incident.refresh_from_db()
+        _record(incident, TimelineKind.STATE, f"{verb} by {actor.label}" + (f": {note}" if note else ""), actor)
+        _after_commit(incident.pk, to if to in (IncidentState.ACKNOWLEDGED, IncidentState.RESOLVED) else None)
+    return incident
+
+
+def acknowledge_incident(incident: Incident, *, actor: Actor, note: str = "") -> Incident:
+    return _transition(incident, IncidentState.ACKNOWLEDGED, actor=actor, note=note)
+
+
+def mitigate_incident(incident: Incident, *, actor: Actor, note: str = "") -> Incident:
+    return _transition(incident, IncidentState.MITIGATED, actor=actor, note=note)
+
+
+def resolve_incident(incident: Incident, *, actor: Actor, note: str = "") -> Incident:
+    return _transition(incident, IncidentState.RESOLVED, actor=actor, note=note)
+
+
+def assign_role(incident: Incident, *, role: str, user: Any, actor: Actor) -> Incident:
+    field = IncidentRole(role).value
+    with transaction.atomic():
+        Incident.objects.filter(pk=incident.pk).update(**{field: user})
+        incident.refresh_from_db()
+        who = user.get_username() if user else "nobody"
+        _record(
+            incident,
+            TimelineKind.ROLE,
+            f"{IncidentRole(role).label}: {who}",
+            actor,
+            role=role,
+            user=user.pk if user else None,
+        )
+        _after_commit(incident.pk)
+    return incident
+
+
+def add_note(incident: Incident, *, text: str, actor: Actor) -> TimelineEntry:
+    with transaction.atomic():
+        entry = _record(incident, TimelineKind.NOTE, text, actor)
+        _after_commit(incident.pk)
+    return entry
+
+
+POSTMORTEM_FIELDS = ("pm_summary", "pm_impact", "pm_root_cause", "pm_timeline", "pm_went_well", "pm_went_badly")
+
+
+def save_postmortem(incident: Incident, *, actor: Actor, **fields: str) -> Incident:
+    changed = {k: v for k, v in fields.items() if k in POSTMORTEM_FIELDS and getattr(incident, k) != v}
+    if not changed:
+        return incident
+    with transaction.atomic():
+        Incident.objects.filter(pk=incident.pk).update(**changed)
+        incident.refresh_from_db()
+        names = ", ".join(k.removeprefix("pm_").replace("_", " ") for k in changed)
+        _record(incident, TimelineKind.POSTMORTEM, f"Postmortem edited ({names})", actor, fields=sorted(changed))
+    return incident
+
+
+def add_action_item(
+    incident: Incident, *, title: str, owner: Any = None, due_date: Any = None, actor: Actor
+) -> ActionItem:
+    with transaction.atomic():
+        item = ActionItem.objects.create(incident=incident, title=title, owner=owner, due_date=due_date)
+        _record(incident, TimelineKind.ACTION_ITEM, f"Action item added: {title}", actor, item=item.pk)
+    return item
+
+
+def update_action_item(item: ActionItem, *, actor: Actor, **fields: Any) -> ActionItem:
+    allowed = {k: v for k, v in fields.items() if k in ("title", "owner", "due_date", "state")}
+    with transaction.atomic():
+        for name, value in allowed.items():
+            setattr(item, name, value)
+        item.save()
+        described = ", ".join(f"{k}={getattr(v, 'username', v)}" for k, v in allowed.items())
+        _record(
+            item.incident,
+            TimelineKind.ACTION_ITEM,
+            f"Action item '{item.title}' updated: {described}",
+            actor,
+            item=item.pk,
+        )
+    return item

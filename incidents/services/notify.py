@@ -1,0 +1,169 @@
+"""Notifications: route an incident event to the channels that want it, build each channel's
+payload (generic JSON webhook, Slack incoming webhook, PagerDuty Events API v2), and deliver it
+from Celery with retries. Every attempt goes on the incident's timeline with its outcome."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import requests
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from incidents.choices import SEVERITY_RANK, ChannelKind, NotificationStatus, Severity, TimelineKind
+from incidents.models import Incident, Notification, NotificationChannel, TimelineEntry
+from incidents.services.matchers import matches_all
+
+logger = logging.getLogger(__name__)
+
+PAGERDUTY_ACTIONS = {"triggered": "trigger", "acknowledged": "acknowledge", "resolved": "resolve"}
+PAGERDUTY_SEVERITY = {
+    Severity.SEV1: "critical",
+    Severity.SEV2: "error",
+    Severity.SEV3: "warning",
+    Severity.SEV4: "info",
+}
+MAX_ATTEMPTS = 5
+
+
+def routed_channels(incident: Incident) -> list[NotificationChannel]:
+    rank = SEVERITY_RANK[Severity(incident.severity)]
+    return [
+        channel
+        for channel in NotificationChannel.objects.filter(enabled=True)
+        if rank <= SEVERITY_RANK[Severity(channel.min_severity)] and matches_all(channel.matchers, incident.labels)
+    ]
+
+
+def notify(incident_id: int, event: str) -> list[int]:
+    """Create one notification per routed channel for this event and queue its delivery."""
+    from incidents.tasks import send_notification
+
+    incident = Incident.objects.get(pk=incident_id)
+    created = []
+    for channel in routed_channels(incident):
+        try:
+            with transaction.atomic():
+                notification = Notification.objects.create(incident=incident, channel=channel, event=event)
+        except IntegrityError:
+            continue  # already announced on this channel
+        created.append(notification.pk)
+    for pk in created:
+        # Each channel is its own task: one failing channel never holds up another.
+        send_notification.delay(pk)
+    return created
+
+
+def incident_url(incident: Incident) -> str:
+    return settings.PUBLIC_URL.rstrip("/") + incident.get_absolute_url()
+
+
+def payload(notification: Notification) -> dict[str, Any]:
+    incident, channel, event = notification.incident, notification.channel, notification.event
+    summary = f"[{incident.severity}] {incident.title}"
+    if channel.kind == ChannelKind.PAGERDUTY:
+        return {
+            "routing_key": channel.routing_key,
+            "event_action": PAGERDUTY_ACTIONS[event],
+            "dedup_key": f"goodput-incident-{incident.pk}",
+            "payload": {
+                "summary": summary[:1024],
+                "source": incident.labels.get("hostname") or incident.labels.get("site") or "goodput",
+                "severity": PAGERDUTY_SEVERITY[Severity(incident.severity)],
+                "component": incident.labels.get("gpu") or incident.labels.get("job") or "",
+                "group": incident.labels.get("site", ""),
+                "class": incident.category,
+                "custom_details": {"labels": incident.labels, "state": incident.state},
+            },
+            "links": [{"href": incident_url(incident), "text": f"Incident #{incident.pk}"}],
+        }
+    if channel.kind == ChannelKind.SLACK:
+        verb = {"triggered": "Triggered", "acknowledged": "Acknowledged", "resolved": "Resolved"}.get(event, event)
+        labels = ", ".join(f"{k}={v}" for k, v in sorted(incident.labels.items()))
+        return {"text": f"{verb}: {summary} <{incident_url(incident)}|#{incident.pk}>\n{labels}"}
+    return {
+        "event": event,
+        "incident": {
+            "id": incident.pk,
+            "title": incident.title,
+            "severity": incident.severity,
+            "state": incident.state,
+            "category": incident.category,
+            "labels": incident.labels,
+            "started_at": incident.started_at.isoformat(),
+            "detected_at": incident.detected_at.isoformat(),
+            "url": incident_url(incident),
+        },
+    }
+
+
+def backoff_seconds(attempt: int) -> int:
+    """Seconds before retry ``attempt`` (1-based): 2, 4, 8, 16 ... capped at 5 minutes."""
+    return min(300, 2**attempt)
+
+
+def deliver(notification_id: int) -> bool | int:
+    """One delivery attempt. True: sent; False: given up; an int: retry after that many seconds."""
+    notification = Notification.objects.select_related("incident", "channel").get(pk=notification_id)
+    if notification.status != NotificationStatus.PENDING:
+        return notification.status == NotificationStatus.SENT
+    channel, incident = notification.channel, notification.incident
+    attempt = notification.attempts + 1
+    error = ""
+    try:
+        response = requests.post(channel.url, json=payload(notification), timeout=settings.NOTIFICATION_TIMEOUT_SECONDS)
+        if response.status_code >= 300:
+            error = f"HTTP {response.status_code}: {response.text[:200]}"
+        outcome = f"HTTP {response.status_code}"
+    except requests.RequestException as exc:
+        error = outcome = f"{exc.__class__.__name__}"
+    now = timezone.now()
+    if not error:
+        Notification.objects.filter(pk=notification.pk).update(
+            status=NotificationStatus.SENT, attempts=attempt, sent_at=now, last_error=""
+        )
+        _timeline(incident, f"Notified {channel.name} ({notification.event}): {outcome}", notification, attempt, "sent")
+        return True
+    if attempt >= MAX_ATTEMPTS:
+        Notification.objects.filter(pk=notification.pk).update(
+            status=NotificationStatus.FAILED, attempts=attempt, last_error=error
+        )
+        _timeline(
+            incident,
+            f"Notification to {channel.name} failed after {attempt} attempts: {error}",
+            notification,
+            attempt,
+            "failed",
+        )
+        return False
+    delay = backoff_seconds(attempt)
+    Notification.objects.filter(pk=notification.pk).update(attempts=attempt, last_error=error)
+    _timeline(
+        incident,
+        f"Notification to {channel.name} failed ({error}); retry {attempt + 1} in {delay} s",
+        notification,
+        attempt,
+        "retry",
+        retry_in=delay,
+    )
+    return delay
+
+
+def _timeline(
+    incident: Incident, text: str, notification: Notification, attempt: int, outcome: str, **extra: Any
+) -> None:
+    TimelineEntry.objects.create(
+        incident=incident,
+        kind=TimelineKind.NOTIFICATION,
+        actor_label=f"notify:{notification.channel.kind}",
+        text=text,
+        data={
+            "channel": notification.channel.name,
+            "event": notification.event,
+            "attempt": attempt,
+            "outcome": outcome,
+            **extra,
+        },
+    )

@@ -1,0 +1,223 @@
+"""Incident pages: the live list, one incident (timeline, roles, actions, postmortem, action
+items), MTTx metrics, and silences."""
+
+from __future__ import annotations
+
+import json
+from datetime import date, timedelta
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth import get_user_model
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from django.views.generic import TemplateView
+
+from console.permissions import DashboardRequiredMixin
+from incidents.choices import ActionItemState, IncidentRole, IncidentState, Severity
+from incidents.filtersets import IncidentFilterSet
+from incidents.models import ActionItem, Incident, Silence
+from incidents.services import engine, views_data
+from incidents.services.engine import Actor, TransitionError
+from incidents.services.matchers import MatcherError, validate_matchers
+
+User = get_user_model()
+
+
+class IncidentListView(DashboardRequiredMixin, TemplateView):
+    template_name = "incidents/list.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        params = self.request.GET.copy()
+        if not params:
+            params.setlist("state", [s.value for s in IncidentState if s != IncidentState.RESOLVED])
+        filterset = IncidentFilterSet(params, queryset=Incident.objects.select_related("commander"))
+        context["filter"] = filterset
+        context["incidents"] = filterset.qs.order_by("-detected_at")[:500]
+        context["states"] = IncidentState.choices
+        context["severities"] = Severity.choices
+        context["selected_states"] = params.getlist("state")
+        context["selected_severities"] = params.getlist("severity")
+        context["site"] = params.get("site", "")
+        context["open_counts"] = views_data.open_counts()
+        return context
+
+
+class IncidentDetailView(DashboardRequiredMixin, TemplateView):
+    template_name = "incidents/detail.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        incident = get_object_or_404(
+            Incident.objects.select_related("commander", "scribe", "communications"), pk=kwargs["pk"]
+        )
+        context["incident"] = incident
+        context["timeline"] = incident.timeline.select_related("actor").order_by("at", "id")
+        context["findings"] = incident.findings.order_by("-last_seen")
+        context["action_items"] = incident.action_items.select_related("owner")
+        context["roles"] = IncidentRole.choices
+        context["users"] = User.objects.filter(is_active=True).order_by("username")
+        context["can_act"] = self.request.user.has_perm("incidents.change_incident")
+        context["can_add_items"] = self.request.user.has_perm("incidents.add_actionitem")
+        context["item_states"] = ActionItemState.choices
+        context["postmortem_fields"] = [
+            ("pm_summary", "Summary"),
+            ("pm_impact", "Impact"),
+            ("pm_root_cause", "Root cause"),
+            ("pm_timeline", "Timeline"),
+            ("pm_went_well", "What went well"),
+            ("pm_went_badly", "What went badly"),
+        ]
+        context["postmortem"] = {name: getattr(incident, name) for name, _ in context["postmortem_fields"]}
+        return context
+
+
+class IncidentActionView(DashboardRequiredMixin, TemplateView):
+    """The detail page's forms post here; each action checks its permission on the server."""
+
+    http_method_names = ["post"]
+    PERMISSIONS = {
+        "acknowledge": "incidents.change_incident",
+        "mitigate": "incidents.change_incident",
+        "resolve": "incidents.change_incident",
+        "role": "incidents.change_incident",
+        "postmortem": "incidents.change_incident",
+        "note": "incidents.add_timelineentry",
+        "add_item": "incidents.add_actionitem",
+        "item_state": "incidents.change_actionitem",
+    }
+
+    def post(self, request: HttpRequest, pk: int) -> HttpResponse:
+        incident = get_object_or_404(Incident, pk=pk)
+        action = request.POST.get("action", "")
+        permission = self.PERMISSIONS.get(action)
+        if permission is None:
+            messages.error(request, f"Unknown action {action!r}.")
+            return redirect(incident)
+        if not request.user.has_perm(permission):
+            raise PermissionDenied("This needs the Operator role.")
+        actor = Actor.person(request.user)
+        data = request.POST
+        try:
+            if action in ("acknowledge", "mitigate", "resolve"):
+                getattr(engine, f"{action}_incident")(incident, actor=actor, note=data.get("note", "").strip())
+            elif action == "note":
+                if not data.get("text", "").strip():
+                    messages.error(request, "A note needs some text.")
+                    return redirect(incident)
+                engine.add_note(incident, text=data["text"].strip(), actor=actor)
+            elif action == "role":
+                role = data.get("role", "")
+                if role not in IncidentRole.values:
+                    messages.error(request, "Choose a role.")
+                    return redirect(incident)
+                user = User.objects.filter(username=data.get("username", ""), is_active=True).first()
+                engine.assign_role(incident, role=role, user=user, actor=actor)
+            elif action == "postmortem":
+                fields = {k: data.get(k, "") for k in engine.POSTMORTEM_FIELDS if k in data}
+                engine.save_postmortem(incident, actor=actor, **fields)
+            elif action == "add_item":
+                title = data.get("title", "").strip()
+                if not title:
+                    messages.error(request, "An action item needs a title.")
+                    return redirect(incident)
+                owner = User.objects.filter(username=data.get("owner", ""), is_active=True).first()
+                due = date.fromisoformat(data["due_date"]) if data.get("due_date") else None
+                engine.add_action_item(incident, title=title[:300], owner=owner, due_date=due, actor=actor)
+            elif action == "item_state":
+                item = get_object_or_404(ActionItem, pk=data.get("item"), incident=incident)
+                if data.get("state") not in ActionItemState.values:
+                    messages.error(request, "Unknown action item state.")
+                    return redirect(incident)
+                engine.update_action_item(item, actor=actor, state=data["state"])
+        except TransitionError as exc:
+            messages.error(request, str(exc))
+        except ValueError as exc:
+            messages.error(request, f"Invalid input: {exc}")
+        return redirect(incident)
+
+
+class IncidentMetricsView(DashboardRequiredMixin, TemplateView):
+    template_name = "incidents/metrics.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        since = timezone.now() - timedelta(days=365)
+        data = {
+            "mttx": views_data.mttx_by_severity_and_month(since),
+            "categories": views_data.by_category(since),
+            "gpu_hours": views_data.gpu_hours_by_month(since),
+        }
+        context.update(data)
+        context["chart_data"] = json.loads(json.dumps(data, default=str))
+        return context
+
+
+class SilenceListView(DashboardRequiredMixin, TemplateView):
+    template_name = "incidents/silences.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        now = timezone.now()
+        context["active"] = Silence.objects.active(now).select_related("created_by")
+        context["expired"] = Silence.objects.filter(ends_at__lte=now).select_related("created_by")[:50]
+        context["upcoming"] = Silence.objects.filter(starts_at__gt=now)
+        context["can_edit"] = self.request.user.has_perm("incidents.add_silence")
+        context.setdefault("form", {"matchers": "", "hours": "2", "comment": ""})
+        return context
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        if not request.user.has_perm("incidents.add_silence"):
+            raise PermissionDenied("Silences need the Operator role.")
+        if request.POST.get("expire"):
+            silence = get_object_or_404(Silence, pk=request.POST["expire"])
+            Silence.objects.filter(pk=silence.pk).update(ends_at=timezone.now())
+            messages.success(request, f"Silence {silence} expired.")
+            return redirect("incidents:silences")
+        form = {k: request.POST.get(k, "") for k in ("matchers", "hours", "comment", "starts_at")}
+        errors = []
+        try:
+            matchers = validate_matchers(parse_matchers(form["matchers"]))
+        except MatcherError as exc:
+            errors.append(str(exc))
+        try:
+            hours = float(form["hours"])
+            if not 0 < hours <= 24 * 90:
+                raise ValueError
+        except ValueError:
+            errors.append("Duration must be between a few minutes and 90 days (in hours).")
+        starts = parse_datetime(form["starts_at"]) if form.get("starts_at") else timezone.now()
+        if starts is None:
+            errors.append("Start must be a date and time, e.g. 2026-11-29T18:00Z.")
+        if not form["comment"].strip():
+            errors.append("Say why: a silence needs a comment.")
+        if errors:
+            for error in errors:
+                messages.error(request, error)
+            return self.render_to_response(self.get_context_data(form=form))
+        silence = Silence.objects.create(
+            matchers=matchers,
+            starts_at=starts,
+            ends_at=starts + timedelta(hours=hours),
+            comment=form["comment"].strip(),
+            created_by=request.user,
+        )
+        messages.success(request, f"Silenced {silence} until {silence.ends_at:%Y-%m-%d %H:%M} UTC.")
+        return redirect("incidents:silences")
+
+
+def parse_matchers(text: str) -> list[dict[str, str]]:
+    """'hostname="gpu-a-001", alertname=~"GPU.*"' -> matchers, like amtool's syntax."""
+    import re
+
+    out = []
+    for part in filter(None, (p.strip() for p in re.split(r",(?=(?:[^\"]*\"[^\"]*\")*[^\"]*$)", text))):
+        match = re.fullmatch(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"?(.*?)"?', part)
+        if not match:
+            raise MatcherError(len(out), "matcher", f'cannot read {part!r}; write name="value", name=~"regex", ...')
+        out.append({"name": match.group(1), "op": match.group(2), "value": match.group(3)})
+    return out

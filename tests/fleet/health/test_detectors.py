@@ -1,0 +1,171 @@
+"""GPU-health detectors: from telemetry to findings, through the incident engine."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.utils import timezone
+
+from fleet.models import Gpu, GpuState, Node, Site
+from fleet.services.telemetry import store_gpu_samples
+from incidents import detectors
+from incidents.detectors import run_detectors
+from incidents.models import Finding, Incident
+from incidents.services.engine import auto_resolve_due
+from tests.fleet.telemetry.test_rollups_and_retention import sample
+
+GPU = "GPU-11111111-0000-0000-0000-000000000000"
+pytestmark = pytest.mark.django_db
+
+
+def put(site: Site, *samples) -> None:  # type: ignore[no-untyped-def]
+    store_gpu_samples(
+        site_id=site.id, batch_key=f"k{datetime.now(UTC).timestamp()}{id(samples)}", samples=list(samples)
+    )
+
+
+def now() -> datetime:
+    return timezone.now()
+
+
+def gpu_sample(seconds_ago: float = 0, **values):  # type: ignore[no-untyped-def]
+    base = {"gpu_uuid": GPU, "hostname": "gpu-a-001", "gpu_index": 1, "xid": 0, "ecc_dbe_total": 0}
+    return sample(**{**base, **values, "ts": now() - timedelta(seconds=seconds_ago)})
+
+
+def test_a_critical_xid_opens_one_incident_not_one_per_sample_and_resolves_when_healthy(site_a, settings) -> None:
+    settings.INCIDENT_HOLD_DOWN_SECONDS = 60
+    for i in range(3):
+        put(
+            site_a,
+            gpu_sample(30 - i * 10, xid=79),
+            *[
+                sample(gpu_uuid=f"GPU-1111111{n}-0000", hostname="gpu-a-001", gpu_index=n, ts=now())
+                for n in range(2, 8)
+            ],
+        )
+        run_detectors(only=["critical-xid"])
+    incident = Incident.objects.get()
+    assert incident.severity == "SEV2" and incident.category == "gpu-health"
+    assert incident.title == "XID 79 (GPU has fallen off the bus) on gpu-a-001 GPU 1"
+    assert incident.labels == {
+        "site": "ams-1",
+        "hostname": "gpu-a-001",
+        "gpu": GPU,
+        "gpu_index": "1",
+        "model": "NVIDIA H100 80GB HBM3",
+        "xid": "79",
+    }
+    assert incident.affected_gpus == 7  # XID 79 drains the node: all of its GPUs are out
+    finding = Finding.objects.get()
+    assert finding.times_seen == 3 and finding.source == "detector:critical-xid"
+    put(site_a, gpu_sample(0, xid=0))  # the GPU is healthy again (reset)
+    run_detectors(only=["critical-xid"])
+    finding.refresh_from_db()
+    assert finding.status == "cleared"
+    assert auto_resolve_due(now=now() + timedelta(seconds=61)) == [incident.pk]
+    incident.refresh_from_db()
+    assert incident.state == "resolved" and incident.current_gpu_hours() > 0
+
+
+@pytest.mark.parametrize(("xid", "severity"), [(48, "SEV2"), (63, "SEV3"), (94, "SEV3"), (119, "SEV2")])
+def test_xid_severities_follow_the_catalogue(site_a, xid, severity) -> None:
+    put(site_a, gpu_sample(xid=xid))
+    run_detectors(only=["critical-xid"])
+    assert Incident.objects.get().severity == severity
+
+
+def test_a_benign_xid_raises_nothing(site_a) -> None:
+    put(site_a, gpu_sample(xid=13))
+    run_detectors(only=["critical-xid"])
+    assert not Finding.objects.exists()
+
+
+def test_double_bit_ecc_and_remapped_rows_rising(site_a) -> None:
+    put(
+        site_a,
+        gpu_sample(120, ecc_dbe_total=3, remapped_rows_uncorrectable=1),
+        gpu_sample(60, ecc_dbe_total=3, remapped_rows_uncorrectable=1),
+    )
+    run_detectors(only=["ecc-double-bit", "remapped-rows"])
+    assert not Finding.objects.exists()  # a steady count is history, not a new fault
+    put(site_a, gpu_sample(0, ecc_dbe_total=4, remapped_rows_uncorrectable=2))
+    run_detectors(only=["ecc-double-bit", "remapped-rows"])
+    found = {f.fingerprint.split(":")[0]: f for f in Finding.objects.all()}
+    assert set(found) == {"ecc-dbe", "remap-unc"}
+    assert found["ecc-dbe"].severity == "SEV2" and "+1 in 10 min" in found["ecc-dbe"].summary
+    assert Incident.objects.count() == 1  # the same GPU's findings group into one incident
+
+
+def test_row_remap_failure(site_a) -> None:
+    put(site_a, gpu_sample(row_remap_failure=1))
+    run_detectors(only=["row-remap-failure"])
+    assert "needs replacing" in Finding.objects.get().summary
+
+
+def test_thermal_throttling_needs_heat_load_and_a_slowed_clock(site_a) -> None:
+    cool = sample(
+        gpu_uuid="GPU-22222222-0000", hostname="gpu-a-002", ts=now(), gpu_temp_c=60, sm_clock_mhz=1980, gpu_util=99
+    )
+    put(site_a, cool, gpu_sample(gpu_temp_c=89, sm_clock_mhz=1100, gpu_util=98, throttle_reasons=0x40))
+    run_detectors(only=["thermal-throttling"])
+    finding = Finding.objects.get()
+    assert finding.fingerprint == f"thermal:{GPU}" and "89 °C" in finding.summary
+    idle_hot = sample(
+        gpu_uuid="GPU-33333333-0000", hostname="gpu-a-003", ts=now(), gpu_temp_c=90, sm_clock_mhz=300, gpu_util=3
+    )
+    put(site_a, idle_hot)
+    run_detectors(only=["thermal-throttling"])
+    assert Finding.objects.count() == 1  # not busy: a slow clock on an idle GPU is normal
+
+
+def test_power_capping_for_most_of_the_window(site_a) -> None:
+    put(site_a, *[gpu_sample(s, throttle_reasons=0x4) for s in (500, 400, 300, 200, 100, 0)])
+    run_detectors(only=["power-capping"])
+    assert Finding.objects.get().severity == "SEV4"
+
+
+def test_pcie_replay_rate(site_a) -> None:
+    put(site_a, gpu_sample(300, pcie_replay_total=10), gpu_sample(0, pcie_replay_total=500))
+    run_detectors(only=["pcie-replays"])
+    assert "+490 in 10 min" in Finding.objects.get().summary
+
+
+def test_a_gpu_silent_for_three_intervals(site_a, settings) -> None:
+    settings.FLEET_SAMPLE_INTERVAL_SECONDS = 10
+    put(site_a, gpu_sample(45))
+    put(site_a, sample(gpu_uuid="GPU-44444444-0000", hostname="gpu-a-004", ts=now()))
+    run_detectors(only=["gpu-silent"])
+    finding = Finding.objects.get()
+    assert finding.fingerprint == f"silent:{GPU}" and finding.labels["hostname"] == "gpu-a-001"
+    put(site_a, gpu_sample(0))
+    run_detectors(only=["gpu-silent"])
+    assert Finding.objects.get().status == "cleared"
+
+
+def test_a_failing_detector_is_reported_as_its_own_finding_while_the_others_run(site_a, monkeypatch) -> None:
+    def broken(at: datetime) -> list:
+        raise RuntimeError("telemetry store unreachable")
+
+    monkeypatch.setitem(detectors._detectors, "broken", broken)
+    put(site_a, gpu_sample(xid=79))
+    report = run_detectors()
+    assert report["broken"] == {"error": "telemetry store unreachable"}
+    assert report["critical-xid"] == {"firing": 1}
+    failure = Finding.objects.get(fingerprint="detector-failed:broken")
+    assert failure.severity == "SEV4" and "telemetry store unreachable" in failure.summary
+    monkeypatch.setitem(detectors._detectors, "broken", lambda at: [])
+    run_detectors(only=["broken"])
+    failure.refresh_from_db()
+    assert failure.status == "cleared"
+
+
+def test_findings_carry_site_node_and_gpu_labels(site_a) -> None:
+    Node.objects.create(site=site_a, hostname="gpu-a-001")
+    put(site_a, gpu_sample(xid=74))
+    run_detectors(only=["critical-xid"])
+    labels = Finding.objects.get().labels
+    assert (labels["site"], labels["hostname"], labels["gpu"]) == ("ams-1", "gpu-a-001", GPU)
+    assert Gpu.objects.get(uuid=GPU).node.hostname == labels["hostname"]
+    assert GpuState.objects.get().xid == 74

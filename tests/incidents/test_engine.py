@@ -1,0 +1,160 @@
+"""The incident engine: dedupe by fingerprint, grouping, hold-down, atomic transitions, timeline."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import DatabaseError, transaction
+from django.utils import timezone
+
+from incidents.models import Finding, Incident, TimelineEntry
+from incidents.services.engine import (
+    Actor,
+    TransitionError,
+    acknowledge_incident,
+    auto_resolve_due,
+    clear_finding,
+    mitigate_incident,
+    raise_finding,
+    resolve_incident,
+)
+
+NODE_A = {"site": "ams-1", "hostname": "gpu-a-001"}
+NODE_B = {"site": "ams-1", "hostname": "gpu-a-002"}
+
+
+def xid(gpu: str, labels: dict = NODE_A, severity: str = "SEV2") -> Finding:
+    return raise_finding(
+        f"xid:{gpu}", {**labels, "gpu": gpu}, severity, f"XID 79 on {gpu}", impact={"gpus": 1}, source="detector:test"
+    )
+
+
+@pytest.mark.django_db
+def test_the_same_fingerprint_updates_the_same_finding_and_incident() -> None:
+    for _ in range(5):
+        finding = xid("GPU-1")
+    assert Incident.objects.count() == 1 and Finding.objects.count() == 1
+    assert finding.times_seen == 5
+    assert TimelineEntry.objects.count() == 1  # repeats add nothing to the timeline
+
+
+@pytest.mark.django_db
+def test_findings_of_one_node_group_into_one_incident_and_others_do_not() -> None:
+    xid("GPU-1")
+    xid("GPU-2", severity="SEV1")
+    xid("GPU-9", labels=NODE_B)
+    a, b = Incident.objects.order_by("pk")
+    assert a.findings.count() == 2 and b.findings.count() == 1
+    assert a.severity == "SEV1"  # raised by the worse finding
+    assert a.labels == NODE_A  # labels common to its findings
+    assert a.affected_gpus == 2
+    assert "severity raised to SEV1" in a.timeline.last().text
+
+
+@pytest.mark.django_db
+def test_grouping_only_within_the_window(settings) -> None:
+    settings.INCIDENT_GROUP_WINDOW_SECONDS = 60
+    xid("GPU-1")
+    Incident.objects.update(detected_at=timezone.now() - timedelta(minutes=5))
+    xid("GPU-2")
+    assert Incident.objects.count() == 2
+
+
+@pytest.mark.django_db
+def test_cleared_findings_resolve_an_untouched_incident_after_the_hold_down(settings) -> None:
+    settings.INCIDENT_HOLD_DOWN_SECONDS = 120
+    xid("GPU-1")
+    xid("GPU-2")
+    clear_finding("xid:GPU-1")
+    incident = Incident.objects.get()
+    assert incident.auto_resolve_at is None  # one finding still fires
+    clear_finding("xid:GPU-2")
+    incident.refresh_from_db()
+    assert incident.auto_resolve_at is not None
+    assert auto_resolve_due() == []  # not yet: the hold-down has not passed
+    assert auto_resolve_due(now=timezone.now() + timedelta(seconds=121)) == [incident.pk]
+    incident.refresh_from_db()
+    assert incident.state == "resolved" and incident.resolved_at is not None
+    assert "Auto-resolved" in incident.timeline.last().text and incident.timeline.last().actor_label == "system"
+
+
+@pytest.mark.django_db
+def test_a_finding_that_fires_again_cancels_auto_resolution(settings) -> None:
+    xid("GPU-1")
+    clear_finding("xid:GPU-1")
+    xid("GPU-1")
+    incident = Incident.objects.get()
+    assert incident.auto_resolve_at is None and incident.findings.firing().count() == 1
+    assert auto_resolve_due(now=timezone.now() + timedelta(hours=1)) == []
+    assert "auto-resolution cancelled" in incident.timeline.last().text
+
+
+@pytest.mark.django_db
+def test_an_acknowledged_incident_is_resolved_by_people_not_by_the_hold_down(operator_user) -> None:
+    xid("GPU-1")
+    incident = acknowledge_incident(Incident.objects.get(), actor=Actor.person(operator_user))
+    clear_finding("xid:GPU-1")
+    incident.refresh_from_db()
+    assert incident.auto_resolve_at is None
+    assert auto_resolve_due(now=timezone.now() + timedelta(hours=1)) == []
+    assert "until a person resolves it" in incident.timeline.last().text
+    resolve_incident(incident, actor=Actor.person(operator_user), note="GPU reseated")
+    incident.refresh_from_db()
+    assert incident.state == "resolved"
+    last = incident.timeline.last()
+    assert (last.actor, last.actor_label, last.text) == (operator_user, "oscar", "Resolved by oscar: GPU reseated")
+
+
+@pytest.mark.django_db
+def test_transitions_are_atomic_claims(operator_user) -> None:
+    xid("GPU-1")
+    incident = Incident.objects.get()
+    actor = Actor.person(operator_user)
+    stale_copy = Incident.objects.get()
+    acknowledge_incident(incident, actor=actor)
+    with pytest.raises(TransitionError, match="from acknowledged to acknowledged"):
+        acknowledge_incident(stale_copy, actor=actor)  # a second operator, a moment later
+    mitigate_incident(incident, actor=actor)
+    resolve_incident(incident, actor=actor)
+    with pytest.raises(TransitionError):
+        mitigate_incident(incident, actor=actor)
+    incident.refresh_from_db()
+    assert incident.acknowledged_at <= incident.mitigated_at <= incident.resolved_at
+    assert [e.text.split(" by ")[0] for e in incident.timeline.filter(kind="state")][1:] == [
+        "Acknowledged",
+        "Mitigated",
+        "Resolved",
+    ]
+
+
+@pytest.mark.django_db
+def test_resolving_directly_still_records_an_acknowledgement_time(operator_user) -> None:
+    xid("GPU-1")
+    incident = resolve_incident(Incident.objects.get(), actor=Actor.person(operator_user))
+    assert incident.acknowledged_at == incident.resolved_at
+
+
+@pytest.mark.django_db
+def test_after_resolution_a_new_finding_opens_a_new_incident(operator_user) -> None:
+    xid("GPU-1")
+    resolve_incident(Incident.objects.get(), actor=Actor.person(operator_user))
+    clear_finding("xid:GPU-1")
+    xid("GPU-1")
+    assert Incident.objects.count() == 2
+    assert Incident.objects.open().count() == 1
+
+
+@pytest.mark.django_db
+def test_the_timeline_is_append_only_in_the_database() -> None:
+    xid("GPU-1")
+    entry = TimelineEntry.objects.get()
+    with pytest.raises(ValueError, match="append-only"):
+        entry.save()
+    for attempt in (
+        lambda: TimelineEntry.objects.filter(pk=entry.pk).update(text="rewritten"),
+        lambda: TimelineEntry.objects.filter(pk=entry.pk).delete(),
+    ):
+        with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
+            attempt()
+    assert TimelineEntry.objects.get().text.startswith("Triggered")
