@@ -25,6 +25,8 @@ class EmbeddedBeat(threading.Thread):
         self.entries = [(name, e["task"], float(e["schedule"])) for name, e in settings.CELERY_BEAT_SCHEDULE.items()]
 
     def run(self) -> None:
+        # A worker imports every app's tasks module at start; this thread must do the same.
+        app.loader.import_default_modules()
         due = {name: time.monotonic() for name, _, _ in self.entries}  # everything runs once at start
         while not self.stop_event.is_set():
             now = time.monotonic()

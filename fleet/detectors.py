@@ -103,6 +103,7 @@ def _fresh_states(now: datetime) -> Any:
 def critical_xids(now: datetime) -> list[FindingSpec]:
     states = list(_fresh_states(now).filter(xid__in=list(CRITICAL_XIDS)).values("gpu_id", "xid"))
     gpus = _gpu_rows(s["gpu_id"] for s in states)
+    first_seen = _xid_first_seen(now, {s["gpu_id"]: s["xid"] for s in states})
     specs = []
     for state in states:
         gpu, xid = gpus[state["gpu_id"]], state["xid"]
@@ -118,12 +119,39 @@ def critical_xids(now: datetime) -> list[FindingSpec]:
                     if drain
                     else "Check the GPU; it may recover after a reset."
                 ),
-                # A drain takes every GPU of the node out of service.
-                impact={"gpus": gpu["node_gpu_count"] if drain else 1},
+                # A drain takes every GPU of the node out of service: the node counts once.
+                impact=(
+                    {"gpus": gpu["node_gpu_count"], "unit": f"node:{gpu['hostname']}"}
+                    if drain
+                    else {"gpus": 1, "unit": f"gpu:{gpu['uuid']}"}
+                ),
                 category="gpu-health",
+                started_at=first_seen.get(state["gpu_id"]),
             )
         )
     return specs
+
+
+def _xid_first_seen(now: datetime, xids: dict[int, int]) -> dict[int, datetime]:
+    """When each GPU's current XID first appeared (its first sample carrying it after the last
+    sample without it, within the window): MTTD counts from the fault, not from our detection."""
+    if not xids:
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT s.gpu_id, min(s.ts)
+            FROM fleet_gpusample s
+            JOIN unnest(%s::bigint[], %s::bigint[]) AS x(gpu_id, xid) ON x.gpu_id = s.gpu_id
+            WHERE s.ts > %s AND s.xid = x.xid
+              AND s.ts > coalesce((SELECT max(o.ts) FROM fleet_gpusample o
+                                   WHERE o.gpu_id = s.gpu_id AND o.ts > %s AND o.xid IS DISTINCT FROM x.xid),
+                                  '-infinity')
+            GROUP BY s.gpu_id
+            """,
+            [list(xids), list(xids.values()), now - WINDOW, now - WINDOW],
+        )
+        return dict(cursor.fetchall())
 
 
 def _counter_rising(
@@ -138,7 +166,7 @@ def _counter_rising(
             labels=_labels(gpus[gpu_id]),
             severity=severity,
             summary=f"{what} on {gpus[gpu_id]['hostname']} GPU {gpus[gpu_id]['index']} (+{int(delta)} in 10 min)",
-            impact={"gpus": 1},
+            impact={"gpus": 1, "unit": f"gpu:{gpus[gpu_id]['uuid']}"},
             category="gpu-health",
         )
         for gpu_id, delta in rising.items()
@@ -174,7 +202,7 @@ def row_remap_failure(now: datetime) -> list[FindingSpec]:
             labels=_labels(g),
             severity=Severity.SEV2,
             summary=f"Row remapping failed on {g['hostname']} GPU {g['index']}: the GPU needs replacing",
-            impact={"gpus": 1},
+            impact={"gpus": 1, "unit": f"gpu:{g['uuid']}"},
             category="gpu-health",
         )
         for g in gpus.values()
@@ -210,7 +238,7 @@ def thermal_throttling(now: datetime) -> list[FindingSpec]:
             severity=Severity.SEV3,
             summary=f"Thermal throttling on {gpus[c['gpu_id']]['hostname']} GPU {gpus[c['gpu_id']]['index']}: "
             f"{c['gpu_temp_c']:.0f} °C, SM clock {c['sm_clock_mhz'] or 0:.0f} MHz",
-            impact={"gpus": 1},
+            impact={"gpus": 1, "unit": f"gpu:{gpus[c['gpu_id']]['uuid']}"},
             category="gpu-health",
         )
         for c in hot
@@ -248,8 +276,9 @@ def gpu_silent(now: datetime) -> list[FindingSpec]:
             labels=_labels(g),
             severity=Severity.SEV3,
             summary=f"{g['hostname']} GPU {g['index']} silent since {last_seen[g['id']]:%H:%M:%S} UTC",
-            impact={"gpus": 1},
+            impact={"gpus": 1, "unit": f"gpu:{g['uuid']}"},
             category="gpu-health",
+            started_at=last_seen[g["id"]],
         )
         for g in gpus.values()
     ]

@@ -86,6 +86,9 @@ DEFAULT_SITES = (
 )
 
 
+DEFAULT_SEED = 7
+
+
 @dataclass
 class SimGpu:
     uuid: str
@@ -119,7 +122,10 @@ def build_fleet(sites: tuple[SiteSpec, ...], *, gpu_limit: int | None, seed: int
         gpus: list[SimGpu] = []
         for group in site.groups:
             for n in range(group.nodes):
-                hostname = f"{group.prefix}-{n + 1:03d}"
+                # Another seed is another fleet: its own hosts, never two GPUs in one slot.
+                hostname = (
+                    f"{group.prefix}-{n + 1:03d}" if seed == DEFAULT_SEED else f"s{seed}-{group.prefix}-{n + 1:03d}"
+                )
                 for i in range(group.gpus_per_node):
                     if gpu_limit is not None and count >= gpu_limit:
                         break

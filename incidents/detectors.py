@@ -30,6 +30,7 @@ class FindingSpec:
     description: str = ""
     impact: dict[str, Any] = field(default_factory=dict)
     category: str = ""
+    started_at: datetime | None = None  # when the fault began, if the detector can tell
 
 
 Detector = Callable[[datetime], Iterable[FindingSpec]]
@@ -88,6 +89,7 @@ def run_detectors(*, now: datetime | None = None, only: Iterable[str] | None = N
                 spec.impact,
                 source=source,
                 category=spec.category or name,
+                started_at=spec.started_at,
             )
         gone = (
             Finding.objects.filter(source=source, status=FindingStatus.FIRING)

@@ -76,6 +76,18 @@ class IncidentDetailView(DashboardRequiredMixin, TemplateView):
         return context
 
 
+DONE = {
+    "acknowledge": "Acknowledged.",
+    "mitigate": "Marked mitigated.",
+    "resolve": "Resolved.",
+    "note": "Note added to the timeline.",
+    "role": "Role assigned.",
+    "postmortem": "Postmortem saved.",
+    "add_item": "Action item added.",
+    "item_state": "Action item updated.",
+}
+
+
 class IncidentActionView(DashboardRequiredMixin, TemplateView):
     """The detail page's forms post here; each action checks its permission on the server."""
 
@@ -138,6 +150,8 @@ class IncidentActionView(DashboardRequiredMixin, TemplateView):
             messages.error(request, str(exc))
         except ValueError as exc:
             messages.error(request, f"Invalid input: {exc}")
+        else:
+            messages.success(request, DONE.get(action, "Saved."))
         return redirect(incident)
 
 

@@ -26,6 +26,12 @@ from incidents.choices import (
 
 
 class IncidentQuerySet(models.QuerySet["Incident"]):
+    def update(self, **kwargs: Any) -> int:
+        # State changes are conditional UPDATEs, which skip auto_now: stamp updated_at here so
+        # "what changed since" (the live list's deltas) sees every one of them.
+        kwargs.setdefault("updated_at", timezone.now())
+        return super().update(**kwargs)
+
     def open(self) -> IncidentQuerySet:
         return self.filter(state__in=OPEN_STATES)
 

@@ -220,7 +220,7 @@ def _join(incident: Incident, finding: Finding, *, actor: Actor, now: datetime) 
     common = {k: v for k, v in incident.labels.items() if finding.labels.get(k) == v}
     if common != incident.labels:
         updates["labels"] = common
-    updates["affected_gpus"] = incident.affected_gpus + int(finding.impact.get("gpus", 0))
+    updates["affected_gpus"] = affected_gpus(incident)
     updates["started_at"] = min(incident.started_at, finding.started_at)
     Incident.objects.filter(pk=incident.pk).update(**updates)
     text = f"Finding joined: {finding.summary}"
@@ -230,6 +230,18 @@ def _join(incident: Incident, finding: Finding, *, actor: Actor, now: datetime) 
         text += "; auto-resolution cancelled"
     _record(incident, TimelineKind.FINDING, text, actor, fingerprint=finding.fingerprint, labels=finding.labels)
     _after_commit(incident.pk)
+
+
+def affected_gpus(incident: Incident) -> int:
+    """GPUs out of service, counting each unit once: a finding's impact says how many GPUs
+    (``gpus``) and which unit they are (``unit``: a node that must drain, or one GPU)."""
+    units: dict[str, int] = {}
+    for fingerprint, impact in incident.findings.values_list("fingerprint", "impact"):
+        gpus = int((impact or {}).get("gpus", 0))
+        if gpus:
+            unit = (impact or {}).get("unit") or fingerprint
+            units[unit] = max(units.get(unit, 0), gpus)
+    return sum(units.values())
 
 
 def _repeat(

@@ -31,7 +31,9 @@
     if (msg.type !== "incidents.delta") return;
     Object.keys(msg.open).forEach(function (sev) {
       var el = document.querySelector("[data-open='" + sev + "']");
-      if (el) el.textContent = msg.open[sev];
+      if (!el) return;
+      el.textContent = msg.open[sev];
+      el.closest(".stat").classList.toggle("bad", msg.open[sev] > 0 && (sev === "SEV1" || sev === "SEV2"));
     });
     msg.incidents.slice().reverse().forEach(function (row) {
       var existing = tbody.querySelector("tr[data-id='" + row.id + "']");
@@ -57,9 +59,7 @@
         if (!body.results.length) tbody.innerHTML = "<tr class='empty'><td colspan='9' class='muted'>No incidents match.</td></tr>";
       });
   }
-  var first = true;
-  new window.GoodputLive({
-    topics: ["incidents"], onMessage: onDelta,
-    onSnapshot: function () { if (first) { first = false; return Promise.resolve(); } return snapshot(); },
-  });
+  // The snapshot after each (re)connect covers anything that changed between the server
+  // rendering this page and the subscription taking effect.
+  new window.GoodputLive({ topics: ["incidents"], onMessage: onDelta, onSnapshot: snapshot });
 })();

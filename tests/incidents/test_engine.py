@@ -158,3 +158,28 @@ def test_the_timeline_is_append_only_in_the_database() -> None:
         with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
             attempt()
     assert TimelineEntry.objects.get().text.startswith("Triggered")
+
+
+@pytest.mark.django_db
+def test_every_change_moves_updated_at_so_live_lists_see_older_incidents(operator_user) -> None:
+    """The live list sends incidents changed since its last push: a conditional UPDATE must count."""
+    from incidents.services.views_data import build_incidents_delta
+
+    xid("GPU-1")
+    xid("GPU-9", labels=NODE_B)
+    older, newer = Incident.objects.order_by("pk")
+    _, watermark = build_incidents_delta("incidents", None)
+    acknowledge_incident(older, actor=Actor.person(operator_user))
+    payload, _ = build_incidents_delta("incidents", watermark)
+    # (rows changed just before the watermark are sent again on purpose: duplicates are harmless)
+    assert (older.pk, "acknowledged") in [(i["id"], i["state"]) for i in payload["incidents"]]
+
+
+@pytest.mark.django_db
+def test_affected_gpus_count_each_gpu_or_drained_node_once() -> None:
+    node = {"gpus": 8, "unit": "node:gpu-a-001"}
+    raise_finding("xid:a", {**NODE_A, "gpu": "a"}, "SEV2", "XID 79 on a", impact=node)
+    raise_finding("xid:b", {**NODE_A, "gpu": "b"}, "SEV2", "XID 79 on b", impact=node)  # same node, drained once
+    raise_finding("ecc:c", {**NODE_A, "gpu": "c"}, "SEV2", "ECC on c", impact={"gpus": 1, "unit": "gpu:c"})
+    raise_finding("temp:c", {**NODE_A, "gpu": "c"}, "SEV3", "hot c", impact={"gpus": 1, "unit": "gpu:c"})
+    assert Incident.objects.get().affected_gpus == 9

@@ -13,9 +13,9 @@ from django.utils import timezone
 from console.models import AgentToken
 from fleet.choices import Interconnect
 from fleet.models import Node, Rack, Site
-from fleet.simulator import DEFAULT_SITES, FleetSimulator, Poster, build_fleet, utcnow
+from fleet.simulator import DEFAULT_SEED, DEFAULT_SITES, FleetSimulator, Poster, build_fleet, utcnow
 
-TOKEN_NAME = "simulator"
+TOKEN_PREFIX = "simulator"
 NODES_PER_RACK = 4
 
 
@@ -38,7 +38,12 @@ class Command(BaseCommand):
         )
         parser.add_argument("--duration", type=float, default=None, help="Stop after this many seconds")
         parser.add_argument("--ticks", type=int, default=None, help="Stop after this many sampling rounds")
-        parser.add_argument("--seed", type=int, default=7, help="Seed: the same seed gives the same GPUs")
+        parser.add_argument(
+            "--seed",
+            type=int,
+            default=DEFAULT_SEED,
+            help="Seed: the same seed gives the same GPUs; another seed simulates other hosts",
+        )
         parser.add_argument("--wait", type=float, default=60, help="Seconds to wait for the console to answer")
         parser.add_argument("--quiet", action="store_true", help="Print faults and errors only")
 
@@ -47,7 +52,7 @@ class Command(BaseCommand):
         if options["interval"] <= 0:
             raise CommandError("--interval must be positive")
         fleet = build_fleet(DEFAULT_SITES, gpu_limit=options["gpus"], seed=options["seed"])
-        tokens = self._prepare_inventory(fleet)
+        tokens = self._prepare_inventory(fleet, seed=options["seed"])
         close_old_connections()
         self._wait_for_console(options["url"], options["wait"])
         sim = FleetSimulator(
@@ -56,7 +61,7 @@ class Command(BaseCommand):
         poster = Poster(options["url"], tokens, sleep=self.stop_event.wait)
         total = sum(len(g) for g in fleet.values())
         self.stdout.write(
-            f"Simulating {total} GPUs on {len(fleet)} sites every {options['interval']:g} s "
+            f"Simulating {total} GPUs on {sum(1 for g in fleet.values() if g)} sites every {options['interval']:g} s "
             f"-> {options['url']} (Ctrl-C stops)"
         )
         started, tick = time.monotonic(), 0
@@ -92,7 +97,7 @@ class Command(BaseCommand):
             p50 = statistics.median(latencies) if latencies else 0
             self.stdout.write(f"tick {tick}: posted {posted} samples, median POST {p50:.0f} ms")
 
-    def _prepare_inventory(self, fleet: dict[str, list[Any]]) -> dict[str, str]:
+    def _prepare_inventory(self, fleet: dict[str, list[Any]], *, seed: int) -> dict[str, str]:
         """Sites, racks and nodes as an operator would have entered them, and one fresh token per site."""
         tokens: dict[str, str] = {}
         with transaction.atomic():
@@ -108,7 +113,7 @@ class Command(BaseCommand):
                     rack, _ = Rack.objects.get_or_create(
                         site=site, name=f"r{i // NODES_PER_RACK + 1:02d}", defaults={"power_budget_kw": 45}
                     )
-                    group = groups[hostname.rsplit("-", 1)[0]]
+                    group = groups[hostname.rsplit("-", 1)[0].removeprefix(f"s{seed}-")]
                     Node.objects.update_or_create(
                         hostname=hostname,
                         defaults={
@@ -121,10 +126,13 @@ class Command(BaseCommand):
                         },
                     )
                 # Old simulator tokens are revoked: only this run's tokens can write.
-                AgentToken.objects.filter(site=site, name=TOKEN_NAME, revoked_at__isnull=True).update(
+                # This simulator's old tokens are revoked: only this run's can write. Another
+                # simulator (another seed) keeps its own.
+                name = f"{TOKEN_PREFIX}-{seed}"
+                AgentToken.objects.filter(site=site, name=name, revoked_at__isnull=True).update(
                     revoked_at=timezone.now()
                 )
-                _, tokens[spec.name] = AgentToken.issue(site=site, name=TOKEN_NAME)
+                _, tokens[spec.name] = AgentToken.issue(site=site, name=name)
         return tokens
 
     def _wait_for_console(self, url: str, timeout: float) -> None:

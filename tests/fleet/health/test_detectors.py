@@ -169,3 +169,10 @@ def test_findings_carry_site_node_and_gpu_labels(site_a) -> None:
     assert (labels["site"], labels["hostname"], labels["gpu"]) == ("ams-1", "gpu-a-001", GPU)
     assert Gpu.objects.get(uuid=GPU).node.hostname == labels["hostname"]
     assert GpuState.objects.get().xid == 74
+
+
+def test_mttd_counts_from_the_first_sample_carrying_the_xid(site_a) -> None:
+    put(site_a, gpu_sample(200, xid=0), gpu_sample(120, xid=79), gpu_sample(60, xid=79), gpu_sample(0, xid=79))
+    run_detectors(only=["critical-xid"])
+    incident = Incident.objects.get()
+    assert 115 <= (incident.detected_at - incident.started_at).total_seconds() <= 130
