@@ -9,12 +9,7 @@ the assertions.
 
 from __future__ import annotations
 
-import json
-import shutil
-import time
-from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,51 +17,18 @@ import requests
 from django.contrib.auth.models import User
 
 from fleet.models import Gpu, GpuState, Site
-from tests.conftest import PASSWORD, make_sample, redis_url
-from tests.stack import ROOT, Stack
+from tests.browser.support import ARTIFACTS, LIVE_TIMEOUT_MS, launch, sign_in, wait_for, wait_in_page
+from tests.conftest import make_sample
+from tests.stack import Stack
 
 pytestmark = [pytest.mark.browser]
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless=new",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-ARTIFACTS = ROOT / "test-artifacts"
-LIVE_TIMEOUT_MS = 20_000
 SNAPSHOT_PATH = "/api/v1/fleet/overview/"
 
 # Points in the first trace of the utilisation chart, as Plotly holds them (-1: not drawn yet).
 JS_UTIL_POINTS = "(document.getElementById('chart-util').data?.[0]?.x.length ?? -1)"
 JS_TABLE_ROWS = "document.querySelectorAll('#gpu-table tbody tr').length"
 JS_GPU_TOTAL = "document.querySelector('[data-total=\"gpus\"]').textContent"
-
-
-@pytest.fixture
-def stack(transactional_db: None, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Stack]:
-    """A Celery worker and uvicorn on the (committed) test database and a flushed Redis.
-
-    When the test fails, the worker's and the server's logs are copied to test-artifacts/.
-    """
-    log_dir = tmp_path / "stack-logs"
-    log_dir.mkdir()
-    stack = Stack(redis_url(), log_dir)
-    stack.flush_redis()
-    failed_before = request.session.testsfailed
-    try:
-        stack.start_worker()
-        stack.start_server()
-        yield stack
-    finally:
-        stack.stop()
-        if request.session.testsfailed > failed_before:
-            shutil.copytree(log_dir, ARTIFACTS / "stack-logs" / request.node.name, dirs_exist_ok=True)
 
 
 def _uuid(n: int) -> str:
@@ -101,91 +63,12 @@ def _post_samples(stack: Stack, token: str, samples: list[dict[str, Any]]) -> No
     assert response.json()["accepted"] == len(samples)
 
 
-def _wait_for(check: Callable[[], bool], what: str, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-def _wait_in_page(page: Any, check: Callable[[], bool], what: str) -> None:
-    """Wait on state that Playwright's event handlers fill in; they run only while Playwright waits."""
-    deadline = time.monotonic() + LIVE_TIMEOUT_MS / 1000
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {LIVE_TIMEOUT_MS / 1000} s waiting for {what}")
-        page.wait_for_timeout(100)
-
-
-class BrowserLog:
-    """What the page did that the assertions need: errors, snapshot fetches, websocket frames."""
-
-    def __init__(self, page: Any) -> None:
-        self.errors: list[str] = []
-        self.snapshots = 0
-        self.frames: list[dict[str, Any]] = []
-        self.sockets_opened = 0
-        self.sockets_closed = 0
-        page.on("pageerror", lambda exc: self.errors.append(f"uncaught: {exc}"))
-        page.on("console", self._console)
-        page.on("request", self._request)
-        page.on("response", self._response)
-        page.on("websocket", self._websocket)
-
-    def _console(self, msg: Any) -> None:
-        # A failed load is logged here and as a response; the response names the URL.
-        if msg.type == "error" and not msg.text.startswith("Failed to load resource"):
-            self.errors.append(f"console: {msg.text} at {msg.location.get('url')}")
-
-    def _request(self, request: Any) -> None:
-        if SNAPSHOT_PATH in request.url:
-            self.snapshots += 1
-
-    def _response(self, response: Any) -> None:
-        # Chromium's own favicon probe is not the page's doing (the console has no favicon).
-        if response.status >= 400 and not response.url.endswith("/favicon.ico"):
-            self.errors.append(f"HTTP {response.status} {response.url}")
-
-    def _websocket(self, ws: Any) -> None:
-        self.sockets_opened += 1
-        ws.on("framereceived", self._frame)
-        ws.on("close", lambda _ws: setattr(self, "sockets_closed", self.sockets_closed + 1))
-
-    def _frame(self, payload: str | bytes) -> None:
-        try:
-            self.frames.append(json.loads(payload))
-        except ValueError:
-            self.errors.append(f"websocket: a frame that is not JSON: {payload!r:.200}")
-
-    def of_type(self, kind: str) -> list[dict[str, Any]]:
-        return [f for f in self.frames if f.get("type") == kind]
-
-
-def _launch(pw: Any) -> Any:
-    return pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-
-
-def _open_dashboard(browser: Any, stack: Stack, username: str) -> tuple[Any, BrowserLog]:
-    """Sign in through the real login page and land on the fleet dashboard."""
-    page = browser.new_page(viewport={"width": 1440, "height": 900})
-    log = BrowserLog(page)
-    page.goto(stack.base_url + "/accounts/login/?next=/fleet/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", PASSWORD)
-    with page.expect_navigation():
-        page.click("form button[type=submit]")
-    assert page.url == stack.base_url + "/fleet/", f"signing in did not land on the fleet page: {page.url}"
-    return page, log
-
-
 def test_fleet_dashboard_follows_live_telemetry(stack: Stack, viewer_user: User, site_a: Site, token_a: str) -> None:
     # --- batch 1: 4 GPUs on 2 hosts, with history in past 10 s buckets, so the snapshot has a
     # series (the newest, still-filling bucket is left out of it) -------------------------------
     first = [(_uuid(i), f"gpu-a-00{1 + i // 2}", i % 2) for i in range(4)]
     _post_samples(stack, token_a, _samples(first, ages_s=[55, 40, 25], util=60.0))
-    _wait_for(lambda: GpuState.objects.filter(gpu__node__site=site_a).count() == 4, "the worker to store batch 1")
+    wait_for(lambda: GpuState.objects.filter(gpu__node__site=site_a).count() == 4, "the worker to store batch 1")
     username = viewer_user.username
 
     # No ORM inside the Playwright block: its sync API runs an event loop in this thread (Django
@@ -195,14 +78,14 @@ def test_fleet_dashboard_follows_live_telemetry(stack: Stack, viewer_user: User,
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        browser = _launch(pw)
+        browser = launch(pw)
         try:
-            page, log = _open_dashboard(browser, stack, username)
+            page, log = sign_in(browser, stack, username, "/fleet/", SNAPSHOT_PATH)
 
             # --- the snapshot: table, totals, and a chart with history --------------------------
             page.wait_for_function(f"{JS_TABLE_ROWS} === 4", timeout=LIVE_TIMEOUT_MS)
             page.wait_for_function(f"{JS_UTIL_POINTS} >= 0", timeout=LIVE_TIMEOUT_MS)
-            _wait_in_page(page, lambda: bool(log.of_type("subscribed")), "the websocket subscription to be confirmed")
+            wait_in_page(page, lambda: bool(log.of_type("subscribed")), "the websocket subscription to be confirmed")
             assert log.of_type("subscribed")[-1]["topics"] == ["fleet"]
             points_before = page.evaluate(JS_UTIL_POINTS)
             assert points_before >= 1, "the snapshot's series should hold batch 1's past buckets"
@@ -221,7 +104,7 @@ def test_fleet_dashboard_follows_live_telemetry(stack: Stack, viewer_user: User,
             page.wait_for_function(f"{JS_UTIL_POINTS} > {points_before}", timeout=LIVE_TIMEOUT_MS)
 
             assert page.evaluate("window.__sameDocument === true"), "the page reloaded"
-            assert log.snapshots == 1, "the page re-fetched its snapshot instead of applying the delta"
+            assert log.fetches == 1, "the page re-fetched its snapshot instead of applying the delta"
             assert len(log.of_type("fleet.delta")) > deltas_before
             assert page.evaluate(JS_UTIL_POINTS) == points_before + 1, "one push appends one point"
             assert page.evaluate("document.getElementById('chart-util').data[0].y.slice(-1)[0]") == 90.0
@@ -244,23 +127,23 @@ def test_live_socket_stays_up_between_pushes(stack: Stack, viewer_user: User, si
     """A quiet fleet must not cost a reconnect and a full snapshot every few seconds."""
     first = [(_uuid(i), "gpu-a-001", i) for i in range(2)]
     _post_samples(stack, token_a, _samples(first, ages_s=[30], util=50.0))
-    _wait_for(lambda: GpuState.objects.filter(gpu__node__site=site_a).count() == 2, "the worker to store batch 1")
+    wait_for(lambda: GpuState.objects.filter(gpu__node__site=site_a).count() == 2, "the worker to store batch 1")
     username = viewer_user.username
 
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        browser = _launch(pw)
+        browser = launch(pw)
         try:
-            page, log = _open_dashboard(browser, stack, username)
+            page, log = sign_in(browser, stack, username, "/fleet/", SNAPSHOT_PATH)
             page.wait_for_function(f"{JS_TABLE_ROWS} === 2", timeout=LIVE_TIMEOUT_MS)
-            _wait_in_page(page, lambda: bool(log.of_type("subscribed")), "the websocket subscription to be confirmed")
+            wait_in_page(page, lambda: bool(log.of_type("subscribed")), "the websocket subscription to be confirmed")
             page.wait_for_timeout(8_000)  # longer than the layer's 5 s blocking receive
 
             _post_samples(stack, token_a, _samples([*first, (_uuid(10), "gpu-a-002", 0)], ages_s=[0], util=70.0))
             page.wait_for_function(f"{JS_GPU_TOTAL} === '3'", timeout=LIVE_TIMEOUT_MS)
             assert (log.sockets_opened, log.sockets_closed) == (1, 0), "the live websocket dropped and reconnected"
-            assert log.snapshots == 1, "the page re-fetched its snapshot"
+            assert log.fetches == 1, "the page re-fetched its snapshot"
             assert len(log.of_type("fleet.delta")) >= 1
             assert not log.errors, f"the browser reported errors: {log.errors}"
         finally:

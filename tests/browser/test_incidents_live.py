@@ -10,12 +10,9 @@ page or re-fetches the list in between.
 
 from __future__ import annotations
 
-import json
-import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -26,24 +23,12 @@ from django.db import connections
 from fleet.models import GpuState, Site
 from incidents.choices import IncidentState
 from incidents.models import Finding, Incident
-from tests.conftest import PASSWORD, make_sample, redis_url
-from tests.stack import ROOT, Stack
+from tests.browser.support import ARTIFACTS, LIVE_TIMEOUT_MS, launch, sign_in, wait_for, wait_in_page
+from tests.conftest import make_sample
+from tests.stack import Stack
 
 pytestmark = [pytest.mark.browser]
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless=new",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-ARTIFACTS = ROOT / "test-artifacts"
-LIVE_TIMEOUT_MS = 20_000
 LIST_API_PATH = "/api/v1/incidents/"  # what incidents.js fetches to resync after a reconnect
 
 GPU_UUID = "GPU-00000000-0000-4000-8000-000000000079"
@@ -52,71 +37,6 @@ GPU_INDEX = 3
 
 JS_ROWS = "document.querySelectorAll('#incident-table tbody tr[data-id]').length"
 JS_OPEN_SEV2 = "document.querySelector('[data-open=\"SEV2\"]').textContent.trim()"
-
-
-@pytest.fixture
-def stack(transactional_db: None, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Stack]:
-    """A Celery worker and uvicorn on the (committed) test database and a flushed Redis.
-
-    When the test fails, the worker's and the server's logs are copied to test-artifacts/.
-    """
-    log_dir = tmp_path / "stack-logs"
-    log_dir.mkdir()
-    stack = Stack(redis_url(), log_dir)
-    stack.flush_redis()
-    failed_before = request.session.testsfailed
-    try:
-        stack.start_worker()
-        stack.start_server()
-        yield stack
-    finally:
-        stack.stop()
-        if request.session.testsfailed > failed_before:
-            shutil.copytree(log_dir, ARTIFACTS / "stack-logs" / request.node.name, dirs_exist_ok=True)
-
-
-class BrowserLog:
-    """What the page did that the assertions need: errors, list re-fetches, websocket frames."""
-
-    def __init__(self, page: Any) -> None:
-        self.errors: list[str] = []
-        self.list_fetches = 0
-        self.frames: list[dict[str, Any]] = []
-        page.on("pageerror", lambda exc: self.errors.append(f"uncaught: {exc}"))
-        page.on("console", self._console)
-        page.on("request", self._request)
-        page.on("response", self._response)
-        page.on("websocket", lambda ws: ws.on("framereceived", self._frame))
-
-    def _console(self, msg: Any) -> None:
-        if msg.type == "error" and not msg.text.startswith("Failed to load resource"):
-            self.errors.append(f"console: {msg.text} at {msg.location.get('url')}")
-
-    def _request(self, request: Any) -> None:
-        if LIST_API_PATH in request.url:
-            self.list_fetches += 1
-
-    def _response(self, response: Any) -> None:
-        if response.status >= 400 and not response.url.endswith("/favicon.ico"):
-            self.errors.append(f"HTTP {response.status} {response.url}")
-
-    def _frame(self, payload: str | bytes) -> None:
-        try:
-            self.frames.append(json.loads(payload))
-        except ValueError:
-            self.errors.append(f"websocket: a frame that is not JSON: {payload!r:.200}")
-
-    def of_type(self, kind: str) -> list[dict[str, Any]]:
-        return [f for f in self.frames if f.get("type") == kind]
-
-
-def _wait_in_page(page: Any, check: Callable[[], bool], what: str) -> None:
-    """Wait on state that Playwright's event handlers fill in; they run only while Playwright waits."""
-    deadline = time.monotonic() + LIVE_TIMEOUT_MS / 1000
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {LIVE_TIMEOUT_MS / 1000} s waiting for {what}")
-        page.wait_for_timeout(100)
 
 
 def _off_the_loop(page: Any, work: Callable[[], Any], what: str, timeout: float = 30) -> Any:
@@ -149,15 +69,6 @@ def _off_the_loop(page: Any, work: Callable[[], Any], what: str, timeout: float 
     return outcome.get("value")
 
 
-def _wait_for(check: Callable[[], bool], what: str, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
 def _post_xid79(stack: Stack, token: str) -> None:
     sample = make_sample(gpu_uuid=GPU_UUID, hostname=HOSTNAME, gpu_index=GPU_INDEX, xid=79, gpu_util=0.0)
     response = requests.post(
@@ -175,7 +86,7 @@ def _detect_xid79() -> int:
     open a second incident). Returns the incident's id."""
     from incidents.detectors import run_detectors
 
-    _wait_for(lambda: GpuState.objects.filter(gpu__uuid=GPU_UUID, xid=79).exists(), "the worker to store the XID batch")
+    wait_for(lambda: GpuState.objects.filter(gpu__uuid=GPU_UUID, xid=79).exists(), "the worker to store the XID batch")
     assert run_detectors(only=["critical-xid"]) == {"critical-xid": {"firing": 1}}
     assert run_detectors(only=["critical-xid"]) == {"critical-xid": {"firing": 1}}
     incident = Incident.objects.get()
@@ -192,21 +103,14 @@ def test_incident_list_follows_incidents_live(
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        browser = launch(pw)
         try:
-            page = browser.new_page(viewport={"width": 1440, "height": 900})
-            log = BrowserLog(page)
-
             # --- a viewer signs in through the real login page and opens the incident list -------
-            page.goto(stack.base_url + "/accounts/login/?next=/incidents/")
-            page.fill("#id_username", username)
-            page.fill("#id_password", PASSWORD)
-            with page.expect_navigation():
-                page.click("form button[type=submit]")
-            assert page.url == stack.base_url + "/incidents/", f"signing in did not land on the list: {page.url}"
+            page, log = sign_in(browser, stack, username, "/incidents/", LIST_API_PATH)
+            wait_in_page(page, lambda: log.fetches == 1, "the list's first snapshot")
             assert page.locator("#incident-table tbody tr.empty").count() == 1
             assert page.evaluate(JS_OPEN_SEV2) == "0"
-            _wait_in_page(page, lambda: bool(log.of_type("subscribed")), "the websocket subscription")
+            wait_in_page(page, lambda: bool(log.of_type("subscribed")), "the websocket subscription")
             assert log.of_type("subscribed")[-1]["topics"] == ["incidents"]
             assert page.get_attribute("#live-status", "class") == "live-dot on"
             page.evaluate("window.__sameDocument = true")  # gone if anything reloads the page
@@ -244,7 +148,7 @@ def test_incident_list_follows_incidents_live(
             assert page.evaluate(JS_ROWS) == 0
 
             assert page.evaluate("window.__sameDocument === true"), "the page reloaded"
-            assert log.list_fetches == 0, "the page re-fetched the list instead of applying deltas"
+            assert log.fetches == 1, "the page re-fetched the list instead of applying deltas"
             assert len(log.of_type("incidents.delta")) >= 2
             assert not log.errors, f"the browser reported errors: {log.errors}"
         finally:
