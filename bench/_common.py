@@ -14,6 +14,7 @@ import atexit
 import contextlib
 import math
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -227,6 +228,10 @@ class Processes:
         )
         self.procs[name] = proc
         return proc
+
+    def discard_logs(self) -> None:
+        """After a successful run: the logs only matter when something failed."""
+        shutil.rmtree(self.log_dir, ignore_errors=True)
 
     def log_text(self, name: str) -> str:
         return (self.log_dir / f"{name}.log").read_text(errors="replace")

@@ -33,6 +33,7 @@ import json
 import math
 import random
 import statistics
+import sys
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -157,7 +158,12 @@ def align(moment: datetime) -> datetime:
     return datetime.fromtimestamp(int(moment.timestamp()) // step * step, UTC)
 
 
-def wipe() -> None:
+def wipe(gpu_ids: list[int]) -> None:
+    """Empty the telemetry tables; drop inventory other benchmark runs (other --gpus) left behind."""
+    from fleet.models import Gpu, Node
+
+    Gpu.objects.exclude(id__in=gpu_ids).delete()
+    Node.objects.filter(gpus__isnull=True).delete()
     sql(
         "TRUNCATE fleet_gpusample, fleet_gpustate, fleet_gpurollup_1m, fleet_gpurollup_1h, "
         "fleet_grouprollup_1m, fleet_grouprollup_1h, fleet_rollupdirty, fleet_ingestbatch"
@@ -274,6 +280,8 @@ def intact_until(gpu_ids: list[int], now: datetime) -> datetime | None:
         return None
     expected = len(gpu_ids) * ((last - first) / INTERVAL + 1)
     states = sql("SELECT count(*) FROM fleet_gpustate WHERE gpu_id = ANY(%s)", [gpu_ids])[0][0]
+    if sql("SELECT count(*) FROM fleet_gpu")[0][0] != len(gpu_ids):
+        return None  # other GPUs in the inventory would change what the overview reads
     minutes = sql(
         "SELECT count(*) FROM fleet_grouprollup_1m WHERE scope = 'fleet' AND scope_id = 0 AND bucket >= %s", [since]
     )[0][0]
@@ -294,8 +302,8 @@ def prepare(fleet: dict[str, list[Any]], gpu_ids: dict[str, int], *, reload: boo
     newest = None if reload else intact_until(ids, now)
     started = time.perf_counter()
     if newest is None:
-        log(f"loading {RAW_HOURS} h of raw samples for {len(ids)} GPUs at {INTERVAL.seconds} s (about 2-4 minutes)…")
-        wipe()
+        log(f"loading {RAW_HOURS} h of raw samples for {len(ids)} GPUs at {INTERVAL.seconds} s (about a minute)…")
+        wipe(ids)
         first = align(now) - timedelta(hours=RAW_HOURS) + INTERVAL
         stats["raw_rows_loaded"] = load_raw(gen, first, align(now) + INTERVAL)
         week_start = (first - timedelta(days=WEEK_DAYS - 1)).replace(minute=0, second=0)
@@ -435,4 +443,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        log("interrupted")
+        sys.exit(130)

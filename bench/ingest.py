@@ -3,8 +3,8 @@ naive baseline, in one run, on the same pre-generated rows.
 
 Workload: a simulated fleet (default 1,024 GPUs on three sites, fleet.simulator's H100/H200/A100/
 L40S behaviour, a sample a second per GPU) cut into per-site batches of ``--batch-size`` samples.
-The batches are serialised once; each use shifts their timestamps forward (a string replace on a
-placeholder), so every batch is new data with a unique Idempotency-Key.
+The batches are serialised once, cut at each timestamp; each use joins them with timestamps one
+cycle later, so every batch is new data, and it goes with a unique Idempotency-Key.
 
 Phases (fleet_gpusample and the other ingest tables are truncated before each):
 
@@ -17,7 +17,9 @@ Phases (fleet_gpusample and the other ingest tables are truncated before each):
   keep-alive HTTP for ``--duration`` seconds. samples/s = committed rows (count(*) of
   fleet_gpusample, less the count before) / (first POST -> last commit, seen by polling the batch
   table once the queue has drained). The Celery worker's resident memory (the whole process tree)
-  is sampled throughout; CPU seconds per component are read from /proc.
+  is sampled throughout. CPU time per 1,000 samples is read from /proc for the web and worker
+  process trees, the whole PostgreSQL server (its backends come and go), Redis, this client, and
+  the rest of the machine (other users of a shared machine show up there).
 * ``breakdown`` (skip with ``--no-breakdown``): the same batches through each stage of the path,
   in-process and one at a time, timed: view validation, site scope check, a whole request through
   Django, Celery publish, worker decode, and each step of store_gpu_samples.
@@ -39,6 +41,7 @@ import http.client
 import itertools
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -67,6 +70,7 @@ from _common import (
 
 INGEST_PATH = "/api/v1/ingest/gpu-samples"
 PLACEHOLDER = "@@{:07d}@@"  # a tick's timestamp in a batch template
+PLACEHOLDER_RE = re.compile(rb"@@(\d{7})@@")
 
 
 # --- the workload ----------------------------------------------------------------------------
@@ -75,8 +79,8 @@ PLACEHOLDER = "@@{:07d}@@"  # a tick's timestamp in a batch template
 @dataclass
 class Batch:
     site: str
-    template: bytes  # the JSON body with a placeholder per tick for the timestamps
-    ticks: list[int]  # the pool ticks it holds
+    segments: list[bytes]  # the JSON body cut at each sample's timestamp
+    slots: list[int]  # the pool tick whose timestamp goes between segments i and i + 1
     rows: list[tuple[int, int, tuple[Any, ...]]]  # (gpu id, tick, metric values) for the raw COPY
     samples: int
 
@@ -106,10 +110,10 @@ class Workload:
     def body(self, n: int) -> bytes:
         batch, cycle = self.batch(n)
         stamps = self._timestamps(cycle)[1]
-        body = batch.template
-        for tick in batch.ticks:
-            body = body.replace(PLACEHOLDER.format(tick).encode(), stamps[tick])
-        return body
+        parts = [batch.segments[0]]
+        for tick, segment in zip(batch.slots, batch.segments[1:], strict=True):
+            parts += (stamps[tick], segment)
+        return b"".join(parts)
 
     def copy_rows(self, n: int) -> list[tuple[Any, ...]]:
         batch, cycle = self.batch(n)
@@ -142,16 +146,16 @@ def build_workload(fleet: dict[str, list[Any]], gpu_ids: dict[str, int], *, batc
         for start in range(0, len(stream), batch_size):
             chunk = stream[start : start + batch_size]
             template = json.dumps({"samples": [s for _, s in chunk]}, separators=(",", ":")).encode()
-            chunk_ticks = sorted({t for t, _ in chunk})
-            real = template
-            for t in chunk_ticks:
-                real = real.replace(PLACEHOLDER.format(t).encode(), (base + t * interval).isoformat().encode())
-            decoded = decode_trusted_batch(real).samples
+            pieces = re.split(PLACEHOLDER_RE, template)
+            segments, slots = pieces[0::2], [int(t) for t in pieces[1::2]]
+            # The COPY rows hold the values exactly as the ingest path decodes them.
+            first_cycle = Workload([Batch(site, segments, slots, [], len(chunk))], ticks, base, interval)
+            decoded = decode_trusted_batch(first_cycle.body(0)).samples
             rows = [
                 (gpu_ids[s.gpu_uuid], t, tuple(getattr(s, name) for name in METRIC_NAMES))
                 for (t, _), s in zip(chunk, decoded, strict=True)
             ]
-            site_batches.append(Batch(site, template, chunk_ticks, rows, len(chunk)))
+            site_batches.append(Batch(site, segments, slots, rows, len(chunk)))
         per_site.append(site_batches)
     # Sites take turns, as agents of several sites would.
     batches = [b for group in itertools.zip_longest(*per_site) for b in group if b is not None]
@@ -466,7 +470,7 @@ def start_stack(procs: Processes, args: argparse.Namespace, port: int) -> None:
         procs.wait_until("web", lambda: len(procs.tree("web")) >= args.web_workers + 1)
 
 
-def run_e2e(workload: Workload, args: argparse.Namespace, site_ids: dict[str, int], procs: Processes) -> dict:
+def run_e2e(workload: Workload, args: argparse.Namespace, site_ids: dict[str, int], procs: Processes) -> dict[str, Any]:
     import redis
 
     from console.models import AgentToken
@@ -502,7 +506,7 @@ def run_e2e(workload: Workload, args: argparse.Namespace, site_ids: dict[str, in
     first_post = time.perf_counter()
     stop_at = time.monotonic() + args.duration
     clients = [
-        threading.Thread(target=post_batches, args=(port, workload, tokens, numbers, stop_at, stats, run))
+        threading.Thread(target=post_batches, args=(port, workload, tokens, numbers, stop_at, stats, run), daemon=True)
         for _ in range(args.clients)
     ]
     for t in clients:
@@ -551,8 +555,9 @@ def run_e2e(workload: Workload, args: argparse.Namespace, site_ids: dict[str, in
         f"{result['worker_rss_single_mb_max']:.0f} MiB for one process"
     )
     per_k = 1000 / rows  # CPU ms per 1,000 samples
-    parts = [f"{name} {cpu[name] * 1000 * per_k:.1f}" for name in ("web", "worker", "postgres", "redis", "client")]
-    other = cpu["machine_busy"] - sum(cpu[n] for n in ("web", "worker", "postgres", "redis", "client"))
+    names = ("web", "worker", "postgres", "redis", "client")
+    parts = [f"{name}{' (server)' if name == 'postgres' else ''} {cpu[name] * 1000 * per_k:.1f}" for name in names]
+    other = cpu["machine_busy"] - sum(cpu[n] for n in names)
     log(
         f"e2e: CPU ms per 1,000 samples: {', '.join(parts)}, rest of machine {other * 1000 * per_k:.1f} "
         f"(machine busy {cpu['machine_busy'] / elapsed:.2f} of {os.cpu_count()} cores)"
@@ -578,7 +583,8 @@ MARKERS = (
     ("counters.increment", "increment", "console/counters.py"),
     ("DRF response render", "JSONRenderer.render", "rest_framework/renderers.py"),
     ("task ingest_gpu_batch (all of it)", "ingest_gpu_batch", "fleet/tasks.py"),
-    ("prefork: parent <-> child pipe", "", "billiard/"),
+    ("prefork: parent <-> child pipe", "", "billiard/connection.py"),
+    ("prefork: parent <-> child pipe", "send_offset", "billiard/compat.py"),
     ("kombu message decode", "", "kombu/serialization.py"),
     ("decode_trusted_batch (msgspec)", "decode_trusted_batch", "fleet/services/ingest.py"),
     ("ensure_partitions", "ensure_partitions", "fleet/services/partitions.py"),
@@ -636,7 +642,7 @@ def summarise_profiles(directory: Path) -> None:
         if not total:
             continue
         log(f"profile {name}: {total} samples (all threads and processes); inclusive share:")
-        for label, _, _ in MARKERS:
+        for label in dict.fromkeys(label for label, _, _ in MARKERS):
             if inclusive[label]:
                 log(f"    {100 * inclusive[label] / total:5.1f}%  {label}")
         log(f"profile {name}: top self time:")
@@ -762,15 +768,19 @@ def run_breakdown(workload: Workload, site_ids: dict[str, int], seconds: float) 
     finally:
         timer.restore()
         broker.flushdb()
-    store_steps = sum(v for k, v in timer.totals.items() if k.startswith("worker: store: "))
-    timer.totals["worker: store: transaction begin/commit and the rest"] = (
-        timer.totals["worker: store_gpu_samples (total)"] - store_steps
+    totals = timer.totals
+    totals["worker: store: transaction begin/commit and the rest"] = totals["worker: store_gpu_samples (total)"] - sum(
+        v for k, v in totals.items() if k.startswith("worker: store: ")
     )
     log(f"breakdown: {batches} batches of ~{samples // batches} samples, one at a time, in-process (ms per batch):")
-    for label in sorted(timer.totals, key=lambda k: (k.split(":")[0] != "web", k)):
-        ms = timer.totals[label] / batches * 1000
-        rate = f"{samples / timer.totals[label]:>10,.0f} samples/s" if "store: " not in label else ""
-        log(f"    {ms:7.2f}  {label:<62} {rate}")
+    order = [k for k in totals if k.startswith("web")] + [k for k in totals if k.startswith("worker: store_gpu")]
+    order[-1:-1] = [k for k in totals if k.startswith("worker") and "store" not in k]
+    order += sorted((k for k in totals if k.startswith("worker: store: ")), key=lambda k: -totals[k])
+    for label in order:
+        ms = totals[label] / batches * 1000
+        rate = f"{samples / totals[label]:>10,.0f} samples/s" if "store: " not in label else ""
+        indent = "    " if "store: " in label else ""
+        log(f"    {ms:7.2f}  {indent}{label:<62} {rate}")
 
 
 # --- main ------------------------------------------------------------------------------------
@@ -798,13 +808,15 @@ def main() -> None:
     args = parser.parse_args()
 
     setup_django()
+    from console.models import AgentToken
+
     sites, fleet = bench_fleet(args.gpus)
     site_ids, gpu_ids = ensure_inventory(sites, fleet)
     log(f"fleet: {len(gpu_ids)} GPUs on {len(site_ids)} sites; database {BENCH_DATABASE_URL}, Redis {BENCH_REDIS_URL}")
     started = time.perf_counter()
     workload = build_workload(fleet, gpu_ids, batch_size=args.batch_size, ticks=args.ticks)
     pool = sum(b.samples for b in workload.batches)
-    mean_bytes = sum(len(b.template) for b in workload.batches) / len(workload.batches)
+    mean_bytes = sum(len(workload.body(n)) for n in range(len(workload.batches))) / len(workload.batches)
     log(
         f"workload: {len(workload.batches)} batches, {pool:,} samples ({args.ticks} s of the fleet), "
         f"~{mean_bytes / 1024:.0f} KiB of JSON a batch, built in {time.perf_counter() - started:.1f} s"
@@ -823,6 +835,8 @@ def main() -> None:
     finally:
         procs.stop()
         reset_tables()
+        AgentToken.objects.filter(name__startswith="bench-").delete()
+    procs.discard_logs()
     if args.only:
         return
     e2e = results["e2e"]
@@ -836,4 +850,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        log("interrupted")
+        sys.exit(130)
