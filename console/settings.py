@@ -125,9 +125,19 @@ else:
         raise ImproperlyConfiguredEnv(f"DATABASE_URL cannot be parsed: {exc}") from exc
     if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
         raise ImproperlyConfiguredEnv("DATABASE_URL must point at PostgreSQL 15+ (postgres://...).")
-DATABASES["default"]["CONN_MAX_AGE"] = envint("DATABASE_CONN_MAX_AGE", 60, minimum=0)
-DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
-DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = envint("DATABASE_CONNECT_TIMEOUT", 5, minimum=1)
+# A connection pool, not persistent connections: under ASGI every request runs its sync code in
+# a fresh thread, so per-thread persistent connections would be opened anew (and leak) each time.
+DATABASES["default"]["CONN_MAX_AGE"] = 0
+DATABASES["default"].setdefault("OPTIONS", {}).update(
+    {
+        "connect_timeout": envint("DATABASE_CONNECT_TIMEOUT", 5, minimum=1),
+        "pool": {
+            "min_size": envint("DATABASE_POOL_MIN", 2, minimum=0),
+            "max_size": envint("DATABASE_POOL_MAX", 20, minimum=1),
+            "timeout": envint("DATABASE_POOL_TIMEOUT", 10, minimum=1),
+        },
+    }
+)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- tasks and websockets ------------------------------------------------------------------
