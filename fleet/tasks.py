@@ -2,44 +2,70 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 
 from celery import shared_task
 
 from console import counters
+from console.queues import drop_payload, take_payload
+from fleet.models import IngestBatch
 from fleet.services import partitions, rollups
 from fleet.services.ingest import decode_trusted_batch
 from fleet.services.telemetry import store_gpu_samples
 
+logger = logging.getLogger(__name__)
+
+
+def _payload(batch_key: str, body: str | None) -> bytes | str | None:
+    """The batch body: inline (eager mode) or from the stash (production)."""
+    if body is not None:
+        return body
+    stashed = take_payload(batch_key)
+    if stashed is None and not IngestBatch.objects.filter(key__startswith=batch_key).exists():
+        logger.error("batch %s: its body is gone from the stash and it was never stored", batch_key)
+    return stashed
+
 
 @shared_task(ignore_result=True)
-def ingest_gpu_batch(site_id: int, batch_key: str, body: str, enqueued_at: str | None = None) -> int:
+def ingest_gpu_batch(site_id: int, batch_key: str, body: str | None, enqueued_at: str | None = None) -> int:
     """Store a validated GPU sample batch. Idempotent per batch key, so redelivery is safe."""
-    batch = decode_trusted_batch(body)
+    payload = _payload(batch_key, body)
+    if payload is None:
+        return 0  # already stored: this is a redelivery
+    batch = decode_trusted_batch(payload)
     stored = store_gpu_samples(
         site_id=site_id,
         batch_key=batch_key,
         samples=batch.samples,
         enqueued_at=datetime.fromisoformat(enqueued_at) if enqueued_at else None,
     )
+    if body is None:
+        drop_payload(batch_key)  # committed: the stash has done its job
     counters.increment("goodput_ingest_samples_stored_total", stored)
     return stored
 
 
 @shared_task(ignore_result=True)
 def ingest_prometheus_batch(
-    site_id: int, batch_key: str, body: str, options: dict, enqueued_at: str | None = None
+    site_id: int, batch_key: str, body: str | None, options: dict, enqueued_at: str | None = None
 ) -> int:
     """Store a validated Prometheus exposition (GPU samples and serving series)."""
     from fleet.services.prometheus import parse_exposition, store_exposition
 
-    exposition = parse_exposition(body, **options)
+    payload = _payload(batch_key, body)
+    if payload is None:
+        return 0
+    text = payload.decode() if isinstance(payload, bytes) else payload
+    exposition = parse_exposition(text, **options)
     stored = store_exposition(
         exposition,
         site_id=site_id,
         batch_key=batch_key,
         enqueued_at=datetime.fromisoformat(enqueued_at) if enqueued_at else None,
     )
+    if body is None:
+        drop_payload(batch_key)
     counters.increment("goodput_ingest_samples_stored_total", stored)
     return stored
 

@@ -20,7 +20,7 @@ from django.contrib.auth.models import Group, User
 from django.core.cache import cache
 from django.test import Client
 
-from console import roles
+from console import counters, roles
 from console.celery import app as celery_app
 from console.models import AgentToken
 from fleet.models import Site
@@ -40,6 +40,7 @@ def _eager_unless_real_stack(request: pytest.FixtureRequest, settings: Any) -> I
     channel_layers.backends.clear()
     cache.clear()
     directory.clear()  # in-process caches must not outlive a test's rolled-back rows
+    counters.reset()
     partitions.forget_known_partitions()
     yield
     celery_app.conf.task_always_eager = settings.CELERY_TASK_ALWAYS_EAGER

@@ -18,7 +18,8 @@ from fleet.telemetry_fields import GPU_SAMPLE_FIELDS, METRIC_NAMES
 
 SAMPLE_COLUMNS = ("gpu_id", "ts", *METRIC_NAMES)
 SAMPLE_TYPES = ["int8", "timestamptz", *("float4" if f.kind is float else "int8" for f in GPU_SAMPLE_FIELDS)]
-STATE_TYPES = ["bigint", "timestamptz", *("real" if f.kind is float else "bigint" for f in GPU_SAMPLE_FIELDS)]
+# The state table's columns are Django's (double precision, bigint), not the sample table's reals.
+SAMPLE_TYPES_STATE = ["int8", "timestamptz", *("float8" if f.kind is float else "int8" for f in GPU_SAMPLE_FIELDS)]
 
 
 def store_gpu_samples(
@@ -133,7 +134,11 @@ def _copy_samples(gpu_ids: dict[str, int], samples: Sequence[Any]) -> None:
 
 
 def _upsert_latest_state(gpu_ids: dict[str, int], samples: Sequence[Any]) -> None:
-    """Each GPU's newest sample becomes its state, never moving the state back in time."""
+    """Each GPU's newest sample becomes its state, never moving the state back in time.
+
+    The rows go by binary COPY into a temporary table, then one INSERT ... ON CONFLICT: binding a
+    thousand rows of 23 columns as parameters costs more than the COPY of the samples themselves.
+    """
     latest: dict[int, Any] = {}
     for sample in samples:
         gpu_id = gpu_ids.get(sample.gpu_uuid)
@@ -141,20 +146,27 @@ def _upsert_latest_state(gpu_ids: dict[str, int], samples: Sequence[Any]) -> Non
             latest[gpu_id] = sample
     if not latest:
         return
-    order = sorted(latest)  # stable lock order across concurrent workers
-    columns = ["gpu_id", "ts", *METRIC_NAMES]
-    arrays: list[list[Any]] = [order, [latest[g].ts for g in order]]
-    arrays += [[getattr(latest[g], name) for g in order] for name in METRIC_NAMES]
-    # One array per column through unnest(): a few parameters instead of one per value.
-    unnest = ", ".join(f"%s::{t}[]" for t in STATE_TYPES)
-    assignments = ", ".join(f"{c} = EXCLUDED.{c}" for c in columns[1:])
+    columns = ", ".join(SAMPLE_COLUMNS)
+    assignments = ", ".join(f"{c} = EXCLUDED.{c}" for c in SAMPLE_COLUMNS[1:])
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO fleet_gpustate ({', '.join(columns)}, updated_at) "
-            f"SELECT *, now() FROM unnest({unnest}) "
+        raw = cursor.cursor
+        # One per connection (pooled connections keep it), emptied before each use. TRUNCATE, not
+        # DELETE: autovacuum never visits temporary tables, so deleted rows would pile up.
+        raw.execute(
+            f"CREATE TEMP TABLE IF NOT EXISTS goodput_state_in AS SELECT {columns} FROM fleet_gpustate WITH NO DATA"
+        )
+        raw.execute("TRUNCATE goodput_state_in")
+        with raw.copy(f"COPY goodput_state_in ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(SAMPLE_TYPES_STATE)
+            for gpu_id in sorted(latest):
+                sample = latest[gpu_id]
+                copy.write_row((gpu_id, sample.ts, *[getattr(sample, name) for name in METRIC_NAMES]))
+        # Sorted: concurrent workers lock the state rows in the same order.
+        raw.execute(
+            f"INSERT INTO fleet_gpustate ({columns}, updated_at) "
+            f"SELECT {columns}, now() FROM goodput_state_in ORDER BY gpu_id "
             f"ON CONFLICT (gpu_id) DO UPDATE SET {assignments}, updated_at = EXCLUDED.updated_at "
-            "WHERE fleet_gpustate.ts <= EXCLUDED.ts",
-            arrays,
+            "WHERE fleet_gpustate.ts <= EXCLUDED.ts"
         )
 
 
@@ -164,7 +176,7 @@ def mark_dirty_minutes(timestamps: Any) -> None:
     Run last in the batch's transaction: the upsert locks the bucket's row until commit, so the
     rollup task cannot claim the bucket between our write and our commit and miss our samples.
     """
-    minutes = sorted({ts.replace(second=0, microsecond=0) for ts in timestamps})
+    minutes = sorted({ts.replace(second=0, microsecond=0) for ts in set(timestamps)})
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO fleet_rollupdirty (resolution, bucket, dirtied_at) "

@@ -167,7 +167,7 @@ def test_every_change_moves_updated_at_so_live_lists_see_older_incidents(operato
 
     xid("GPU-1")
     xid("GPU-9", labels=NODE_B)
-    older, newer = Incident.objects.order_by("pk")
+    older, _newer = Incident.objects.order_by("pk")
     _, watermark = build_incidents_delta("incidents", None)
     acknowledge_incident(older, actor=Actor.person(operator_user))
     payload, _ = build_incidents_delta("incidents", watermark)

@@ -33,9 +33,12 @@ def broker_mode(settings) -> Iterator[redis.Redis]:
 
 def test_a_queue_over_its_bound_answers_429_with_retry_after(client, token_a, broker_mode, settings) -> None:
     settings.INGEST_QUEUE_BOUND = 3
-    assert post_batch(client, token_a, {"samples": [make_sample()]}).status_code == 202
+    response = post_batch(client, token_a, {"samples": [make_sample()]})
+    assert response.status_code == 202
     assert broker_mode.llen("celery") == 1  # queued for a worker, not stored here
+    assert broker_mode.exists("goodput:payload:" + response.json()["batch"])  # the body waits beside it
     broker_mode.rpush("celery", "x", "y")  # other batches waiting
+    queues.reset()  # the depth is read at most four times a second; this test cannot wait that long
     response = post_batch(client, token_a, {"samples": [make_sample()]})
     assert response.status_code == 429
     assert response["Retry-After"] == "2" and "bound 3" in response.json()["error"]
