@@ -60,7 +60,10 @@ class GpuState(GpuMetrics):  # type: ignore[misc, valid-type]
 
     gpu = models.OneToOneField("fleet.Gpu", on_delete=models.CASCADE, primary_key=True, related_name="state")
     ts = models.DateTimeField()
-    updated_at = models.DateTimeField(db_index=True)
+    # Not indexed, on purpose: every batch rewrites thousands of these rows, and without an index
+    # on a changing column (and with free space left in each page, see migration 0003) PostgreSQL
+    # updates them in place (HOT). The live delta's scan of this one-row-per-GPU table is cheap.
+    updated_at = models.DateTimeField()
 
     objects = GpuStateQuerySet.as_manager()
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg
 from django.db import DatabaseError, connection, transaction
+from msgspec.structs import astuple
 
 from console import live
 from fleet.models import Gpu, IngestBatch, Node
@@ -20,6 +21,12 @@ SAMPLE_COLUMNS = ("gpu_id", "ts", *METRIC_NAMES)
 SAMPLE_TYPES = ["int8", "timestamptz", *("float4" if f.kind is float else "int8" for f in GPU_SAMPLE_FIELDS)]
 # The state table's columns are Django's (double precision, bigint), not the sample table's reals.
 SAMPLE_TYPES_STATE = ["int8", "timestamptz", *("float8" if f.kind is float else "int8" for f in GPU_SAMPLE_FIELDS)]
+
+
+def metric_values(sample: Any) -> tuple[Any, ...]:
+    """The sample's metrics in METRIC_NAMES order (msgspec's astuple runs in C; the metrics are the
+    schema's last fields, in the same order)."""
+    return astuple(sample)[-len(METRIC_NAMES) :]
 
 
 def store_gpu_samples(
@@ -130,7 +137,7 @@ def _copy_samples(gpu_ids: dict[str, int], samples: Sequence[Any]) -> None:
             for sample in samples:
                 gpu_id = gpu_ids.get(sample.gpu_uuid)
                 if gpu_id is not None:
-                    copy.write_row((gpu_id, sample.ts, *[getattr(sample, name) for name in METRIC_NAMES]))
+                    copy.write_row((gpu_id, sample.ts, *metric_values(sample)))
 
 
 def _upsert_latest_state(gpu_ids: dict[str, int], samples: Sequence[Any]) -> None:
@@ -160,7 +167,7 @@ def _upsert_latest_state(gpu_ids: dict[str, int], samples: Sequence[Any]) -> Non
             copy.set_types(SAMPLE_TYPES_STATE)
             for gpu_id in sorted(latest):
                 sample = latest[gpu_id]
-                copy.write_row((gpu_id, sample.ts, *[getattr(sample, name) for name in METRIC_NAMES]))
+                copy.write_row((gpu_id, sample.ts, *metric_values(sample)))
         # Sorted: concurrent workers lock the state rows in the same order.
         raw.execute(
             f"INSERT INTO fleet_gpustate ({columns}, updated_at) "
