@@ -10,9 +10,7 @@ import pytest
 
 from incidents.models import Finding, Incident, TimelineEntry
 
-FIXTURE = json.loads(
-    (Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "alertmanager-firing.json").read_text()
-)
+FIXTURE = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "alertmanager-firing.json").read_text())
 FP1, FP2 = "alertmanager:a41f0c2b9d7e6f13", "alertmanager:5be27d90c3a1f448"
 
 

@@ -9,7 +9,8 @@ import pytest
 from fleet.models import Endpoint, Gpu, GpuSample, GpuState, IngestBatch, ServingSample
 from fleet.services.prometheus import parse_exposition
 
-FIXTURES = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures"
+# Copies of ../shared/fixtures (the real formats), kept in the repository so the suite runs anywhere.
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 DCGM = (FIXTURES / "dcgm-exporter.prom").read_text()
 VLLM = (FIXTURES / "vllm.prom").read_text()
 GPU0 = "GPU-3f1c2a9e-8b1d-4c55-9e0a-1b2c3d4e5f60"
