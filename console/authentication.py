@@ -52,6 +52,7 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
         # Touch last_used_at at most once a minute: a write per ingest request would be pure overhead.
         if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
             AgentToken.objects.filter(pk=token.pk).update(last_used_at=now)
+            token.last_used_at = now  # the cached token must not write again on the next request
         return AgentPrincipal(token), token
 
     def authenticate_header(self, request: Request) -> str:

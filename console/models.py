@@ -5,11 +5,18 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import time
 
 from django.db import models
 from django.utils import timezone
 
 TOKEN_PREFIX = "gp"
+TOKEN_CACHE_SECONDS = 30
+_verified: dict[str, tuple[AgentToken, float]] = {}
+
+
+def forget_verified_tokens() -> None:
+    _verified.clear()
 
 
 def hash_secret(secret: str) -> str:
@@ -60,13 +67,26 @@ class AgentToken(models.Model):
 
     @classmethod
     def authenticate(cls, plain: str) -> AgentToken | None:
-        """Return the active token matching ``plain``, or None."""
+        """Return the active token matching ``plain``, or None.
+
+        Verified tokens are remembered in this process for TOKEN_CACHE_SECONDS: an agent posts
+        many times a second fleet-wide, and a database read per request was measurable. So a
+        revocation takes effect within that time, not at once.
+        """
         parts = plain.split("_", 2)
         if len(parts) != 3 or parts[0] != TOKEN_PREFIX:
             return None
-        token = cls.objects.active().select_related("site").filter(key_id=parts[1]).first()
-        if token is None or not hmac.compare_digest(token.secret_hash, hash_secret(parts[2])):
+        cached = _verified.get(parts[1])
+        if cached is not None and cached[1] > time.monotonic():
+            token = cached[0]
+        else:
+            token = cls.objects.active().select_related("site").filter(key_id=parts[1]).first()
+            if token is None:
+                return None
+        if not hmac.compare_digest(token.secret_hash, hash_secret(parts[2])):
             return None
+        if cached is None or cached[0] is not token:
+            _verified[parts[1]] = (token, time.monotonic() + TOKEN_CACHE_SECONDS)
         return token
 
     @property

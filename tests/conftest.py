@@ -22,7 +22,7 @@ from django.test import Client
 
 from console import counters, roles
 from console.celery import app as celery_app
-from console.models import AgentToken
+from console.models import AgentToken, forget_verified_tokens
 from fleet.models import Site
 from fleet.services import directory, partitions
 
@@ -41,6 +41,7 @@ def _eager_unless_real_stack(request: pytest.FixtureRequest, settings: Any) -> I
     cache.clear()
     directory.clear()  # in-process caches must not outlive a test's rolled-back rows
     counters.reset()
+    forget_verified_tokens()
     partitions.forget_known_partitions()
     yield
     celery_app.conf.task_always_eager = settings.CELERY_TASK_ALWAYS_EAGER

@@ -51,3 +51,18 @@ def test_operators_cannot_manage_tokens(operator_client, site_a: Site) -> None:
     response = operator_client.post("/admin/console/agenttoken/add/", {"name": "x", "site": site_a.pk})
     assert response.status_code in (302, 403)
     assert not AgentToken.objects.filter(name="x").exists()
+
+
+def test_a_revoked_token_stops_working_once_its_cached_verification_expires(client, site_a, monkeypatch) -> None:
+    """Verified tokens are remembered for TOKEN_CACHE_SECONDS, so a revocation lands within that."""
+    from console import models
+
+    token, plain = AgentToken.issue(site=site_a, name="rotating")
+    assert post_batch(client, plain, {"samples": [make_sample()]}).status_code == 202
+    AgentToken.objects.filter(pk=token.pk).update(revoked_at=token.created_at)
+    assert post_batch(client, plain, {"samples": [make_sample()]}).status_code == 202  # still cached
+    monkeypatch.setattr(models, "TOKEN_CACHE_SECONDS", 0)
+    models.forget_verified_tokens()
+    assert post_batch(client, plain, {"samples": [make_sample()]}).status_code == 401
+    wrong = plain[:-3] + "xyz"
+    assert post_batch(client, wrong, {"samples": [make_sample()]}).status_code == 401  # the hash is always checked
