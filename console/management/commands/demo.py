@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import secrets
 import sys
 import threading
@@ -59,9 +60,9 @@ class Command(BaseCommand):
             ws_ping_interval=20,
         )
         try:
-            uvicorn.Server(config).run()
-        except KeyboardInterrupt:
-            pass  # uvicorn re-raises the Ctrl-C it handled; the shutdown below is the clean path
+            # uvicorn re-raises the Ctrl-C it handled; the shutdown below is the clean path.
+            with contextlib.suppress(KeyboardInterrupt):
+                uvicorn.Server(config).run()
         finally:
             stop.set()
             if simulator is not None:

@@ -420,15 +420,21 @@ def test_it_reports_xid_as_null_when_the_gpu_cannot_deliver_xid_events() -> None
 
 
 def test_it_refuses_to_start_without_the_nvidia_driver_and_names_the_alternatives(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     try:
-        pynvml.nvmlInit()  # the real bindings, no fake
+        pynvml.nvmlInit()  # the real bindings: on a host without a driver, they refuse here
     except pynvml.NVMLError_LibraryNotFound:
         pass
     else:
+        # A host with a driver: take it away at the pynvml boundary, the way a missing
+        # libnvidia-ml.so fails.
         pynvml.nvmlShutdown()
-        pytest.skip("this host has an NVIDIA driver")
+
+        def no_library() -> None:
+            raise pynvml.NVMLError_LibraryNotFound()
+
+        monkeypatch.setattr(pynvml, "nvmlInit", no_library)
 
     with pytest.raises(AgentSetupError) as excinfo:
         NvmlReader()
