@@ -73,6 +73,7 @@ class IncidentDetailView(DashboardRequiredMixin, TemplateView):
             ("pm_went_badly", "What went badly"),
         ]
         context["postmortem"] = {name: getattr(incident, name) for name, _ in context["postmortem_fields"]}
+        context["live"] = {"id": incident.pk, "updated_at": incident.updated_at.isoformat()}
         return context
 
 

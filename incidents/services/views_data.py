@@ -30,6 +30,7 @@ def incident_row(incident: Incident) -> dict[str, Any]:
         "gpu_hours": round(incident.current_gpu_hours(), 2),
         "commander": incident.commander.get_username() if incident.commander_id else None,
         "url": incident.get_absolute_url(),
+        "updated_at": incident.updated_at.isoformat(),
     }
 
 

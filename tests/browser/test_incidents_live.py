@@ -158,3 +158,45 @@ def test_incident_list_follows_incidents_live(
     assert incident.pk == incident_id
     assert incident.state == IncidentState.RESOLVED
     assert incident.timeline.filter(text__startswith=f"Resolved by {operator_user.username}").exists()
+
+
+def test_the_incident_page_shows_changes_made_elsewhere(
+    stack: Stack, viewer_user: User, operator_user: User, site_a: Site, token_a: str
+) -> None:
+    """An operator acknowledges the incident while a viewer has its page open: the page follows."""
+    from incidents.services.engine import Actor, acknowledge_incident, raise_finding
+
+    raise_finding(
+        "xid:live-page",
+        {"site": "ams-1", "hostname": HOSTNAME},
+        "SEV2",
+        "XID 79 on the live page",
+        source="detector:critical-xid",
+    )
+    incident_id = Incident.objects.get().pk
+    username = viewer_user.username
+
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = launch(pw)
+        try:
+            page, log = sign_in(browser, stack, username, f"/incidents/{incident_id}/", LIST_API_PATH)
+            assert page.text_content(".page-head .state") == "Triggered"
+            wait_in_page(page, lambda: bool(log.of_type("subscribed")), "the websocket subscription")
+
+            def acknowledge() -> None:
+                acknowledge_incident(
+                    Incident.objects.get(pk=incident_id),
+                    actor=Actor.person(operator_user),
+                    note="on it from the other screen",
+                )
+
+            _off_the_loop(page, acknowledge, "acknowledging the incident")
+            page.wait_for_function(
+                "document.querySelector('.page-head .state').textContent === 'Acknowledged'", timeout=LIVE_TIMEOUT_MS
+            )
+            assert "on it from the other screen" in page.text_content(".timeline")
+            assert not log.errors, f"the browser reported errors: {log.errors}"
+        finally:
+            browser.close()

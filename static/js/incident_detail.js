@@ -1,0 +1,20 @@
+// Incident page: when the incident changes elsewhere (a finding joins or clears, someone acts,
+// the hold-down resolves it), reload to show it, unless the user is in the middle of typing;
+// then say so instead of throwing their text away.
+(function () {
+  "use strict";
+  var page = JSON.parse(document.getElementById("incident-live").textContent);
+  var rendered = Date.parse(page.updated_at);
+  var dirty = false;
+  document.addEventListener("input", function () { dirty = true; });
+  var banner = document.getElementById("incident-changed");
+
+  function onDelta(msg) {
+    if (msg.type !== "incidents.delta") return;
+    msg.incidents.forEach(function (row) {
+      if (row.id !== page.id || Date.parse(row.updated_at) <= rendered) return;
+      if (dirty) { banner.hidden = false; } else { window.location.reload(); }
+    });
+  }
+  new window.GoodputLive({ topics: ["incidents"], onMessage: onDelta, onSnapshot: function () { return Promise.resolve(); } });
+})();
