@@ -8,12 +8,22 @@ to the same server (one data directory under ``var/``); the last one to exit sto
 from __future__ import annotations
 
 import logging
+import signal
+import sys
+import threading
 import warnings
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
 DATABASE_NAME = "goodput"
+
+
+def _exit_cleanly_on_sigterm() -> None:
+    """The server stops when the last process using it exits, through atexit; a plain SIGTERM
+    would skip atexit and leave it running. Servers (uvicorn, Celery) install their own handlers."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 def embedded_database_settings(pgdata: Path) -> dict[str, object]:
@@ -28,6 +38,7 @@ def embedded_database_settings(pgdata: Path) -> dict[str, object]:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE_NAME]).fetchone()
         if not exists:
             conn.execute(f'CREATE DATABASE "{DATABASE_NAME}"')
+    _exit_cleanly_on_sigterm()
     info = server.get_postmaster_info()
     return {
         "ENGINE": "django.db.backends.postgresql",

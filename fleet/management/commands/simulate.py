@@ -7,7 +7,7 @@ from typing import Any
 
 import requests
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import close_old_connections, transaction
+from django.db import ProgrammingError, close_old_connections, transaction
 from django.utils import timezone
 
 from console.models import AgentToken
@@ -52,7 +52,12 @@ class Command(BaseCommand):
         if options["interval"] <= 0:
             raise CommandError("--interval must be positive")
         fleet = build_fleet(DEFAULT_SITES, gpu_limit=options["gpus"], seed=options["seed"])
-        tokens = self._prepare_inventory(fleet, seed=options["seed"])
+        try:
+            tokens = self._prepare_inventory(fleet, seed=options["seed"])
+        except ProgrammingError as exc:
+            raise CommandError(
+                f"The database is not ready ({exc.__class__.__name__}); run `manage.py migrate` first."
+            ) from exc
         close_old_connections()
         self._wait_for_console(options["url"], options["wait"])
         sim = FleetSimulator(
