@@ -19,26 +19,10 @@ import django
 
 django.setup()
 
-from rest_framework import serializers  # noqa: E402
+from _common import drf_serializer  # noqa: E402
 
 from fleet.services.ingest import parse_gpu_batch  # noqa: E402
 from fleet.simulator import DEFAULT_SITES, FleetSimulator, build_fleet, utcnow  # noqa: E402
-from fleet.telemetry_fields import GPU_SAMPLE_FIELDS  # noqa: E402
-
-
-def drf_serializer() -> type[serializers.Serializer]:
-    fields: dict[str, serializers.Field] = {
-        "gpu_uuid": serializers.RegexField(r"^(GPU|MIG)-[0-9A-Za-z-]{6,60}$"),
-        "hostname": serializers.CharField(max_length=253),
-        "ts": serializers.DateTimeField(),
-        "gpu_index": serializers.IntegerField(min_value=0, max_value=1023, required=False, allow_null=True),
-        "model": serializers.CharField(max_length=64, required=False, allow_null=True),
-    }
-    for f in GPU_SAMPLE_FIELDS:
-        kind = serializers.FloatField if f.kind is float else serializers.IntegerField
-        fields[f.name] = kind(min_value=f.minimum, max_value=f.maximum, required=False, allow_null=True)
-    sample = type("SampleSerializer", (serializers.Serializer,), fields)
-    return type("BatchSerializer", (serializers.Serializer,), {"samples": sample(many=True)})
 
 
 def rate(fn, body: bytes, samples: int, seconds: float = 3.0) -> float:  # type: ignore[no-untyped-def]

@@ -13,7 +13,6 @@ class FleetConfig(AppConfig):
 
         metrics.register_collector(fleet_metrics.collect)
         live.register_topic_builder("fleet", dashboard.build_fleet_delta)
-        live.register_topic_builder("site", dashboard.build_site_delta)
         overview.register_section(
             overview.Section(
                 name="fleet",

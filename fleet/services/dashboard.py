@@ -266,7 +266,9 @@ def overview_snapshot(*, range_key: str = DEFAULT_RANGE, site_id: int | None = N
     }
 
 
-def _delta(topic: str, watermark: str | None, *, site_id: int | None) -> tuple[dict[str, Any], str | None]:
+def build_fleet_delta(topic: str, watermark: str | None) -> tuple[dict[str, Any], str | None]:
+    """The `fleet` topic's push: totals and site cards now, and the GPU rows changed since the
+    previous push."""
     since = (
         datetime.fromisoformat(watermark) - WATERMARK_OVERLAP
         if watermark
@@ -274,22 +276,13 @@ def _delta(topic: str, watermark: str | None, *, site_id: int | None) -> tuple[d
     )
     # Read the watermark before the rows: a state written in between is sent now or next time.
     newest = GpuState.objects.aggregate(m=Max("updated_at"))["m"]
-    rows = gpu_rows(site_id=site_id, updated_since=since)
-    new_watermark = newest.isoformat() if newest else watermark
+    rows = gpu_rows(updated_since=since)
     payload = {
         "type": "fleet.delta",
         "topic": topic,
         "ts": timezone.now().isoformat(),
-        "totals": fleet_totals(site_id=site_id),
+        "totals": fleet_totals(),
         "sites": site_summaries(),
         "gpus": rows,
     }
-    return payload, new_watermark
-
-
-def build_fleet_delta(topic: str, watermark: str | None) -> tuple[dict[str, Any], str | None]:
-    return _delta(topic, watermark, site_id=None)
-
-
-def build_site_delta(topic: str, watermark: str | None) -> tuple[dict[str, Any], str | None]:
-    return _delta(topic, watermark, site_id=int(topic.split(".", 1)[1]))
+    return payload, newest.isoformat() if newest else watermark

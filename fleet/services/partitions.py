@@ -7,13 +7,17 @@ frees its space at once and leaves no dead rows for vacuum.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 
+import psycopg
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,24 @@ def forget_known_partitions() -> None:
 def is_missing_partition(exc: BaseException) -> bool:
     """True for PostgreSQL's 'no partition of relation ... found for row'."""
     return "no partition of relation" in str(exc)
+
+
+def write_with_partitions(table: PartitionedTable, first: datetime, last: datetime, write: Callable[[], T]) -> T:
+    """Make the partitions [first, last] needs (outside the write's transaction: creating one
+    locks the parent table), then write. If another process (retention, a test's rollback)
+    removed a partition this process believed in, forget what it believed and try once more."""
+    from fleet.services import directory
+
+    for attempt in (1, 2):
+        ensure_partitions(table, first, last)
+        try:
+            return write()
+        except (DatabaseError, psycopg.Error) as exc:  # COPY runs on the raw psycopg cursor
+            if attempt == 2 or not is_missing_partition(exc):
+                raise
+            forget_known_partitions()
+            directory.clear()  # ids cached during the rolled-back attempt may not exist
+    raise AssertionError("unreachable")
 
 
 def make_partitions_ahead(*, days: int = 3, now: datetime | None = None) -> list[str]:

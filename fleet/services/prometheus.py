@@ -16,9 +16,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
-import psycopg
 from django.conf import settings
-from django.db import DatabaseError, connection, transaction
+from django.db import connection, transaction
 from prometheus_client.parser import text_fd_to_metric_families
 
 from fleet.choices import ServingFramework
@@ -295,28 +294,24 @@ def store_serving_points(*, site_id: int, batch_key: str, points: list[ServingPo
     from fleet.services.telemetry import _claim_batch
 
     first, last = min(p.ts for p in points), max(p.ts for p in points)
-    for attempt in (1, 2):
-        partitions.ensure_partitions(partitions.SERVING_SAMPLES, first, last)
-        try:
-            with transaction.atomic():
-                if not _claim_batch(batch_key, site_id=site_id, count=len(points), enqueued_at=None):
-                    return 0
-                endpoint_ids = _resolve_endpoints(site_id, points)
-                with (
-                    connection.cursor() as cursor,
-                    cursor.cursor.copy(
-                        "COPY fleet_servingsample (endpoint_id, ts, metric, series, value) FROM STDIN (FORMAT BINARY)"
-                    ) as copy,
-                ):
-                    copy.set_types(["int8", "timestamptz", "text", "text", "float8"])
-                    for p in points:
-                        copy.write_row((endpoint_ids[p.endpoint], p.ts, p.metric, p.series, p.value))
-            return len(points)
-        except (DatabaseError, psycopg.Error) as exc:
-            if attempt == 2 or not partitions.is_missing_partition(exc):
-                raise
-            partitions.forget_known_partitions()
-    return 0  # pragma: no cover
+
+    def write() -> int:
+        with transaction.atomic():
+            if not _claim_batch(batch_key, site_id=site_id, count=len(points), enqueued_at=None):
+                return 0
+            endpoint_ids = _resolve_endpoints(site_id, points)
+            with (
+                connection.cursor() as cursor,
+                cursor.cursor.copy(
+                    "COPY fleet_servingsample (endpoint_id, ts, metric, series, value) FROM STDIN (FORMAT BINARY)"
+                ) as copy,
+            ):
+                copy.set_types(["int8", "timestamptz", "text", "text", "float8"])
+                for p in points:
+                    copy.write_row((endpoint_ids[p.endpoint], p.ts, p.metric, p.series, p.value))
+        return len(points)
+
+    return partitions.write_with_partitions(partitions.SERVING_SAMPLES, first, last, write)
 
 
 def _resolve_endpoints(site_id: int, points: list[ServingPoint]) -> dict[str, int]:

@@ -8,8 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-import psycopg
-from django.db import DatabaseError, connection, transaction
+from django.db import connection, transaction
 from msgspec.structs import astuple
 
 from console import live
@@ -32,27 +31,17 @@ def metric_values(sample: Any) -> tuple[Any, ...]:
 def store_gpu_samples(
     *, site_id: int, batch_key: str, samples: Sequence[Any], enqueued_at: datetime | None = None
 ) -> int:
-    """Store one validated batch atomically; return the number of samples written (0: a redelivery).
-
-    Partitions for the batch's days are made first, in their own transaction: creating one takes
-    a lock on the parent table that must not be held for the length of a batch.
-    """
+    """Store one validated batch atomically; return the number of samples written (0: a redelivery)."""
     if not samples:
         return 0
     first = min(s.ts for s in samples)
     last = max(s.ts for s in samples)
-    for attempt in (1, 2):
-        partitions.ensure_partitions(partitions.SAMPLES, first, last)
-        try:
-            return _store(site_id=site_id, batch_key=batch_key, samples=samples, enqueued_at=enqueued_at)
-        except (DatabaseError, psycopg.Error) as exc:  # COPY runs on the raw psycopg cursor
-            # Another process (retention, a test's rollback) removed a partition this process
-            # believed in: forget what it believed and try once more.
-            if attempt == 2 or not partitions.is_missing_partition(exc):
-                raise
-            partitions.forget_known_partitions()
-            directory.clear()
-    return 0  # pragma: no cover (the loop returns or raises)
+    return partitions.write_with_partitions(
+        partitions.SAMPLES,
+        first,
+        last,
+        lambda: _store(site_id=site_id, batch_key=batch_key, samples=samples, enqueued_at=enqueued_at),
+    )
 
 
 def _store(*, site_id: int, batch_key: str, samples: Sequence[Any], enqueued_at: datetime | None) -> int:
@@ -64,7 +53,7 @@ def _store(*, site_id: int, batch_key: str, samples: Sequence[Any], enqueued_at:
         _copy_samples(gpu_ids, samples)
         _upsert_latest_state(gpu_ids, samples)
         mark_dirty_minutes(s.ts for s in samples)
-        transaction.on_commit(lambda: live.request_push("fleet", f"site.{site_id}"))
+        transaction.on_commit(lambda: live.request_push("fleet"))
     return len(samples)
 
 
