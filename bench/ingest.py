@@ -35,7 +35,6 @@ worker_rss_mb_max=...
 from __future__ import annotations
 
 import argparse
-import base64
 import contextlib
 import http.client
 import itertools
@@ -208,6 +207,8 @@ def run_raw_copy(workload: Workload, seconds: float) -> float:
     ensure_partitions_for(workload)
     sql = f"COPY fleet_gpusample ({', '.join(SAMPLE_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
     rows = 0
+    groups = raw_copy_processes()
+    meter = CpuMeter(groups)
     with psycopg.connect(BENCH_DATABASE_URL) as conn:
         started = time.perf_counter()
         for n in itertools.count():
@@ -220,9 +221,14 @@ def run_raw_copy(workload: Workload, seconds: float) -> float:
             if time.perf_counter() - started >= seconds:
                 break
         elapsed = time.perf_counter() - started
+    cpu = meter.stop(groups)
     assert sample_count() == rows
     rate = rows / elapsed
-    log(f"raw_copy: {rows:,} rows in {elapsed:.1f} s = {rate:,.0f} samples/s ({n + 1} COPYs)")
+    per_k = 1000 * 1000 / rows
+    log(
+        f"raw_copy: {rows:,} rows in {elapsed:.1f} s = {rate:,.0f} samples/s ({n + 1} COPYs); CPU ms per 1,000 "
+        f"samples: postgres (server) {cpu['postgres'] * per_k:.1f}, client {cpu['client'] * per_k:.1f}"
+    )
     return rate
 
 
@@ -314,18 +320,29 @@ class CpuMeter:
         return used
 
 
-def component_processes(procs: Processes) -> dict[str, Any]:
+def postgres_server() -> tuple[str, Any]:
     import psutil
     from django.db import connection
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
-        postmaster = psutil.Process(cursor.fetchone()[0]).parent()
+        return ("server", psutil.Process(cursor.fetchone()[0]).parent())
+
+
+def raw_copy_processes() -> dict[str, Any]:
+    import psutil
+
+    return {"postgres": postgres_server(), "client": [psutil.Process()]}
+
+
+def component_processes(procs: Processes) -> dict[str, Any]:
+    import psutil
+
     redis_servers = [p for p in psutil.process_iter(["name"]) if (p.info["name"] or "").startswith("redis-server")]
     return {
         "web": procs.tree("web"),
         "worker": procs.tree("worker"),
-        "postgres": ("server", postmaster),
+        "postgres": postgres_server(),
         "redis": redis_servers,
         "client": [psutil.Process()],
     }
@@ -415,7 +432,11 @@ def wait_for_stored(target: int, *, timeout: float) -> float:
 
 
 def start_stack(procs: Processes, args: argparse.Namespace, port: int) -> None:
-    env = bench_env(GOODPUT_INGEST_QUEUE_BOUND=str(args.queue_bound))
+    env = bench_env(
+        GOODPUT_INGEST_QUEUE_BOUND=str(args.queue_bound),
+        GOODPUT_INGEST_FOLD_BATCHES=str(args.fold),
+        GOODPUT_INGEST_DRAINERS=str(args.drainers or args.celery_concurrency),
+    )
     procs.spawn(
         "worker",
         [
@@ -685,16 +706,17 @@ class StageTimer:
             setattr(module, attr, original)
 
 
-def run_breakdown(workload: Workload, site_ids: dict[str, int], seconds: float) -> None:
+def run_breakdown(workload: Workload, site_ids: dict[str, int], seconds: float, fold: int) -> None:
+    """Each stage of the path in-process, one request at a time, timed (ms per batch): the web
+    side batch by batch, then the writer's side on folds of ``fold`` queued batches."""
     import redis
+    from django.conf import settings
     from django.test import Client
-    from kombu import serialization
 
     from console import live
     from console.models import AgentToken
     from fleet.models import Site
-    from fleet.services import ingest, partitions, telemetry
-    from fleet.tasks import ingest_gpu_batch
+    from fleet.services import ingest, ingest_stream, partitions, telemetry
 
     reset_tables()
     ensure_partitions_for(workload)
@@ -705,29 +727,24 @@ def run_breakdown(workload: Workload, site_ids: dict[str, int], seconds: float) 
     }
     client = Client()
     timer = StageTimer()
-    for attr in ("_claim_batch", "_resolve_gpus", "_copy_samples", "_upsert_latest_state", "mark_dirty_minutes"):
-        timer.wrap(telemetry, attr, f"worker: store: {attr.lstrip('_')}")
-    timer.wrap(partitions, "ensure_partitions", "worker: store: ensure_partitions")
-    timer.wrap(live, "request_push", "worker: store: on-commit live push request")
-    batches = 0
-    samples = 0
+    for attr in ("_claim_batches", "_resolve_gpus", "_copy_samples", "_upsert_latest_state", "mark_dirty_minutes"):
+        timer.wrap(telemetry, attr, f"writer: store: {attr.lstrip('_')}")
+    timer.wrap(partitions, "ensure_partitions", "writer: store: ensure_partitions")
+    timer.wrap(live, "request_push", "writer: store: on-commit live push request")
+    timer.wrap(ingest_stream, "decode_rows", "writer: decode_rows (MessagePack)")
+    timer.wrap(ingest_stream, "store_gpu_batches", "writer: store_gpu_batches (total)")
+    batches = samples = queued = 0
+    settings.INGEST_FOLD_BATCHES = fold
     started = time.perf_counter()
     try:
         for n in itertools.count():  # the tables were emptied; keys are breakdown-<n>
             batch, body = workload.batch(n)[0], workload.body(n)
             site_id = site_ids[batch.site]
-            # The web side, stage by stage.
             parsed = timer.time("web: parse_gpu_batch (msgspec validation)", ingest.parse_gpu_batch, body)
             timer.time("web: check_site_scope", ingest.check_site_scope, parsed, site_id=site_id)
-            key = ingest.batch_key(site_id=site_id, body=body, idempotency_key=f"breakdown-{n}")
-            timer.time("web: body.decode()", body.decode)
-            enqueued = datetime.now(UTC).isoformat()
-            timer.time(
-                "web: Celery publish (apply_async)",
-                ingest_gpu_batch.apply_async,
-                args=(site_id, key, body.decode(), enqueued),
-            )
-            # The whole request through Django (WSGI test client: middleware, token auth, DRF, the view).
+            timer.time("web: encode_rows (MessagePack)", ingest.encode_rows, parsed.samples)
+            # The whole request through Django (WSGI test client: middleware, token auth, DRF, the
+            # view, and the XADD that queues it for the writers).
             response = timer.time(
                 "web: whole request (Django test client)",
                 client.post,
@@ -735,47 +752,32 @@ def run_breakdown(workload: Workload, site_ids: dict[str, int], seconds: float) 
                 data=body,
                 content_type="application/json",
                 HTTP_AUTHORIZATION=f"Bearer {tokens[batch.site]}",
-                HTTP_IDEMPOTENCY_KEY=f"breakdown-http-{n}",
+                HTTP_IDEMPOTENCY_KEY=f"breakdown-{n}",
             )
             assert response.status_code == 202, response.content[:300]
-            # The worker side: take our message back off the queue and decode it as kombu does.
-            # Newest first (kombu LPUSHes): the last ingest message is the apply_async above; the
-            # others are the test client's copy and live-push tasks.
-            queued = broker.lrange("celery", 0, -1)
-            broker.delete("celery")
-            raw = [m for m in queued if b'"task": "fleet.tasks.ingest_gpu_batch"' in m][-1]
-
-            def decode(raw: bytes) -> Any:
-                envelope = json.loads(raw)
-                payload = base64.b64decode(envelope["body"])
-                return serialization.loads(payload, envelope["content-type"], envelope["content-encoding"])
-
-            args_ = timer.time("worker: kombu decode (JSON envelope, base64, JSON args)", decode, raw)[0]
-            decoded = timer.time("worker: decode_trusted_batch (msgspec)", ingest.decode_trusted_batch, args_[2])
-            stored = timer.time(
-                "worker: store_gpu_samples (total)",
-                telemetry.store_gpu_samples,
-                site_id=args_[0],
-                batch_key=args_[1],
-                samples=decoded.samples,
-                enqueued_at=datetime.fromisoformat(args_[3]),
-            )
-            assert stored == batch.samples
             batches += 1
             samples += batch.samples
-            if time.perf_counter() - started >= seconds:
+            queued += batch.samples
+            if batches % fold == 0:  # the writer's side: one fold of the queued batches
+                stored = timer.time("writer: drain (total)", ingest_stream.drain, consumer="breakdown")
+                assert stored == queued, (stored, queued)
+                queued = 0
+            if time.perf_counter() - started >= seconds and batches % fold == 0:
                 break
     finally:
         timer.restore()
         broker.flushdb()
     totals = timer.totals
-    totals["worker: store: transaction begin/commit and the rest"] = totals["worker: store_gpu_samples (total)"] - sum(
-        v for k, v in totals.items() if k.startswith("worker: store: ")
+    totals["writer: store: transaction and the rest"] = totals["writer: store_gpu_batches (total)"] - sum(
+        v for k, v in totals.items() if k.startswith("writer: store: ")
     )
-    log(f"breakdown: {batches} batches of ~{samples // batches} samples, one at a time, in-process (ms per batch):")
-    order = [k for k in totals if k.startswith("web")] + [k for k in totals if k.startswith("worker: store_gpu")]
-    order[-1:-1] = [k for k in totals if k.startswith("worker") and "store" not in k]
-    order += sorted((k for k in totals if k.startswith("worker: store: ")), key=lambda k: -totals[k])
+    log(
+        f"breakdown: {batches} batches of ~{samples // batches} samples, in-process; the writer drains "
+        f"folds of {fold} (ms per batch):"
+    )
+    order = [k for k in totals if k.startswith("web")]
+    order += ["writer: drain (total)", "writer: decode_rows (MessagePack)", "writer: store_gpu_batches (total)"]
+    order += sorted((k for k in totals if k.startswith("writer: store: ")), key=lambda k: -totals[k])
     for label in order:
         ms = totals[label] / batches * 1000
         rate = f"{samples / totals[label]:>10,.0f} samples/s" if "store: " not in label else ""
@@ -796,9 +798,15 @@ def main() -> None:
     parser.add_argument("--web-workers", type=int, default=1, help="uvicorn --workers (default 1)")
     parser.add_argument("--celery-concurrency", type=int, default=2, help="Celery worker --concurrency (default 2)")
     parser.add_argument("--celery-pool", default="prefork")
+    parser.add_argument(
+        "--drainers", type=int, help="GOODPUT_INGEST_DRAINERS: writers at once (default: the worker's concurrency)"
+    )
     parser.add_argument("--clients", type=int, default=4, help="client threads POSTing (default 4)")
     parser.add_argument(
         "--queue-bound", type=int, default=100, help="GOODPUT_INGEST_QUEUE_BOUND for e2e (default 100; ~1 MB a batch)"
+    )
+    parser.add_argument(
+        "--fold", type=int, default=16, help="GOODPUT_INGEST_FOLD_BATCHES: batches a writer folds (default 16)"
     )
     parser.add_argument("--no-breakdown", action="store_true", help="skip the in-process per-stage breakdown")
     parser.add_argument("--profile", metavar="DIR", help="record web and worker with py-spy into DIR during e2e")
@@ -831,7 +839,7 @@ def main() -> None:
         if args.only in (None, "e2e"):
             results["e2e"] = run_e2e(workload, args, site_ids, procs)
         if args.only == "breakdown" or (args.only is None and not args.no_breakdown):
-            run_breakdown(workload, site_ids, seconds=5)
+            run_breakdown(workload, site_ids, seconds=5, fold=args.fold)
     finally:
         procs.stop()
         reset_tables()

@@ -1,15 +1,19 @@
 """Counters shared by every process (web and workers): one Redis hash in production, process
 memory in embedded mode (one process). Read by /metrics.
 
-One process-wide client and one HINCRBY per increment: Django's cache would open a client per
-request under ASGI and make three round trips.
+Increments add up in process memory and a background thread writes them to Redis once a second
+(and at exit): at a hundred requests a second, a round trip per increment cost more than the
+counting was worth. /metrics may therefore lag by up to a second.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
+import os
 import threading
+import time
 from collections import Counter
 
 import redis
@@ -18,9 +22,12 @@ from django.conf import settings
 logger = logging.getLogger(__name__)
 
 HASH = "goodput:counters"
-_local: Counter[str] = Counter()
+FLUSH_SECONDS = 1.0
+_local: Counter[str] = Counter()  # embedded mode: the counters themselves
+_pending: Counter[str] = Counter()  # production: increments not yet written to Redis
 _lock = threading.Lock()
 _client: redis.Redis | None = None
+_flusher_pid: int | None = None  # the process whose flusher thread runs (a fork has none)
 
 
 def _redis() -> redis.Redis | None:
@@ -39,15 +46,59 @@ def _key(name: str, labels: dict[str, str]) -> str:
 
 def increment(name: str, amount: int = 1, **labels: str) -> None:
     key = _key(name, labels)
+    with _lock:
+        if not settings.REDIS_URL:
+            _local[key] += amount
+            return
+        _pending[key] += amount
+        if _flusher_pid != os.getpid():
+            _start_flusher()
+
+
+def _start_flusher() -> None:
+    """(With _lock held.) A daemon thread that writes pending increments once a second."""
+    global _flusher_pid
+    _flusher_pid = os.getpid()
+
+    def run() -> None:
+        while True:
+            time.sleep(FLUSH_SECONDS)
+            flush()
+
+    threading.Thread(target=run, name="goodput-counters", daemon=True).start()
+
+
+def flush() -> None:
+    """Write pending increments to Redis; kept for the next flush if Redis is unavailable."""
+    with _lock:
+        if not _pending:
+            return
+        taken = dict(_pending)
+        _pending.clear()
     client = _redis()
     if client is None:
-        with _lock:
-            _local[key] += amount
         return
     try:
-        client.hincrby(HASH, key, amount)
+        pipe = client.pipeline(transaction=False)
+        for key, amount in taken.items():
+            pipe.hincrby(HASH, key, amount)
+        pipe.execute()
     except redis.RedisError:  # counting must never fail a request
-        logger.debug("counter %s not recorded", key, exc_info=True)
+        logger.debug("%d counter(s) not recorded yet", len(taken), exc_info=True)
+        with _lock:
+            _pending.update(taken)
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (a Celery pool process) starts with a fresh lock (the parent's flusher may
+    have held it at the fork) and without the parent's pending increments (the parent writes them)."""
+    global _lock
+    _lock = threading.Lock()
+    _pending.clear()
+
+
+atexit.register(flush)
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def snapshot() -> dict[str, int]:
@@ -56,6 +107,7 @@ def snapshot() -> dict[str, int]:
     if client is None:
         with _lock:
             return dict(_local)
+    flush()  # this process's own increments, at least, are up to date
     return {k.decode(): int(v) for k, v in client.hgetall(HASH).items()}
 
 
@@ -64,6 +116,7 @@ def reset() -> None:
     global _client
     with _lock:
         _local.clear()
+        _pending.clear()
     if _client is not None:
         with contextlib.suppress(redis.RedisError):
             _client.delete(HASH)

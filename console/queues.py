@@ -10,11 +10,21 @@ from django.conf import settings
 _client: redis.Redis | None = None
 
 
-def _redis() -> redis.Redis:
+def redis_client() -> redis.Redis:
+    """The process's client for the broker's Redis (queues, the payload stash, ingest streams)."""
     global _client
     if _client is None:
-        _client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1, socket_timeout=1)
+        _client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1, socket_timeout=5)
     return _client
+
+
+# Redis streams whose entries are queued work too (the GPU ingest stream); apps register theirs.
+_streams: list[str] = []
+
+
+def register_stream(name: str) -> None:
+    if name not in _streams:
+        _streams.append(name)
 
 
 _depth: tuple[float, int] = (0.0, 0)
@@ -22,17 +32,22 @@ DEPTH_CACHE_SECONDS = 0.25
 
 
 def queue_depth(queue: str = "celery") -> int:
-    """Messages waiting in a Celery queue (0 in eager mode, where nothing queues).
+    """Work waiting for a worker: messages in a Celery queue plus entries in the registered
+    streams (0 in eager mode, where nothing queues).
 
-    Read at most four times a second per process: at 100 batches a second, one LLEN each would
-    be pure overhead. Raises redis.RedisError when the broker cannot be reached.
+    Read at most four times a second per process: at 100 batches a second, a round trip each
+    would be pure overhead. Raises redis.RedisError when the broker cannot be reached.
     """
     global _depth
     if settings.EAGER_TASKS:
         return 0
     now = time.monotonic()
     if now - _depth[0] > DEPTH_CACHE_SECONDS:
-        _depth = (now, int(_redis().llen(queue)))
+        pipe = redis_client().pipeline(transaction=False)
+        pipe.llen(queue)
+        for stream in _streams:
+            pipe.xlen(stream)
+        _depth = (now, sum(int(n) for n in pipe.execute()))
     return _depth[1]
 
 
@@ -52,12 +67,12 @@ STASH_TTL_SECONDS = 24 * 3600
 
 
 def stash_payload(key: str, data: bytes) -> None:
-    _redis().set(STASH_PREFIX + key, data, ex=STASH_TTL_SECONDS)
+    redis_client().set(STASH_PREFIX + key, data, ex=STASH_TTL_SECONDS)
 
 
 def take_payload(key: str) -> bytes | None:
-    return _redis().get(STASH_PREFIX + key)
+    return redis_client().get(STASH_PREFIX + key)
 
 
 def drop_payload(key: str) -> None:
-    _redis().delete(STASH_PREFIX + key)
+    redis_client().delete(STASH_PREFIX + key)

@@ -163,6 +163,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] = envint("GOODPUT_TASK_VIS
 # a thread of the demo process (console.scheduler).
 CELERY_BEAT_SCHEDULE = {
     "update-rollups": {"task": "fleet.tasks.update_rollups", "schedule": 10.0},
+    # A safety net: the API schedules drains itself; this one catches batches a lost message stranded.
+    "drain-gpu-ingest": {"task": "fleet.tasks.drain_gpu_ingest", "schedule": 15.0},
     "schedule-scrapes": {"task": "fleet.tasks.schedule_scrapes", "schedule": 5.0},
     "maintain-partitions": {"task": "fleet.tasks.maintain_partitions", "schedule": 3600.0},
     "run-detectors": {
@@ -261,8 +263,14 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = INGEST_MAX_BYTES + 1024
 RAW_RETENTION_DAYS = envint("GOODPUT_RAW_RETENTION_DAYS", 7, minimum=1)
 ROLLUP_1M_RETENTION_DAYS = envint("GOODPUT_ROLLUP_1M_RETENTION_DAYS", 30, minimum=1)
 ROLLUP_1H_RETENTION_DAYS = envint("GOODPUT_ROLLUP_1H_RETENTION_DAYS", 400, minimum=1)
-# Back-pressure: ingest answers 429 once this many tasks wait in the broker queue.
+# Back-pressure: ingest answers 429 once this many batches wait for a writer.
 INGEST_QUEUE_BOUND = envint("GOODPUT_INGEST_QUEUE_BOUND", 2000, minimum=1)
+# GPU batches wait in a Redis stream; up to INGEST_DRAINERS Celery tasks write them, folding up
+# to INGEST_FOLD_BATCHES batches into one transaction. A writer's batches left pending this long
+# (it died mid-write) are taken over by another.
+INGEST_DRAINERS = envint("GOODPUT_INGEST_DRAINERS", 2, minimum=1)
+INGEST_FOLD_BATCHES = envint("GOODPUT_INGEST_FOLD_BATCHES", 16, minimum=1)
+INGEST_RECLAIM_SECONDS = envint("GOODPUT_INGEST_RECLAIM_SECONDS", 60, minimum=1)
 # A GPU whose last sample is older than this is "stale" on the dashboard.
 FLEET_STALE_SECONDS = envint("GOODPUT_FLEET_STALE_SECONDS", 120, minimum=5)
 LIVE_MIN_INTERVAL_MS = envint("GOODPUT_LIVE_MIN_INTERVAL_MS", 1000, minimum=50)

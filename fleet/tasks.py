@@ -10,9 +10,7 @@ from celery import shared_task
 from console import counters
 from console.queues import drop_payload, take_payload
 from fleet.models import IngestBatch
-from fleet.services import partitions, rollups
-from fleet.services.ingest import decode_trusted_batch
-from fleet.services.telemetry import store_gpu_samples
+from fleet.services import ingest_stream, partitions, rollups
 
 logger = logging.getLogger(__name__)
 
@@ -28,22 +26,10 @@ def _payload(batch_key: str, body: str | None) -> bytes | str | None:
 
 
 @shared_task(ignore_result=True)
-def ingest_gpu_batch(site_id: int, batch_key: str, body: str | None, enqueued_at: str | None = None) -> int:
-    """Store a validated GPU sample batch. Idempotent per batch key, so redelivery is safe."""
-    payload = _payload(batch_key, body)
-    if payload is None:
-        return 0  # already stored: this is a redelivery
-    batch = decode_trusted_batch(payload)
-    stored = store_gpu_samples(
-        site_id=site_id,
-        batch_key=batch_key,
-        samples=batch.samples,
-        enqueued_at=datetime.fromisoformat(enqueued_at) if enqueued_at else None,
-    )
-    if body is None:
-        drop_payload(batch_key)  # committed: the stash has done its job
-    counters.increment("goodput_ingest_samples_stored_total", stored)
-    return stored
+def drain_gpu_ingest(slot: int | None = None) -> int:
+    """Write the queued GPU sample batches until the ingest stream is empty (see
+    fleet.services.ingest_stream); ``slot`` is the drainer slot the API took to schedule it."""
+    return ingest_stream.drain(slot)
 
 
 @shared_task(ignore_result=True)

@@ -21,9 +21,11 @@ from console.api import unavailable
 from console.authentication import AgentTokenAuthentication
 from console.permissions import IsAgent
 from console.queues import queue_depth, stash_payload
+from fleet.services import ingest_stream
 from fleet.services.ingest import IngestError, batch_key, check_site_scope, parse_gpu_batch
 from fleet.services.prometheus import KINDS, check_scope, exposition_key, parse_exposition
-from fleet.tasks import ingest_gpu_batch, ingest_prometheus_batch
+from fleet.services.telemetry import store_gpu_samples
+from fleet.tasks import ingest_prometheus_batch
 
 QUEUE_FULL_RETRY_AFTER = 2
 
@@ -80,6 +82,21 @@ def dispatch(task: Any, site_id: int, key: str, body: bytes, *args: Any) -> Resp
     return None
 
 
+def queue_gpu_batch(site_id: int, key: str, samples: list) -> Response | None:
+    """Hand a validated GPU batch to the writers (the ingest stream); a 503 Response when the
+    queue is down. Eager mode (embedded, no broker) writes it here and now."""
+    if settings.EAGER_TASKS:
+        stored = store_gpu_samples(site_id=site_id, batch_key=key, samples=samples, enqueued_at=timezone.now())
+        counters.increment("goodput_ingest_samples_stored_total", stored)
+        return None
+    try:
+        ingest_stream.enqueue(site_id=site_id, key=key, samples=samples, enqueued_at=timezone.now())
+    except (BrokerError, redis.RedisError, OSError) as exc:
+        counters.increment("goodput_ingest_rejected_total", reason="broker_down")
+        return unavailable(f"The ingest queue is unavailable ({exc.__class__.__name__}); retry later.")
+    return None
+
+
 def rejected(exc: IngestError) -> Response:
     counters.increment("goodput_ingest_rejected_total", reason=f"http_{exc.status}")
     return Response(exc.as_dict(), status=exc.status)
@@ -113,7 +130,7 @@ class GpuSampleIngestView(APIView):
             key = batch_key(site_id=token.site_id, body=body, idempotency_key=request.headers.get("Idempotency-Key"))
         except IngestError as exc:
             return rejected(exc)
-        refused = dispatch(ingest_gpu_batch, token.site_id, key, body, timezone.now().isoformat())
+        refused = queue_gpu_batch(token.site_id, key, batch.samples)
         if refused is not None:
             return refused
         counters.increment("goodput_ingest_accepted_total", kind="gpu_samples")

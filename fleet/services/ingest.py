@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import msgspec
 from django.conf import settings
 from django.utils import timezone
+from msgspec.structs import astuple
 
 from fleet.telemetry_fields import GPU_SAMPLE_FIELDS
 
@@ -26,22 +27,39 @@ def _metric_type(kind: type, minimum: float, maximum: float) -> Any:
     return Annotated[kind, msgspec.Meta(ge=minimum, le=maximum)] | None
 
 
+# (name, validated type, plain type, default): the schema the API checks, and the same fields
+# unchecked for the queue between the API and the writers.
+_NO_DEFAULT = msgspec.NODEFAULT
+_SAMPLE_FIELDS: list[tuple[str, Any, Any, Any]] = [
+    # The identity patterns are checked after decoding, once per distinct value (_check_identities):
+    # a batch names a few hundred GPUs a thousand times, and a regex per sample cost more than the
+    # rest of the validation together.
+    ("gpu_uuid", Annotated[str, msgspec.Meta(max_length=64)], str, _NO_DEFAULT),
+    ("hostname", Annotated[str, msgspec.Meta(max_length=253)], str, _NO_DEFAULT),
+    ("ts", Annotated[datetime, msgspec.Meta(tz=True)], datetime, _NO_DEFAULT),
+    ("gpu_index", Annotated[int, msgspec.Meta(ge=0, le=1023)] | None, int | None, None),
+    ("model", Annotated[str, msgspec.Meta(max_length=64)] | None, str | None, None),
+    # A MIG instance names its physical GPU and its profile (e.g. 1g.10gb).
+    ("parent_uuid", Annotated[str, msgspec.Meta(max_length=64)] | None, str | None, None),
+    ("mig_profile", Annotated[str, msgspec.Meta(max_length=32)] | None, str | None, None),
+    *[(f.name, _metric_type(f.kind, f.minimum, f.maximum), f.kind | None, None) for f in GPU_SAMPLE_FIELDS],
+]
+
+
+def _struct_fields(*, checked: bool) -> list[tuple[str, Any] | tuple[str, Any, Any]]:
+    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
+    for name, validated, plain, default in _SAMPLE_FIELDS:
+        kind = validated if checked else plain
+        fields.append((name, kind) if default is _NO_DEFAULT else (name, kind, default))
+    return fields
+
+
 GpuSampleIn = msgspec.defstruct(
-    "GpuSampleIn",
-    [
-        ("gpu_uuid", Annotated[str, msgspec.Meta(pattern=UUID_PATTERN)]),
-        ("hostname", Annotated[str, msgspec.Meta(pattern=HOSTNAME_PATTERN)]),
-        ("ts", Annotated[datetime, msgspec.Meta(tz=True)]),
-        ("gpu_index", Annotated[int, msgspec.Meta(ge=0, le=1023)] | None, None),
-        ("model", Annotated[str, msgspec.Meta(max_length=64)] | None, None),
-        # A MIG instance names its physical GPU and its profile (e.g. 1g.10gb).
-        ("parent_uuid", Annotated[str, msgspec.Meta(pattern=UUID_PATTERN)] | None, None),
-        ("mig_profile", Annotated[str, msgspec.Meta(max_length=32)] | None, None),
-        *[(f.name, _metric_type(f.kind, f.minimum, f.maximum), None) for f in GPU_SAMPLE_FIELDS],
-    ],
-    forbid_unknown_fields=True,
-    kw_only=True,
+    "GpuSampleIn", _struct_fields(checked=True), forbid_unknown_fields=True, kw_only=True, gc=False
 )
+# A sample that already passed GpuSampleIn, as the queue carries it: a MessagePack array in the
+# same field order (a third of the JSON's size, and several times faster to decode).
+GpuSampleRow = msgspec.defstruct("GpuSampleRow", _struct_fields(checked=False), array_like=True, gc=False)
 
 
 class GpuBatchIn(msgspec.Struct, forbid_unknown_fields=True):
@@ -89,6 +107,7 @@ def parse_gpu_batch(body: bytes, *, now: datetime | None = None) -> GpuBatchIn:
         raise IngestError(400, "The batch has no samples.", field="samples")
     if count > settings.INGEST_MAX_ITEMS:
         raise IngestError(413, f"The batch has {count} samples; at most {settings.INGEST_MAX_ITEMS} per request.")
+    _check_identities(batch.samples)
     now = now or timezone.now()
     newest = now + timedelta(seconds=settings.INGEST_MAX_FUTURE_SECONDS)
     oldest = now - timedelta(seconds=settings.INGEST_MAX_AGE_SECONDS)
@@ -114,6 +133,40 @@ def parse_gpu_batch(body: bytes, *, now: datetime | None = None) -> GpuBatchIn:
                     field="ts",
                 )
     return batch
+
+
+_IDENTITIES = (
+    ("gpu_uuid", re.compile(UUID_PATTERN)),
+    ("hostname", re.compile(HOSTNAME_PATTERN)),
+    ("parent_uuid", re.compile(UUID_PATTERN)),
+)
+
+
+def _check_identities(samples: list[Any]) -> None:
+    """The identity fields against their patterns, each distinct value once; the error names the
+    first sample that carries a bad value, as msgspec would have."""
+    for field, pattern in _IDENTITIES:
+        values = {getattr(s, field) for s in samples}
+        values.discard(None)
+        bad = {v for v in values if not pattern.match(v)}
+        if bad:
+            index = next(i for i, s in enumerate(samples) if getattr(s, field) in bad)
+            value = getattr(samples[index], field)
+            raise IngestError(
+                400,
+                f"Invalid samples[{index}].{field}: {value!r} is not matching regex {pattern.pattern!r}",
+                item=index,
+                field=field,
+            )
+
+
+def invalid_identity(sample: Any) -> str | None:
+    """The first identity field of one sample that does not match its pattern, or None."""
+    for field, pattern in _IDENTITIES:
+        value = getattr(sample, field)
+        if value is not None and not pattern.match(value):
+            return field
+    return None
 
 
 def _validation_error(text: str) -> IngestError:
@@ -142,11 +195,15 @@ def check_site_scope(batch: GpuBatchIn, *, site_id: int) -> None:
     """Refuse (403) a batch that writes GPUs or nodes registered under another site."""
     from fleet.services import directory
 
-    gpus = directory.gpus(s.gpu_uuid for s in batch.samples)
-    nodes = directory.nodes(s.hostname for s in batch.samples)
-    for index, sample in enumerate(batch.samples):
-        gpu = gpus.get(sample.gpu_uuid)
-        if gpu is not None and gpu[1] != site_id:
+    samples = batch.samples
+    gpus = directory.gpus({s.gpu_uuid for s in samples})
+    nodes = directory.nodes({s.hostname for s in samples})
+    foreign_gpus = {uuid for uuid, (_, site) in gpus.items() if site != site_id}
+    foreign_nodes = {hostname for hostname, (_, site) in nodes.items() if site != site_id}
+    if not foreign_gpus and not foreign_nodes:
+        return
+    for index, sample in enumerate(samples):  # name the first offending sample
+        if sample.gpu_uuid in foreign_gpus:
             raise IngestError(
                 403,
                 f"samples[{index}]: GPU {sample.gpu_uuid} belongs to another site; this token may only "
@@ -154,8 +211,7 @@ def check_site_scope(batch: GpuBatchIn, *, site_id: int) -> None:
                 item=index,
                 field="gpu_uuid",
             )
-        node = nodes.get(sample.hostname)
-        if node is not None and node[1] != site_id:
+        if sample.hostname in foreign_nodes:
             raise IngestError(
                 403,
                 f"samples[{index}]: node {sample.hostname} belongs to another site; this token may only "
@@ -166,5 +222,19 @@ def check_site_scope(batch: GpuBatchIn, *, site_id: int) -> None:
 
 
 def decode_trusted_batch(body: str | bytes) -> GpuBatchIn:
-    """Decode a batch that already passed parse_gpu_batch (the worker side of the queue)."""
+    """Decode a JSON batch that already passed parse_gpu_batch."""
     return _decoder.decode(body)
+
+
+_row_encoder = msgspec.msgpack.Encoder()
+_row_decoder = msgspec.msgpack.Decoder(list[GpuSampleRow])  # type: ignore[valid-type]
+
+
+def encode_rows(samples: list[Any]) -> bytes:
+    """Validated samples as the queue carries them (MessagePack arrays of GpuSampleRow)."""
+    return _row_encoder.encode([astuple(s) for s in samples])
+
+
+def decode_rows(data: bytes) -> list[Any]:
+    """The writer's side of encode_rows."""
+    return _row_decoder.decode(data)

@@ -23,7 +23,7 @@ from prometheus_client.parser import text_fd_to_metric_families
 from fleet.choices import ServingFramework
 from fleet.models import Endpoint
 from fleet.services import partitions
-from fleet.services.ingest import GpuBatchIn, GpuSampleIn, IngestError, check_site_scope
+from fleet.services.ingest import GpuBatchIn, GpuSampleIn, IngestError, check_site_scope, invalid_identity
 from fleet.services.telemetry import store_gpu_samples
 from fleet.telemetry_fields import FIELDS_BY_NAME, GPU_SAMPLE_FIELDS
 
@@ -217,13 +217,19 @@ def _validated_gpu_samples(gpus: dict[str, dict[str, Any]], origin: dict[tuple[s
     samples = []
     for uuid, values in gpus.items():
         try:
-            samples.append(msgspec.convert(values, GpuSampleIn))
+            sample = msgspec.convert(values, GpuSampleIn)
         except msgspec.ValidationError as exc:
             text = str(exc)
             name = text.rsplit("$.", 1)[-1].rstrip("`") if "$." in text else None
             line = origin.get((uuid, name or ""))
             where = f"line {line}: " if line else ""
             raise IngestError(400, f"{where}{name or 'value'} of {uuid}: {text}", item=line, field=name) from None
+        if field := invalid_identity(sample):
+            line = min(ln for (u, _), ln in origin.items() if u == uuid)
+            raise IngestError(
+                400, f"line {line}: malformed {field} {getattr(sample, field)!r} (a label).", item=line, field=field
+            )
+        samples.append(sample)
     return samples
 
 
@@ -291,13 +297,13 @@ def store_exposition(
 
 
 def store_serving_points(*, site_id: int, batch_key: str, points: list[ServingPoint]) -> int:
-    from fleet.services.telemetry import _claim_batch
+    from fleet.services.telemetry import claim_batch_keys
 
     first, last = min(p.ts for p in points), max(p.ts for p in points)
 
     def write() -> int:
         with transaction.atomic():
-            if not _claim_batch(batch_key, site_id=site_id, count=len(points), enqueued_at=None):
+            if not claim_batch_keys([(batch_key, site_id, len(points), None)]):
                 return 0
             endpoint_ids = _resolve_endpoints(site_id, points)
             with (

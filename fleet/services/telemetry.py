@@ -5,6 +5,7 @@ Prometheus pushes, scrapes) ends here, so its insides can change without touchin
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -28,28 +29,50 @@ def metric_values(sample: Any) -> tuple[Any, ...]:
     return astuple(sample)[-len(METRIC_NAMES) :]
 
 
+@dataclass(frozen=True)
+class PendingBatch:
+    """One validated batch on its way into the database: its site, idempotency key and samples
+    (GpuSampleIn or GpuSampleRow structs: same field names, same order)."""
+
+    site_id: int
+    key: str
+    samples: Sequence[Any]
+    enqueued_at: datetime | None = None
+
+
 def store_gpu_samples(
     *, site_id: int, batch_key: str, samples: Sequence[Any], enqueued_at: datetime | None = None
 ) -> int:
     """Store one validated batch atomically; return the number of samples written (0: a redelivery)."""
-    if not samples:
+    return store_gpu_batches([PendingBatch(site_id, batch_key, samples, enqueued_at)])
+
+
+def store_gpu_batches(batches: Sequence[PendingBatch]) -> int:
+    """Store several validated batches in one transaction; return the samples written.
+
+    A batch whose key is already recorded (a redelivery) is skipped and the others are written.
+    Folding batches is what makes the queue cheap: one commit, one state upsert per GPU and one
+    dirty-minute upsert for the lot, instead of one of each per batch.
+    """
+    batches = [b for b in batches if b.samples]
+    if not batches:
         return 0
-    first = min(s.ts for s in samples)
-    last = max(s.ts for s in samples)
-    return partitions.write_with_partitions(
-        partitions.SAMPLES,
-        first,
-        last,
-        lambda: _store(site_id=site_id, batch_key=batch_key, samples=samples, enqueued_at=enqueued_at),
-    )
+    stamps = [s.ts for b in batches for s in b.samples]
+    return partitions.write_with_partitions(partitions.SAMPLES, min(stamps), max(stamps), lambda: _store(batches))
 
 
-def _store(*, site_id: int, batch_key: str, samples: Sequence[Any], enqueued_at: datetime | None) -> int:
-    """1. claim the batch key, 2. register new GPUs, 3. COPY, 4. latest state, 5. dirty rollup buckets."""
+def _store(batches: list[PendingBatch]) -> int:
+    """1. claim the batch keys, 2. register new GPUs, 3. COPY, 4. latest state, 5. dirty rollup buckets."""
     with transaction.atomic():
-        if not _claim_batch(batch_key, site_id=site_id, count=len(samples), enqueued_at=enqueued_at):
+        fresh = _claim_batches(batches)
+        batches = [b for b in batches if b.key in fresh]
+        if not batches:
             return 0
-        gpu_ids = _resolve_gpus(site_id=site_id, samples=samples)
+        gpu_ids: dict[str, int] = {}
+        for site_id in sorted({b.site_id for b in batches}):
+            site_samples = [s for b in batches if b.site_id == site_id for s in b.samples]
+            gpu_ids.update(_resolve_gpus(site_id=site_id, samples=site_samples))
+        samples = [s for b in batches for s in b.samples]
         _copy_samples(gpu_ids, samples)
         _upsert_latest_state(gpu_ids, samples)
         mark_dirty_minutes(s.ts for s in samples)
@@ -57,15 +80,26 @@ def _store(*, site_id: int, batch_key: str, samples: Sequence[Any], enqueued_at:
     return len(samples)
 
 
-def _claim_batch(key: str, *, site_id: int, count: int, enqueued_at: datetime | None) -> bool:
-    """Record the batch key; False when it was already there (a redelivery)."""
+def _claim_batches(batches: Sequence[PendingBatch]) -> set[str]:
+    return claim_batch_keys([(b.key, b.site_id, len(b.samples), b.enqueued_at) for b in batches])
+
+
+def claim_batch_keys(claims: Sequence[tuple[str, int, int, datetime | None]]) -> set[str]:
+    """Record (key, site id, samples, enqueued at) rows in one statement, in the caller's
+    transaction; return the keys that were new (the others are redeliveries).
+
+    Two writers folding the same batch (a redelivery racing its first run) meet on the key's
+    unique index: the second waits for the first to commit, then finds the key taken.
+    """
+    keys, sites, counts, enqueued = zip(*claims, strict=True) if claims else ((), (), (), ())
     with connection.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {IngestBatch._meta.db_table} (key, site_id, samples, enqueued_at, received_at) "
-            "VALUES (%s, %s, %s, %s, now()) ON CONFLICT (key) DO NOTHING RETURNING key",
-            [key, site_id, count, enqueued_at],
+            "SELECT k, s, n, e, now() FROM unnest(%s::text[], %s::int8[], %s::int4[], %s::timestamptz[]) "
+            "AS b(k, s, n, e) ORDER BY k ON CONFLICT (key) DO NOTHING RETURNING key",
+            [list(keys), list(sites), list(counts), list(enqueued)],
         )
-        return cursor.fetchone() is not None
+        return {row[0] for row in cursor.fetchall()}
 
 
 def _resolve_gpus(*, site_id: int, samples: Sequence[Any]) -> dict[str, int]:

@@ -13,8 +13,14 @@ import requests
 from console import queues
 from console.celery import app as celery_app
 from fleet.models import GpuSample, IngestBatch
+from fleet.services import ingest_stream
+from fleet.services.ingest import decode_rows
 from tests.conftest import make_sample, post_batch, redis_url
 from tests.stack import Stack
+
+
+def _forget_queued_work(client: redis.Redis) -> None:
+    client.delete("celery", ingest_stream.STREAM, *ingest_stream.slot_keys())
 
 
 @pytest.fixture
@@ -25,24 +31,30 @@ def broker_mode(settings) -> Iterator[redis.Redis]:
     celery_app.conf.task_always_eager = False
     queues.reset()
     client = redis.Redis.from_url(url)
-    client.delete("celery")
+    _forget_queued_work(client)
     yield client
-    client.delete("celery")
+    _forget_queued_work(client)
     queues.reset()
 
 
 def test_a_queue_over_its_bound_answers_429_with_retry_after(client, token_a, broker_mode, settings) -> None:
     settings.INGEST_QUEUE_BOUND = 3
-    response = post_batch(client, token_a, {"samples": [make_sample()]})
+    sample = make_sample()
+    response = post_batch(client, token_a, {"samples": [sample]})
     assert response.status_code == 202
-    assert broker_mode.llen("celery") == 1  # queued for a worker, not stored here
-    assert broker_mode.exists("goodput:payload:" + response.json()["batch"])  # the body waits beside it
-    broker_mode.rpush("celery", "x", "y")  # other batches waiting
+    # Queued for a writer, not stored here: the batch waits in the stream and a drain is scheduled.
+    [(_, fields)] = broker_mode.xrange(ingest_stream.STREAM)
+    assert fields[b"k"].decode() == response.json()["batch"]
+    [row] = decode_rows(fields[b"d"])
+    assert row.gpu_uuid == sample["gpu_uuid"] and row.power_w == sample["power_w"]
+    assert broker_mode.llen("celery") == 1
+    assert GpuSample.objects.count() == 0
+    broker_mode.rpush("celery", "x")  # other work waiting: 3 in all
     queues.reset()  # the depth is read at most four times a second; this test cannot wait that long
     response = post_batch(client, token_a, {"samples": [make_sample()]})
     assert response.status_code == 429
     assert response["Retry-After"] == "2" and "bound 3" in response.json()["error"]
-    assert broker_mode.llen("celery") == 3  # the refused batch was not queued
+    assert broker_mode.xlen(ingest_stream.STREAM) == 1  # the refused batch was not queued
 
 
 def test_a_broker_that_is_down_answers_503_with_retry_after(client, token_a, broker_mode, settings) -> None:

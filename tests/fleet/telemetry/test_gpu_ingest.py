@@ -121,6 +121,22 @@ BAD_BATCHES = [
         "missing required field",
     ),
     ("bad uuid", {"samples": [make_sample(gpu_uuid="not-a-uuid")]}, 400, 0, "gpu_uuid", "matching regex"),
+    (
+        "bad hostname in a later sample",
+        {"samples": [make_sample(), make_sample(), make_sample(hostname="-bad host")]},
+        400,
+        2,
+        "hostname",
+        "matching regex",
+    ),
+    (
+        "bad parent uuid",
+        {"samples": [make_sample(), make_sample(parent_uuid="GPU-x y", mig_profile="1g.10gb")]},
+        400,
+        1,
+        "parent_uuid",
+        "matching regex",
+    ),
     ("too many items", _too_many(), 413, None, None, "at most 10000"),
 ]
 

@@ -62,4 +62,4 @@ def test_a_batch_is_stored_by_the_worker_and_pushed_to_a_websocket(worker: Stack
     assert GpuSample.objects.count() == 8
     assert GpuState.objects.count() == 8
     assert Gpu.objects.filter(node__hostname="gpu-a-077").count() == 8
-    assert "ingest_gpu_batch" in (worker.log_dir / "worker.log").read_text()
+    assert "fleet.tasks.drain_gpu_ingest" in (worker.log_dir / "worker.log").read_text()

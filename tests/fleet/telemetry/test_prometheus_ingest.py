@@ -117,8 +117,9 @@ def test_kubernetes_labels_are_accepted(client, token_a) -> None:
         ),
         (DCGM.replace("} 612.337", "} -5"), 22, "power_w"),
         (DCGM.replace('UUID="GPU-7a6b5c4d-3e2f-4a1b-8c9d-0e1f2a3b4c5d",', "", 1), 7, "UUID"),
+        (DCGM.replace('UUID="GPU-7a6b5c4d-3e2f-4a1b-8c9d-0e1f2a3b4c5d",', 'UUID="GPU 0",', 1), 7, "gpu_uuid"),
     ],
-    ids=["not a number", "unterminated label", "negative power", "no UUID"],
+    ids=["not a number", "unterminated label", "negative power", "no UUID", "malformed UUID"],
 )
 def test_malformed_text_is_refused_naming_the_line_and_nothing_is_written(client, token_a, body, line, words) -> None:
     response = push(client, token_a, VLLM + "\n" + body if "vllm" in body else body)
