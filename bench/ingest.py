@@ -9,7 +9,8 @@ cycle later, so every batch is new data, and it goes with a unique Idempotency-K
 Phases (fleet_gpusample and the other ingest tables are truncated before each):
 
 * ``raw_copy``: binary COPY of the batches' rows straight into fleet_gpusample from one psycopg 3
-  connection, one COPY and one commit per batch: the limit of the storage path.
+  connection, one COPY and one commit per ``--fold`` batches (as the writer folds them; per
+  batch, the figure is lower): the limit of the storage path.
 * ``naive``: per batch, a DRF serializer validating the JSON, then ORM ``bulk_create`` of GpuSample
   rows in a transaction (in-process): what a plain Django implementation would do.
 * ``e2e``: the real path in production mode: uvicorn and a Celery worker as subprocesses on the
@@ -198,7 +199,7 @@ def stored_by_batches() -> int:
 # --- phase: raw COPY -----------------------------------------------------------------------------
 
 
-def run_raw_copy(workload: Workload, seconds: float) -> float:
+def run_raw_copy(workload: Workload, seconds: float, fold: int) -> float:
     import psycopg
 
     from fleet.services.telemetry import SAMPLE_COLUMNS, SAMPLE_TYPES
@@ -211,13 +212,14 @@ def run_raw_copy(workload: Workload, seconds: float) -> float:
     meter = CpuMeter(groups)
     with psycopg.connect(BENCH_DATABASE_URL) as conn:
         started = time.perf_counter()
-        for n in itertools.count():
+        for copies in itertools.count(1):
             with conn.cursor() as cursor, cursor.copy(sql) as copy:
                 copy.set_types(SAMPLE_TYPES)
-                for row in workload.copy_rows(n):
-                    copy.write_row(row)
+                for n in range((copies - 1) * fold, copies * fold):
+                    for row in workload.copy_rows(n):
+                        copy.write_row(row)
+                    rows += workload.batch(n)[0].samples
             conn.commit()
-            rows += workload.batch(n)[0].samples
             if time.perf_counter() - started >= seconds:
                 break
         elapsed = time.perf_counter() - started
@@ -226,7 +228,8 @@ def run_raw_copy(workload: Workload, seconds: float) -> float:
     rate = rows / elapsed
     per_k = 1000 * 1000 / rows
     log(
-        f"raw_copy: {rows:,} rows in {elapsed:.1f} s = {rate:,.0f} samples/s ({n + 1} COPYs); CPU ms per 1,000 "
+        f"raw_copy: {rows:,} rows in {elapsed:.1f} s = {rate:,.0f} samples/s ({copies} COPYs of {fold} batches); "
+        f"CPU ms per 1,000 "
         f"samples: postgres (server) {cpu['postgres'] * per_k:.1f}, client {cpu['client'] * per_k:.1f}"
     )
     return rate
@@ -435,7 +438,7 @@ def start_stack(procs: Processes, args: argparse.Namespace, port: int) -> None:
     env = bench_env(
         GOODPUT_INGEST_QUEUE_BOUND=str(args.queue_bound),
         GOODPUT_INGEST_FOLD_BATCHES=str(args.fold),
-        GOODPUT_INGEST_DRAINERS=str(args.drainers or args.celery_concurrency),
+        GOODPUT_INGEST_DRAINERS=str(args.drainers),
     )
     procs.spawn(
         "worker",
@@ -797,16 +800,14 @@ def main() -> None:
     parser.add_argument("--ticks", type=int, default=60, help="seconds of fleet data in the batch pool (default 60)")
     parser.add_argument("--web-workers", type=int, default=1, help="uvicorn --workers (default 1)")
     parser.add_argument("--celery-concurrency", type=int, default=2, help="Celery worker --concurrency (default 2)")
-    parser.add_argument("--celery-pool", default="prefork")
-    parser.add_argument(
-        "--drainers", type=int, help="GOODPUT_INGEST_DRAINERS: writers at once (default: the worker's concurrency)"
-    )
+    parser.add_argument("--celery-pool", default="threads", help="Celery worker --pool (default threads)")
+    parser.add_argument("--drainers", type=int, default=1, help="GOODPUT_INGEST_DRAINERS: writers at once (default 1)")
     parser.add_argument("--clients", type=int, default=4, help="client threads POSTing (default 4)")
     parser.add_argument(
         "--queue-bound", type=int, default=100, help="GOODPUT_INGEST_QUEUE_BOUND for e2e (default 100; ~1 MB a batch)"
     )
     parser.add_argument(
-        "--fold", type=int, default=16, help="GOODPUT_INGEST_FOLD_BATCHES: batches a writer folds (default 16)"
+        "--fold", type=int, default=32, help="GOODPUT_INGEST_FOLD_BATCHES: batches a writer folds (default 32)"
     )
     parser.add_argument("--no-breakdown", action="store_true", help="skip the in-process per-stage breakdown")
     parser.add_argument("--profile", metavar="DIR", help="record web and worker with py-spy into DIR during e2e")
@@ -833,7 +834,7 @@ def main() -> None:
     results: dict[str, Any] = {}
     try:
         if args.only in (None, "raw_copy"):
-            results["raw_copy"] = run_raw_copy(workload, args.phase_seconds)
+            results["raw_copy"] = run_raw_copy(workload, args.phase_seconds, args.fold)
         if args.only in (None, "naive"):
             results["naive"] = run_naive(workload, args.phase_seconds)
         if args.only in (None, "e2e"):

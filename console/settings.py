@@ -266,10 +266,12 @@ ROLLUP_1H_RETENTION_DAYS = envint("GOODPUT_ROLLUP_1H_RETENTION_DAYS", 400, minim
 # Back-pressure: ingest answers 429 once this many batches wait for a writer.
 INGEST_QUEUE_BOUND = envint("GOODPUT_INGEST_QUEUE_BOUND", 2000, minimum=1)
 # GPU batches wait in a Redis stream; up to INGEST_DRAINERS Celery tasks write them, folding up
-# to INGEST_FOLD_BATCHES batches into one transaction. A writer's batches left pending this long
-# (it died mid-write) are taken over by another.
-INGEST_DRAINERS = envint("GOODPUT_INGEST_DRAINERS", 2, minimum=1)
-INGEST_FOLD_BATCHES = envint("GOODPUT_INGEST_FOLD_BATCHES", 16, minimum=1)
+# to INGEST_FOLD_BATCHES batches (and INGEST_FOLD_SAMPLES samples) into one transaction. One
+# drainer with large folds beat two with smaller ones on the benchmark (bench/ingest.py). A
+# writer's batches left pending this long (it died mid-write) are taken over by another.
+INGEST_DRAINERS = envint("GOODPUT_INGEST_DRAINERS", 1, minimum=1)
+INGEST_FOLD_BATCHES = envint("GOODPUT_INGEST_FOLD_BATCHES", 32, minimum=1)
+INGEST_FOLD_SAMPLES = envint("GOODPUT_INGEST_FOLD_SAMPLES", 50_000, minimum=1)
 INGEST_RECLAIM_SECONDS = envint("GOODPUT_INGEST_RECLAIM_SECONDS", 60, minimum=1)
 # A GPU whose last sample is older than this is "stale" on the dashboard.
 FLEET_STALE_SECONDS = envint("GOODPUT_FLEET_STALE_SECONDS", 120, minimum=5)

@@ -3,7 +3,8 @@
 The API appends each validated batch (as MessagePack rows, see ``ingest.encode_rows``) and, in
 the same round trip, takes a free drainer slot if there is one; taking a slot schedules a Celery
 ``drain_gpu_ingest`` task. A drain reads the stream through a consumer group, up to
-``INGEST_FOLD_BATCHES`` entries at a time, writes them in one transaction
+``INGEST_FOLD_BATCHES`` entries at a time, writes them in one transaction (or several, past
+``INGEST_FOLD_SAMPLES`` samples)
 (``telemetry.store_gpu_batches``), then acknowledges and deletes them, and goes on until the
 stream is empty. Under load the entries pile up and the folds grow, so the cost per batch of a
 commit, the state upsert and the task itself falls as the rate rises.
@@ -182,6 +183,20 @@ def _batch(fields: dict[bytes, bytes]) -> PendingBatch:
 
 
 def _write(client: redis.Redis, entries: list[tuple[bytes, Any]]) -> int:
+    """Write what one read took off the stream, in folds of at most INGEST_FOLD_SAMPLES samples."""
+    limit = settings.INGEST_FOLD_SAMPLES
+    stored, fold, size = 0, [], 0
+    for entry in entries:
+        samples = int(entry[1].get(b"n", 0)) if entry[1] else 0
+        if fold and size + samples > limit:
+            stored += _write_fold(client, fold)
+            fold, size = [], 0
+        fold.append(entry)
+        size += samples
+    return stored + _write_fold(client, fold)
+
+
+def _write_fold(client: redis.Redis, entries: list[tuple[bytes, Any]]) -> int:
     """Write a fold; acknowledge and delete its entries once committed.
 
     An outage of the database propagates (the entries stay pending for a later drain). Any other
@@ -214,7 +229,7 @@ def _write(client: redis.Redis, entries: list[tuple[bytes, Any]]) -> int:
             done.append(entry_id)
         else:
             _acknowledge(client, done)
-            return sum(_write(client, [(entry_id, dict(entries)[entry_id])]) for entry_id, _ in batches)
+            return sum(_write_fold(client, [(entry_id, dict(entries)[entry_id])]) for entry_id, _ in batches)
     _acknowledge(client, done)
     counters.increment("goodput_ingest_samples_stored_total", stored)
     return stored
