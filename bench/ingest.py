@@ -130,9 +130,9 @@ def build_workload(fleet: dict[str, list[Any]], gpu_ids: dict[str, int], *, batc
     from fleet.telemetry_fields import METRIC_NAMES
 
     interval = timedelta(seconds=1)
-    # Six hours back: all timestamps stay in the past (ingest refuses the future) and inside the
-    # 7-day window for any run this program can make.
-    base = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=6)
+    # Two days back: all timestamps stay in the past (ingest refuses the future) for half an hour
+    # of ingest at 100k samples/s, and inside the 7-day window ingest accepts.
+    base = datetime.now(UTC).replace(microsecond=0) - timedelta(days=2)
     sim = FleetSimulator(fleet, fault_rate_per_gpu_hour=5, interval=interval.total_seconds(), seed=7)
     streams: dict[str, list[tuple[int, dict[str, Any]]]] = defaultdict(list)
     for tick in range(ticks):

@@ -179,3 +179,28 @@ def redis_url() -> str:
     if not url:
         pytest.fail("REDIS_URL must be set: these tests use the real Redis (make test sets it).")
     return url
+
+
+def _forget_queued_work(client: Any) -> None:
+    from fleet.services import ingest_stream
+
+    client.delete("celery", ingest_stream.STREAM, ingest_stream.DEAD_LETTERS, ingest_stream.RECLAIM_CHECK)
+    client.delete(*ingest_stream.slot_keys())
+
+
+@pytest.fixture
+def broker_mode(settings: Any) -> Iterator[Any]:
+    """The test process queues work in the real Redis broker (no worker consumes it): the ingest
+    stream and Celery messages; returns a Redis client on it."""
+    import redis
+
+    from console import queues
+
+    settings.EAGER_TASKS = False
+    celery_app.conf.task_always_eager = False
+    queues.reset()
+    client = redis.Redis.from_url(redis_url())
+    _forget_queued_work(client)
+    yield client
+    _forget_queued_work(client)
+    queues.reset()

@@ -103,7 +103,7 @@ def consumer_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _ensure_group(client: redis.Redis) -> None:
+def ensure_group(client: redis.Redis) -> None:
     try:
         client.xgroup_create(STREAM, GROUP, id="0", mkstream=True)
     except redis.ResponseError as exc:
@@ -123,7 +123,7 @@ def drain(slot: int | None = None, *, consumer: str | None = None) -> int:
     consumer = consumer or consumer_name()
     slot_key = slot_keys()[slot] if slot is not None and slot < settings.INGEST_DRAINERS else None
     fold = settings.INGEST_FOLD_BATCHES
-    _ensure_group(client)
+    ensure_group(client)
     stored = 0
     try:
         entries = _own_pending(client, consumer, fold) or _reclaim(client, consumer, fold)
@@ -168,7 +168,7 @@ def _read_new(client: redis.Redis, consumer: str, count: int) -> list[tuple[byte
     except redis.ResponseError as exc:
         if "NOGROUP" not in str(exc):
             raise
-        _ensure_group(client)  # the stream was deleted (a flushed Redis) and came back
+        ensure_group(client)  # the stream was deleted (a flushed Redis) and came back
         response = client.xreadgroup(GROUP, consumer, {STREAM: ">"}, count=count)
     return list(response[0][1]) if response else []
 

@@ -68,10 +68,7 @@ def _store(batches: list[PendingBatch]) -> int:
         batches = [b for b in batches if b.key in fresh]
         if not batches:
             return 0
-        gpu_ids: dict[str, int] = {}
-        for site_id in sorted({b.site_id for b in batches}):
-            site_samples = [s for b in batches if b.site_id == site_id for s in b.samples]
-            gpu_ids.update(_resolve_gpus(site_id=site_id, samples=site_samples))
+        gpu_ids = _resolve_gpus(batches)
         samples = [s for b in batches for s in b.samples]
         _copy_samples(gpu_ids, samples)
         _upsert_latest_state(gpu_ids, samples)
@@ -102,24 +99,35 @@ def claim_batch_keys(claims: Sequence[tuple[str, int, int, datetime | None]]) ->
         return {row[0] for row in cursor.fetchall()}
 
 
-def _resolve_gpus(*, site_id: int, samples: Sequence[Any]) -> dict[str, int]:
-    """Map GPU UUIDs to ids, registering unknown nodes and GPUs under the token's site."""
-    by_uuid: dict[str, Any] = {}
-    for sample in samples:
-        by_uuid.setdefault(sample.gpu_uuid, sample)
+def _resolve_gpus(batches: Sequence[PendingBatch]) -> dict[str, int]:
+    """Map GPU UUIDs to ids, registering unknown nodes and GPUs under their batch's site.
+
+    The lookup runs before this transaction registers anything, so the directory cache only ever
+    remembers committed rows; what is registered here is looked up with remember=False (a
+    rollback would leave the cache pointing at ids that never existed).
+    """
+    by_uuid: dict[str, tuple[int, Any]] = {}
+    for batch in batches:
+        for sample in batch.samples:
+            by_uuid.setdefault(sample.gpu_uuid, (batch.site_id, sample))
     known = {u: gpu_id for u, (gpu_id, _) in directory.gpus(by_uuid).items()}
-    missing = [s for u, s in by_uuid.items() if u not in known]
-    if not missing:
-        return known
+    missing = [(site_id, s) for u, (site_id, s) in by_uuid.items() if u not in known]
+    for site_id in sorted({site_id for site_id, _ in missing}):
+        known.update(_register_site_gpus(site_id, [s for site, s in missing if site == site_id]))
+    return known
+
+
+def _register_site_gpus(site_id: int, missing: list[Any]) -> dict[str, int]:
     hostnames = sorted({s.hostname for s in missing})
     Node.objects.bulk_create([Node(site_id=site_id, hostname=h) for h in hostnames], ignore_conflicts=True)
     created_nodes = directory.nodes(hostnames, remember=False)
     node_ids = {h: node_id for h, (node_id, node_site) in created_nodes.items() if node_site == site_id}
+    registered: dict[str, int] = {}
     # Physical GPUs first, so the MIG instances in the same batch find their parent.
     for group in ([s for s in missing if not s.parent_uuid], [s for s in missing if s.parent_uuid]):
         if group:
-            known.update(_register_gpus(group, node_ids))
-    return known
+            registered.update(_register_gpus(group, node_ids))
+    return registered
 
 
 def _register_gpus(samples: list[Any], node_ids: dict[str, int]) -> dict[str, int]:

@@ -3,38 +3,17 @@ database is down, always with Retry-After, never a 500."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 import requests
 
 from console import queues
-from console.celery import app as celery_app
 from fleet.models import GpuSample, IngestBatch
 from fleet.services import ingest_stream
 from fleet.services.ingest import decode_rows
 from tests.conftest import make_sample, post_batch, redis_url
 from tests.stack import Stack
-
-
-def _forget_queued_work(client: redis.Redis) -> None:
-    client.delete("celery", ingest_stream.STREAM, *ingest_stream.slot_keys())
-
-
-@pytest.fixture
-def broker_mode(settings) -> Iterator[redis.Redis]:
-    """The test process publishes to the real Redis broker (no worker consumes)."""
-    url = redis_url()
-    settings.EAGER_TASKS = False
-    celery_app.conf.task_always_eager = False
-    queues.reset()
-    client = redis.Redis.from_url(url)
-    _forget_queued_work(client)
-    yield client
-    _forget_queued_work(client)
-    queues.reset()
 
 
 def test_a_queue_over_its_bound_answers_429_with_retry_after(client, token_a, broker_mode, settings) -> None:

@@ -1,0 +1,114 @@
+"""The ingest stream between the API and the writers: batches queue in Redis, a drain folds them
+into transactions, and nothing is lost or written twice when a writer dies or a batch is bad.
+
+These run the drain in the test process against the real Redis and PostgreSQL; the worker
+process tests (test_worker_crash.py, test_production_path.py) run it inside Celery.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from django.test import Client
+
+from fleet.models import GpuSample, IngestBatch
+from fleet.services import ingest_stream
+from tests.conftest import make_sample, post_batch
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _queue(client: Client, token: str, count: int, *, per_batch: int = 3, key: str = "b") -> list[str]:
+    """POST ``count`` batches through the API; return their batch keys."""
+    keys = []
+    for n in range(count):
+        samples = [make_sample(hostname=f"{key}-node", gpu_uuid=f"GPU-{key}-{n:03d}-{i:03d}") for i in range(per_batch)]
+        response = post_batch(client, token, {"samples": samples}, **{"Idempotency-Key": f"{key}-{n}"})
+        assert response.status_code == 202, response.content
+        keys.append(response.json()["batch"])
+    return keys
+
+
+def _received_at(keys: list[str]) -> set:
+    return set(IngestBatch.objects.filter(key__in=keys).values_list("received_at", flat=True))
+
+
+def test_queued_batches_are_folded_into_one_transaction(client, token_a, broker_mode, settings) -> None:
+    keys = _queue(client, token_a, 5)
+    assert broker_mode.xlen(ingest_stream.STREAM) == 5 and GpuSample.objects.count() == 0
+    assert broker_mode.llen("celery") == 1  # one drain scheduled for the five batches, not five tasks
+
+    assert ingest_stream.drain(0, consumer="test") == 15
+    assert GpuSample.objects.count() == 15
+    # received_at is the transaction's now(): one value means one transaction.
+    assert len(_received_at(keys)) == 1
+    assert broker_mode.xlen(ingest_stream.STREAM) == 0  # acknowledged and deleted once committed
+    assert not broker_mode.exists(ingest_stream.slot_keys()[0])  # the drainer slot is free again
+
+
+def test_folds_are_cut_at_the_batch_and_sample_limits(client, token_a, broker_mode, settings) -> None:
+    settings.INGEST_FOLD_BATCHES = 2
+    keys = _queue(client, token_a, 5)
+    assert ingest_stream.drain(consumer="test") == 15
+    assert len(_received_at(keys)) == 3  # 2 + 2 + 1
+
+    settings.INGEST_FOLD_BATCHES = 10
+    settings.INGEST_FOLD_SAMPLES = 7
+    keys = _queue(client, token_a, 5, key="c")
+    assert ingest_stream.drain(consumer="test") == 15
+    assert len(_received_at(keys)) == 3  # 6 samples, 6, then 3: never more than 7 in a fold
+
+
+def test_a_redelivered_batch_in_a_fold_is_skipped_and_the_rest_is_written(client, token_a, site_a, broker_mode) -> None:
+    first = _queue(client, token_a, 1, key="again")[0]
+    ingest_stream.drain(consumer="test")
+    # The agent retries the same batch (same Idempotency-Key) and sends a new one.
+    _queue(client, token_a, 1, key="again")
+    _queue(client, token_a, 1, key="new")
+    assert ingest_stream.drain(consumer="test") == 3  # only the new batch's samples
+    assert GpuSample.objects.count() == 6
+    assert IngestBatch.objects.filter(key=first).count() == 1
+
+
+def test_a_bad_batch_goes_to_dead_letters_and_does_not_hold_back_its_fold(client, token_a, site_a, broker_mode) -> None:
+    good = _queue(client, token_a, 2, key="good")
+    # One undecodable entry, and one that fails in the database (a site that does not exist).
+    broker_mode.xadd(ingest_stream.STREAM, {"k": "1:k:garbled", "s": site_a.id, "n": 1, "e": "x", "d": b"\xc1"})
+    [(_, fields)] = broker_mode.xrange(ingest_stream.STREAM, count=1)
+    broker_mode.xadd(ingest_stream.STREAM, {**fields, b"k": b"999999:k:orphan", b"s": b"999999"})
+    more = _queue(client, token_a, 1, key="more")
+
+    stored = ingest_stream.drain(consumer="test")
+    assert set(IngestBatch.objects.values_list("key", flat=True)) == {*good, *more}
+    assert stored == 9
+    assert broker_mode.xlen(ingest_stream.STREAM) == 0
+    dead = {fields[b"k"]: fields[b"error"].decode() for _, fields in broker_mode.xrange(ingest_stream.DEAD_LETTERS)}
+    assert set(dead) == {b"1:k:garbled", b"999999:k:orphan"}
+    assert "IntegrityError" in dead[b"999999:k:orphan"]
+
+
+def test_batches_a_dead_writer_left_pending_are_taken_over(client, token_a, broker_mode, settings) -> None:
+    settings.INGEST_RECLAIM_SECONDS = 1
+    keys = _queue(client, token_a, 3)
+    # A writer reads the batches and dies before committing: they stay pending, with it.
+    ingest_stream.ensure_group(broker_mode)
+    broker_mode.xreadgroup(ingest_stream.GROUP, "dead-writer", {ingest_stream.STREAM: ">"}, count=10)
+
+    assert ingest_stream.drain(consumer="alive") == 0  # too recent to take over
+    check = [json.loads(m) for m in broker_mode.lrange("celery", 0, -1)]
+    assert any(m["headers"]["task"] == "fleet.tasks.drain_gpu_ingest" and m["headers"]["eta"] for m in check)
+
+    time.sleep(1.1)
+    assert ingest_stream.drain(consumer="alive") == 9
+    assert IngestBatch.objects.filter(key__in=keys).count() == 3
+    assert broker_mode.xpending(ingest_stream.STREAM, ingest_stream.GROUP)["pending"] == 0
+
+
+def test_a_writer_takes_back_its_own_pending_batches_first(client, token_a, broker_mode) -> None:
+    _queue(client, token_a, 2)
+    ingest_stream.ensure_group(broker_mode)
+    broker_mode.xreadgroup(ingest_stream.GROUP, "restarted", {ingest_stream.STREAM: ">"}, count=10)
+    # The same process (consumer) runs its next drain: no need to wait for the reclaim time.
+    assert ingest_stream.drain(consumer="restarted") == 6
