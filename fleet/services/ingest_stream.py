@@ -28,6 +28,7 @@ import hashlib
 import logging
 import os
 import socket
+import threading
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -48,6 +49,7 @@ GROUP = "writers"
 DEAD_LETTERS = "goodput:ingest:gpu:dead"
 RECLAIM_CHECK = "goodput:ingest:reclaim-check"
 SLOT_TTL_SECONDS = 60
+CONSUMER_IDLE_MS = 3600 * 1000
 
 
 def slot_keys() -> list[str]:
@@ -100,7 +102,8 @@ def backlog() -> int:
 
 
 def consumer_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """This writer in the consumer group: host, process and thread (a threads pool runs several)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_native_id()}"
 
 
 def ensure_group(client: redis.Redis) -> None:
@@ -146,7 +149,16 @@ def drain(slot: int | None = None, *, consumer: str | None = None) -> int:
         if slot_key:
             client.delete(slot_key)
     _check_later_for_stranded(client)
+    if slot is None:  # the periodic run (beat) also tidies the group
+        _forget_idle_consumers(client)
     return stored
+
+
+def _forget_idle_consumers(client: redis.Redis) -> None:
+    """Drop consumers that hold nothing and have not read for an hour (writers that are gone)."""
+    for consumer in client.xinfo_consumers(STREAM, GROUP):
+        if not consumer["pending"] and consumer["idle"] > CONSUMER_IDLE_MS:
+            client.xgroup_delconsumer(STREAM, GROUP, consumer["name"])
 
 
 def _own_pending(client: redis.Redis, consumer: str, count: int) -> list[tuple[bytes, Any]]:

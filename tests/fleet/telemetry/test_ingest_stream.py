@@ -112,3 +112,21 @@ def test_a_writer_takes_back_its_own_pending_batches_first(client, token_a, brok
     broker_mode.xreadgroup(ingest_stream.GROUP, "restarted", {ingest_stream.STREAM: ">"}, count=10)
     # The same process (consumer) runs its next drain: no need to wait for the reclaim time.
     assert ingest_stream.drain(consumer="restarted") == 6
+
+
+def test_the_periodic_drain_forgets_writers_that_are_gone(client, token_a, broker_mode, monkeypatch) -> None:
+    _queue(client, token_a, 2)
+    ingest_stream.ensure_group(broker_mode)
+    broker_mode.xreadgroup(ingest_stream.GROUP, "holds-one", {ingest_stream.STREAM: ">"}, count=1)
+    [[_, [(entry_id, _)]]] = broker_mode.xreadgroup(
+        ingest_stream.GROUP, "holds-none", {ingest_stream.STREAM: ">"}, count=1
+    )
+    broker_mode.xack(ingest_stream.STREAM, ingest_stream.GROUP, entry_id)
+    names = {c["name"] for c in broker_mode.xinfo_consumers(ingest_stream.STREAM, ingest_stream.GROUP)}
+    assert {b"holds-one", b"holds-none"} <= names
+    monkeypatch.setattr(ingest_stream, "CONSUMER_IDLE_MS", 0)
+    time.sleep(0.01)
+    ingest_stream.drain(None, consumer="beat")
+    names = {c["name"] for c in broker_mode.xinfo_consumers(ingest_stream.STREAM, ingest_stream.GROUP)}
+    assert b"holds-one" in names  # it still holds a batch: it may come back for it
+    assert b"holds-none" not in names
