@@ -49,7 +49,7 @@ def _console_metrics() -> Iterable[Metric]:
         family.add_metric([labels[k] for k in sorted(labels)], value)
     yield from families.values()
     broker_up = GaugeMetricFamily("goodput_broker_up", "1 when the task broker answers")
-    depth = GaugeMetricFamily("goodput_ingest_queue_depth", "Tasks waiting in the broker queue")
+    depth = GaugeMetricFamily("goodput_ingest_queue_depth", "Batches and tasks waiting for a worker")
     try:
         depth.add_metric([], queue_depth())
         broker_up.add_metric([], 1)

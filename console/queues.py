@@ -58,10 +58,11 @@ def reset() -> None:
 
 
 # --- payload stash ------------------------------------------------------------------------------
-# A batch body (up to 5 MB) travels beside its task, not inside it: inside, it would be JSON-escaped
-# and base64-encoded by the broker (530 KB becomes 900 KB), costing the web and the worker more
-# than the COPY it feeds. The worker drops it once the batch is committed; a redelivered task whose
-# body is gone finds its batch key already stored.
+# A Prometheus push body (up to 5 MB) travels beside its task, not inside it: inside, it would be
+# JSON-escaped and base64-encoded by the broker, costing the web and the worker more than the
+# COPY it feeds. The worker drops it once the batch is committed; a redelivered task whose body
+# is gone finds its batch key already stored. (GPU sample batches travel in their own stream,
+# fleet.services.ingest_stream.)
 STASH_PREFIX = "goodput:payload:"
 STASH_TTL_SECONDS = 24 * 3600
 

@@ -6,7 +6,7 @@ that reconnects and re-fetches the snapshot lands on exactly what the deltas wou
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -166,23 +166,35 @@ def _empty_series() -> dict[str, list[Any]]:
     return {"ts": [], "util": [], "power_kw": [], "temp": []}
 
 
+# A bucket's time as (epoch seconds, ISO text), both made by PostgreSQL: Django loads every
+# timestamptz through a Python function, which made fetching a day of minutes cost more than
+# running the query.
+def _bucket_columns(expression: str) -> str:
+    return (
+        f"extract(epoch FROM {expression})::int8, "
+        f"""to_char({expression} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"+00:00"')"""
+    )
+
+
 def _collect(rows: Any, bucket: int) -> dict[int, dict[str, list[Any]]]:
-    """Rows of (ts, site, util, power kW, temp) into per-site series; gaps become None points."""
+    """Rows of (epoch, ISO time, site, util, power kW, temp) into per-site series; gaps become None
+    points."""
     series: dict[int, dict[str, list[Any]]] = {}
-    last_ts: dict[int, datetime] = {}
-    for ts, sid, util, power_kw, temp in rows:
+    last_epoch: dict[int, int] = {}
+    gap = 3 * bucket
+    for epoch, iso, sid, util, power_kw, temp in rows:
         s = series.setdefault(sid, _empty_series())
-        previous = last_ts.get(sid)
-        if previous is not None and ts - previous > timedelta(seconds=3 * bucket):
+        previous = last_epoch.get(sid)
+        if previous is not None and epoch - previous > gap:
             # A gap in the data (an outage, a stopped agent) is drawn as a gap, not a straight line.
-            s["ts"].append((previous + timedelta(seconds=bucket)).isoformat())
+            s["ts"].append(datetime.fromtimestamp(previous + bucket, UTC).isoformat())
             for key in ("util", "power_kw", "temp"):
                 s[key].append(None)
-        last_ts[sid] = ts
-        s["ts"].append(ts.isoformat())
-        s["util"].append(_round(util))
-        s["power_kw"].append(_round(power_kw, 2))
-        s["temp"].append(_round(temp))
+        last_epoch[sid] = epoch
+        s["ts"].append(iso)
+        s["util"].append(None if util is None else round(util, 1))
+        s["power_kw"].append(None if power_kw is None else round(power_kw, 2))
+        s["temp"].append(None if temp is None else round(temp, 1))
     return series
 
 
@@ -205,8 +217,8 @@ def site_series_from_raw(*, seconds: int, site_id: int | None = None) -> dict[st
             {site_filter}
             GROUP BY 1, 2, 3
         )
-        SELECT bucket, site_id, avg(util), sum(power) / 1000.0, max(temp)
-        FROM per_gpu GROUP BY 1, 2 ORDER BY 1, 2
+        SELECT {_bucket_columns("bucket")}, site_id, avg(util), sum(power) / 1000.0, max(temp)
+        FROM per_gpu GROUP BY bucket, site_id ORDER BY bucket, site_id
     """
     params = {
         "bucket": timedelta(seconds=bucket),
@@ -230,7 +242,7 @@ def site_series_from_rollups(*, seconds: int, resolution: str, site_id: int | No
     bucket = BUCKET_SECONDS[resolution]
     site_filter = "AND scope_id = %(site_id)s" if site_id is not None else ""
     sql = f"""
-        SELECT bucket, scope_id, util_mean, power_sum / 1000.0, temp_max
+        SELECT {_bucket_columns("bucket")}, scope_id, util_mean, power_sum / 1000.0, temp_max
         FROM fleet_grouprollup_{resolution}
         WHERE scope = 'site' AND bucket >= %(since)s {site_filter}
         ORDER BY bucket, scope_id

@@ -96,11 +96,6 @@ def _schedule_drain(slot: int | None, *, countdown: float | None = None) -> None
         raise
 
 
-def backlog() -> int:
-    """Entries in the stream: waiting, or being written right now."""
-    return int(redis_client().xlen(STREAM))
-
-
 def consumer_name() -> str:
     """This writer in the consumer group: host, process and thread (a threads pool runs several)."""
     return f"{socket.gethostname()}:{os.getpid()}:{threading.get_native_id()}"
