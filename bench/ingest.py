@@ -125,7 +125,7 @@ class Workload:
 
 
 def build_workload(fleet: dict[str, list[Any]], gpu_ids: dict[str, int], *, batch_size: int, ticks: int) -> Workload:
-    from fleet.services.ingest import decode_trusted_batch
+    from fleet.services.ingest import parse_gpu_batch
     from fleet.simulator import FleetSimulator
     from fleet.telemetry_fields import METRIC_NAMES
 
@@ -150,7 +150,7 @@ def build_workload(fleet: dict[str, list[Any]], gpu_ids: dict[str, int], *, batc
             segments, slots = pieces[0::2], [int(t) for t in pieces[1::2]]
             # The COPY rows hold the values exactly as the ingest path decodes them.
             first_cycle = Workload([Batch(site, segments, slots, [], len(chunk))], ticks, base, interval)
-            decoded = decode_trusted_batch(first_cycle.body(0)).samples
+            decoded = parse_gpu_batch(first_cycle.body(0)).samples
             rows = [
                 (gpu_ids[s.gpu_uuid], t, tuple(getattr(s, name) for name in METRIC_NAMES))
                 for (t, _), s in zip(chunk, decoded, strict=True)
@@ -602,17 +602,16 @@ MARKERS = (
     ("new Redis connection", ".connect", "redis/connection.py"),
     ("parse_gpu_batch (validation)", "parse_gpu_batch", "fleet/services/ingest.py"),
     ("check_site_scope", "check_site_scope", "fleet/services/ingest.py"),
-    ("queue_depth (LLEN)", "queue_depth", "console/queues.py"),
-    ("Celery publish (apply_async)", "Task.apply_async", "celery/app/task.py"),
+    ("queue_depth", "queue_depth", "console/queues.py"),
+    ("encode_rows (MessagePack)", "encode_rows", "fleet/services/ingest.py"),
+    ("enqueue (XADD and drainer slot)", "enqueue", "fleet/services/ingest_stream.py"),
     ("counters.increment", "increment", "console/counters.py"),
     ("DRF response render", "JSONRenderer.render", "rest_framework/renderers.py"),
-    ("task ingest_gpu_batch (all of it)", "ingest_gpu_batch", "fleet/tasks.py"),
-    ("prefork: parent <-> child pipe", "", "billiard/connection.py"),
-    ("prefork: parent <-> child pipe", "send_offset", "billiard/compat.py"),
-    ("kombu message decode", "", "kombu/serialization.py"),
-    ("decode_trusted_batch (msgspec)", "decode_trusted_batch", "fleet/services/ingest.py"),
+    ("task drain_gpu_ingest (all of it)", "drain_gpu_ingest", "fleet/tasks.py"),
+    ("stream reads and acknowledgements", "", "redis/commands/core.py"),
+    ("decode_rows (MessagePack)", "decode_rows", "fleet/services/ingest.py"),
     ("ensure_partitions", "ensure_partitions", "fleet/services/partitions.py"),
-    ("_claim_batch", "_claim_batch", "fleet/services/telemetry.py"),
+    ("_claim_batches", "_claim_batches", "fleet/services/telemetry.py"),
     ("_resolve_gpus", "_resolve_gpus", "fleet/services/telemetry.py"),
     ("_copy_samples (COPY)", "_copy_samples", "fleet/services/telemetry.py"),
     ("_upsert_latest_state", "_upsert_latest_state", "fleet/services/telemetry.py"),
@@ -762,6 +761,7 @@ def run_breakdown(workload: Workload, site_ids: dict[str, int], seconds: float, 
             samples += batch.samples
             queued += batch.samples
             if batches % fold == 0:  # the writer's side: one fold of the queued batches
+                broker.delete("celery", *ingest_stream.slot_keys())  # this process drains, not a worker
                 stored = timer.time("writer: drain (total)", ingest_stream.drain, consumer="breakdown")
                 assert stored == queued, (stored, queued)
                 queued = 0

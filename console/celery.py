@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
-from celery.signals import worker_ready
+from celery.signals import worker_process_shutdown, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
@@ -19,3 +19,11 @@ def _announce(**kwargs: object) -> None:
     from console.runtime import announce_mode
 
     announce_mode("worker")
+
+
+@worker_process_shutdown.connect
+def _flush_counters(**kwargs: object) -> None:
+    """A prefork pool process ends with os._exit, which skips atexit: write its counts first."""
+    from console import counters
+
+    counters.flush()

@@ -26,6 +26,7 @@ FLUSH_SECONDS = 1.0
 _local: Counter[str] = Counter()  # embedded mode: the counters themselves
 _pending: Counter[str] = Counter()  # production: increments not yet written to Redis
 _lock = threading.Lock()
+_flush_lock = threading.Lock()
 _client: redis.Redis | None = None
 _flusher_pid: int | None = None  # the process whose flusher thread runs (a fork has none)
 
@@ -69,35 +70,41 @@ def _start_flusher() -> None:
 
 
 def flush() -> None:
-    """Write pending increments to Redis; kept for the next flush if Redis is unavailable."""
-    with _lock:
-        if not _pending:
-            return
-        taken = dict(_pending)
-        _pending.clear()
+    """Write pending increments to Redis; kept for the next flush if Redis is unavailable.
+
+    One flush at a time (_flush_lock): a snapshot that flushes returns only after increments a
+    concurrent flush had already taken are in Redis too.
+    """
     client = _redis()
     if client is None:
         return
-    try:
-        pipe = client.pipeline(transaction=False)
-        for key, amount in taken.items():
-            pipe.hincrby(HASH, key, amount)
-        pipe.execute()
-    except redis.RedisError:  # counting must never fail a request
-        logger.debug("%d counter(s) not recorded yet", len(taken), exc_info=True)
+    with _flush_lock:
         with _lock:
-            _pending.update(taken)
+            if not _pending:
+                return
+            taken = dict(_pending)
+            _pending.clear()
+        try:
+            pipe = client.pipeline(transaction=False)
+            for key, amount in taken.items():
+                pipe.hincrby(HASH, key, amount)
+            pipe.execute()
+        except redis.RedisError:  # counting must never fail a request
+            logger.debug("%d counter(s) not recorded yet", len(taken), exc_info=True)
+            with _lock:
+                _pending.update(taken)
 
 
 def _after_fork_in_child() -> None:
     """A forked child (a Celery pool process) starts with a fresh lock (the parent's flusher may
     have held it at the fork) and without the parent's pending increments (the parent writes them)."""
-    global _lock
+    global _lock, _flush_lock
     _lock = threading.Lock()
+    _flush_lock = threading.Lock()
     _pending.clear()
 
 
-atexit.register(flush)
+atexit.register(flush)  # Celery's pool processes exit without atexit: see console.celery
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 

@@ -145,7 +145,7 @@ CELERY_BROKER_URL = REDIS_URL or "memory://localhost/"
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ALWAYS_EAGER = EAGER_TASKS
 CELERY_TASK_EAGER_PROPAGATES = True
-CELERY_TASK_ACKS_LATE = True  # a worker killed mid-batch leaves the message for another worker
+CELERY_TASK_ACKS_LATE = True  # a worker killed mid-task leaves the message for another worker
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
@@ -157,7 +157,7 @@ CELERY_TASK_PUBLISH_RETRY = False
 CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "socket_timeout": 5, "max_retries": 0}
 CELERY_TIMEZONE = "UTC"
 # A message taken by a worker that then dies (SIGKILL, OOM, power) goes back to the queue after
-# this long; batches are idempotent, so a redelivery stores nothing twice.
+# this long; tasks are idempotent (batch keys, claims), so a redelivery does nothing twice.
 CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] = envint("GOODPUT_TASK_VISIBILITY_TIMEOUT", 300, minimum=1)
 # Periodic work. Production runs it with `celery beat`; embedded mode runs the same schedule in
 # a thread of the demo process (console.scheduler).
@@ -273,6 +273,8 @@ INGEST_DRAINERS = envint("GOODPUT_INGEST_DRAINERS", 1, minimum=1)
 INGEST_FOLD_BATCHES = envint("GOODPUT_INGEST_FOLD_BATCHES", 32, minimum=1)
 INGEST_FOLD_SAMPLES = envint("GOODPUT_INGEST_FOLD_SAMPLES", 50_000, minimum=1)
 INGEST_RECLAIM_SECONDS = envint("GOODPUT_INGEST_RECLAIM_SECONDS", 60, minimum=1)
+# A drain hands over to a fresh task after this long (keep it well under the visibility timeout).
+INGEST_DRAIN_SECONDS = envint("GOODPUT_INGEST_DRAIN_SECONDS", 60, minimum=1)
 # A GPU whose last sample is older than this is "stale" on the dashboard.
 FLEET_STALE_SECONDS = envint("GOODPUT_FLEET_STALE_SECONDS", 120, minimum=5)
 LIVE_MIN_INTERVAL_MS = envint("GOODPUT_LIVE_MIN_INTERVAL_MS", 1000, minimum=50)

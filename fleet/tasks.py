@@ -26,10 +26,10 @@ def _payload(batch_key: str, body: str | None) -> bytes | str | None:
 
 
 @shared_task(ignore_result=True)
-def drain_gpu_ingest(slot: int | None = None) -> int:
-    """Write the queued GPU sample batches until the ingest stream is empty (see
-    fleet.services.ingest_stream); ``slot`` is the drainer slot the API took to schedule it."""
-    return ingest_stream.drain(slot)
+def drain_gpu_ingest(slot: int | None = None, token: str | None = None) -> int:
+    """Write the queued GPU sample batches (see fleet.services.ingest_stream); ``slot`` and
+    ``token`` name the drainer slot the API took to schedule it (none for the beat's run)."""
+    return ingest_stream.drain(slot, token)
 
 
 @shared_task(ignore_result=True)

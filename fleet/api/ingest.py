@@ -65,10 +65,10 @@ def admit() -> Response | None:
 
 
 def dispatch(task: Any, site_id: int, key: str, body: bytes, *args: Any) -> Response | None:
-    """Queue a validated batch for a worker; a 503 Response when the broker is down.
+    """Queue a validated Prometheus push for a worker; a 503 Response when the broker is down.
 
     In production the body waits in Redis beside a small task (console.queues); eager mode has no
-    broker and hands the body over directly.
+    broker and hands the body over directly. (GPU sample batches go through queue_gpu_batch.)
     """
     try:
         if settings.EAGER_TASKS:

@@ -221,11 +221,6 @@ def check_site_scope(batch: GpuBatchIn, *, site_id: int) -> None:
             )
 
 
-def decode_trusted_batch(body: str | bytes) -> GpuBatchIn:
-    """Decode a JSON batch that already passed parse_gpu_batch."""
-    return _decoder.decode(body)
-
-
 _row_encoder = msgspec.msgpack.Encoder()
 _row_decoder = msgspec.msgpack.Decoder(list[GpuSampleRow])  # type: ignore[valid-type]
 

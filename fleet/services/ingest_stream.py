@@ -1,25 +1,32 @@
 """The GPU-sample ingest queue: a Redis stream between the API and the writers.
 
 The API appends each validated batch (as MessagePack rows, see ``ingest.encode_rows``) and, in
-the same round trip, takes a free drainer slot if there is one; taking a slot schedules a Celery
-``drain_gpu_ingest`` task. A drain reads the stream through a consumer group, up to
-``INGEST_FOLD_BATCHES`` entries at a time, writes them in one transaction (or several, past
-``INGEST_FOLD_SAMPLES`` samples)
-(``telemetry.store_gpu_batches``), then acknowledges and deletes them, and goes on until the
-stream is empty. Under load the entries pile up and the folds grow, so the cost per batch of a
-commit, the state upsert and the task itself falls as the rate rises.
+the same round trip, takes a free drainer slot if there is one (at most ``INGEST_DRAINERS``,
+each held under an owner token); taking a slot schedules a Celery ``drain_gpu_ingest`` task. A
+drain reads the stream through a consumer group, up to ``INGEST_FOLD_BATCHES`` entries at a
+time, writes them in one transaction (several past ``INGEST_FOLD_SAMPLES`` samples) through
+``telemetry.store_gpu_batches``, then deletes and acknowledges them, and goes on until the
+stream is empty or its time budget (``INGEST_DRAIN_SECONDS``, well under the broker's visibility
+timeout) is spent, when it hands its slot to a fresh task. Under load the entries pile up and
+the folds grow, so the cost per batch of a commit, the state upsert and the task itself falls
+as the rate rises. A beat task drains too, when a slot is free: the safety net for a batch whose
+drain was never scheduled (an API process that died between the two steps).
 
 Nothing is lost and nothing is written twice:
 
 * an entry is deleted only after its transaction committed;
-* a writer killed mid-fold leaves its entries pending in the group: the same process takes its
+* a writer killed mid-fold leaves its entries pending in the group: the same writer takes its
   own back first on its next drain, any drain takes over entries pending longer than
   ``INGEST_RECLAIM_SECONDS``, and a drain that leaves entries pending elsewhere schedules a check
   for when they become claimable;
 * the batch key, claimed in the batch's transaction, makes a second write of a committed batch a
-  no-op, so taking over an entry that was in fact still being written is safe;
-* an entry that fails on its own (not an outage of the database) moves to a dead-letter stream
-  with its error instead of blocking the queue behind it.
+  no-op (two copies of one batch in the same fold are written once), so taking over an entry
+  that was in fact still being written is safe;
+* an outage of the database (anything but bad data) leaves the entries pending and retries in
+  ``OUTAGE_RETRY_SECONDS``; a batch whose own data fails (undecodable, or a data or integrity
+  error when written alone) moves to the dead-letter stream with its error, from where
+  ``manage.py replay_dead_letters`` puts it back once the cause is fixed. If every batch of a
+  fold fails alone, the fault is not theirs: they stay pending.
 """
 
 from __future__ import annotations
@@ -27,15 +34,18 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import secrets
 import socket
 import threading
+import time
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+import psycopg
 import redis
 from django.conf import settings
-from django.db import InterfaceError, OperationalError
+from django.db import DatabaseError, DataError, IntegrityError
 
 from console import counters
 from console.queues import redis_client
@@ -50,49 +60,69 @@ DEAD_LETTERS = "goodput:ingest:gpu:dead"
 RECLAIM_CHECK = "goodput:ingest:reclaim-check"
 SLOT_TTL_SECONDS = 60
 CONSUMER_IDLE_MS = 3600 * 1000
+OUTAGE_RETRY_SECONDS = 5
+DEAD_LETTERS_MAX = 1000  # about 200 MB of MessagePack at 1,000 samples a batch
 
 
 def slot_keys() -> list[str]:
     return [f"goodput:ingest:drainer:{n}" for n in range(settings.INGEST_DRAINERS)]
 
 
-# Take the first free drainer slot (SET NX with a TTL); its index, or -1 when all are taken.
+# Take the first free drainer slot (SET NX with a TTL, the owner's token as value); its index, or
+# -1 when all are taken.
 _TAKE_SLOT = """
 for i = 1, #KEYS do
-  if redis.call('SET', KEYS[i], '1', 'NX', 'EX', ARGV[1]) then return i - 1 end
+  if redis.call('SET', KEYS[i], ARGV[2], 'NX', 'EX', ARGV[1]) then return i - 1 end
 end
 return -1
 """
 _TAKE_SLOT_SHA = hashlib.sha1(_TAKE_SLOT.encode()).hexdigest()  # Redis names scripts by their SHA-1
+# Refresh (ARGV[2] = TTL) or free (no ARGV[2]) a slot, only if the caller still owns it.
+_OWNED = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if ARGV[2] then return redis.call('EXPIRE', KEYS[1], ARGV[2]) end
+return redis.call('DEL', KEYS[1])
+"""
 
 
 def enqueue(*, site_id: int, key: str, samples: Sequence[Any], enqueued_at: datetime) -> None:
     """Queue a validated batch for a writer. Raises redis.RedisError (or the broker's error from
-    scheduling a drain) when the queue is unavailable; the batch may then be queued or not, and a
-    retry with the same key is safe either way."""
+    scheduling a drain) when the queue is unavailable; the batch may then be queued or not (the
+    beat's drain writes it if it is), and a retry with the same key is safe either way."""
     client = redis_client()
     entry = {"k": key, "s": site_id, "n": len(samples), "e": enqueued_at.isoformat(), "d": encode_rows(samples)}
-    keys = slot_keys()
+    token = secrets.token_hex(8)
     pipe = client.pipeline(transaction=False)
     pipe.xadd(STREAM, entry)  # type: ignore[arg-type]
-    pipe.evalsha(_TAKE_SLOT_SHA, len(keys), *keys, SLOT_TTL_SECONDS)
+    pipe.evalsha(_TAKE_SLOT_SHA, len(slot_keys()), *slot_keys(), SLOT_TTL_SECONDS, token)
     try:
         _, slot = pipe.execute()
     except redis.exceptions.NoScriptError:  # a restarted Redis: the entry is in, the script is not
-        client.script_load(_TAKE_SLOT)
-        slot = client.evalsha(_TAKE_SLOT_SHA, len(keys), *keys, SLOT_TTL_SECONDS)
+        slot = _take_slot(client, token)
     if slot >= 0:
-        _schedule_drain(int(slot))
+        _schedule_drain(int(slot), token)
 
 
-def _schedule_drain(slot: int | None, *, countdown: float | None = None) -> None:
+def _take_slot(client: redis.Redis, token: str) -> int:
+    return int(client.register_script(_TAKE_SLOT)(keys=slot_keys(), args=[SLOT_TTL_SECONDS, token]))
+
+
+def _refresh_slot(client: redis.Redis, slot: int, token: str) -> bool:
+    return bool(client.register_script(_OWNED)(keys=[slot_keys()[slot]], args=[token, SLOT_TTL_SECONDS]))
+
+
+def _release_slot(client: redis.Redis, slot: int, token: str) -> None:
+    client.register_script(_OWNED)(keys=[slot_keys()[slot]], args=[token])
+
+
+def _schedule_drain(slot: int | None, token: str | None, *, countdown: float | None = None) -> None:
     from fleet.tasks import drain_gpu_ingest
 
     try:
-        drain_gpu_ingest.apply_async(args=[slot], countdown=countdown)
+        drain_gpu_ingest.apply_async(args=[slot, token], countdown=countdown)
     except Exception:
-        if slot is not None:  # nobody will drain for this slot: free it for the next batch
-            redis_client().delete(slot_keys()[slot])
+        if slot is not None and token is not None:  # nobody will drain for this slot: free it
+            _release_slot(redis_client(), slot, token)
         raise
 
 
@@ -109,44 +139,82 @@ def ensure_group(client: redis.Redis) -> None:
             raise
 
 
-def drain(slot: int | None = None, *, consumer: str | None = None) -> int:
-    """Write queued batches until the stream is empty; return the samples stored.
+def drain(slot: int | None = None, token: str | None = None, *, consumer: str | None = None) -> int:
+    """Write queued batches until the stream is empty or the time budget is spent; return the
+    samples stored.
 
-    Order of work: this process's own pending entries (a fold that failed or was cut short),
-    entries other writers have held for longer than INGEST_RECLAIM_SECONDS, then new entries.
+    ``slot`` and ``token``: the drainer slot the API took for this task. Without them (the beat's
+    run, a reclaim check) the drain takes a free slot itself, or leaves the work to the drainer
+    that holds one. Order of work: this writer's own pending entries (a fold that failed or was
+    cut short), entries other writers have held for longer than INGEST_RECLAIM_SECONDS, then new
+    entries.
     """
     if settings.EAGER_TASKS:
         return 0  # embedded mode has no stream: the API writes each batch itself
     client = redis_client()
-    consumer = consumer or consumer_name()
-    slot_key = slot_keys()[slot] if slot is not None and slot < settings.INGEST_DRAINERS else None
-    fold = settings.INGEST_FOLD_BATCHES
     ensure_group(client)
-    stored = 0
+    periodic = slot is None or token is None
+    if periodic:
+        token = secrets.token_hex(8)
+        slot = _take_slot(client, token)
+        if slot < 0:  # a drainer is at work; it takes stranded entries over when it next starts
+            _check_later_for_stranded(client)
+            return 0
+    assert slot is not None and token is not None
+    consumer = consumer or consumer_name()
+    fold = settings.INGEST_FOLD_BATCHES
+    deadline = time.monotonic() + settings.INGEST_DRAIN_SECONDS
+    owned, stored = True, 0
     try:
         entries = _own_pending(client, consumer, fold) or _reclaim(client, consumer, fold)
         while True:
             if not entries:
                 entries = _read_new(client, consumer, fold)
-            if not entries and slot_key:
+            if not entries and owned:
                 # Free the slot, then look once more: a batch queued while we were finishing saw
                 # the slot taken and scheduled nobody, so it is ours.
-                client.delete(slot_key)
-                slot_key = None
+                _release_slot(client, slot, token)
+                owned = False
                 entries = _read_new(client, consumer, fold)
             if not entries:
                 break
             stored += _write(client, entries)
             entries = []
-            if slot_key:
-                client.expire(slot_key, SLOT_TTL_SECONDS)
+            if owned:
+                owned = _refresh_slot(client, slot, token)
+            if time.monotonic() > deadline:
+                # Hand over to a fresh task before the broker thinks this one is lost.
+                if owned:
+                    owned = False
+                    _schedule_drain(slot, token)
+                else:
+                    _schedule_drain(None, None)
+                break
+    except Exception as exc:
+        if not _is_outage(exc):
+            raise
+        counters.increment("goodput_ingest_write_failures_total", reason="outage")
+        logger.warning("ingest writer: the database is unavailable (%s); retrying in %d s", exc, OUTAGE_RETRY_SECONDS)
+        if owned:  # keep the slot: the retry is this drainer's
+            owned = False
+            _refresh_slot(client, slot, token)
+            _schedule_drain(slot, token, countdown=OUTAGE_RETRY_SECONDS)
+        return stored
     finally:
-        if slot_key:
-            client.delete(slot_key)
+        if owned:
+            _release_slot(client, slot, token)
     _check_later_for_stranded(client)
-    if slot is None:  # the periodic run (beat) also tidies the group
+    if periodic:  # the beat's run also tidies the group
         _forget_idle_consumers(client)
     return stored
+
+
+def _is_outage(exc: BaseException) -> bool:
+    """A database failure that is not the batch's own data (connection lost, read-only, deadlock,
+    timeout, schema mismatch): retry later rather than give up on the batch."""
+    if isinstance(exc, (DataError, IntegrityError, psycopg.DataError, psycopg.IntegrityError)):
+        return False
+    return isinstance(exc, (DatabaseError, psycopg.Error))
 
 
 def _forget_idle_consumers(client: redis.Redis) -> None:
@@ -189,12 +257,19 @@ def _batch(fields: dict[bytes, bytes]) -> PendingBatch:
     )
 
 
+def _sample_count(fields: dict[bytes, bytes] | None) -> int:
+    try:
+        return int(fields[b"n"]) if fields else 0
+    except (KeyError, ValueError):
+        return 0  # a malformed entry: decoding it will send it to the dead letters
+
+
 def _write(client: redis.Redis, entries: list[tuple[bytes, Any]]) -> int:
     """Write what one read took off the stream, in folds of at most INGEST_FOLD_SAMPLES samples."""
     limit = settings.INGEST_FOLD_SAMPLES
     stored, fold, size = 0, [], 0
     for entry in entries:
-        samples = int(entry[1].get(b"n", 0)) if entry[1] else 0
+        samples = _sample_count(entry[1])
         if fold and size + samples > limit:
             stored += _write_fold(client, fold)
             fold, size = [], 0
@@ -204,12 +279,12 @@ def _write(client: redis.Redis, entries: list[tuple[bytes, Any]]) -> int:
 
 
 def _write_fold(client: redis.Redis, entries: list[tuple[bytes, Any]]) -> int:
-    """Write a fold; acknowledge and delete its entries once committed.
+    """Write a fold; delete and acknowledge its entries once committed.
 
-    An outage of the database propagates (the entries stay pending for a later drain). Any other
-    failure of a fold is retried batch by batch, so one bad batch cannot hold back the rest; a
-    batch that fails alone goes to the dead-letter stream.
+    An outage of the database propagates (the entries stay pending). Any other failure of a fold
+    is retried batch by batch, so one bad batch cannot hold back the rest.
     """
+    fields_of = dict(entries)
     done: list[bytes] = []
     batches: list[tuple[bytes, PendingBatch]] = []
     for entry_id, fields in entries:
@@ -221,40 +296,103 @@ def _write_fold(client: redis.Redis, entries: list[tuple[bytes, Any]]) -> int:
         except Exception as exc:  # anything undecodable is a dead letter, never a retry loop
             _dead_letter(client, entry_id, fields, exc)
             done.append(entry_id)
-    stored = 0
     try:
         stored = store_gpu_batches([b for _, b in batches])
-        done += [entry_id for entry_id, _ in batches]
-    except (OperationalError, InterfaceError):
-        _acknowledge(client, done)
-        raise
     except Exception as exc:
-        if len(batches) == 1:
+        _acknowledge(client, done)
+        if _is_outage(exc):
+            raise
+        if len(batches) == 1:  # it failed alone: its own data
             entry_id, batch = batches[0]
-            logger.exception("ingest batch %s failed", batch.key)
-            _dead_letter(client, entry_id, dict(entries)[entry_id], exc)
-            done.append(entry_id)
-        else:
-            _acknowledge(client, done)
-            return sum(_write_fold(client, [(entry_id, dict(entries)[entry_id])]) for entry_id, _ in batches)
-    _acknowledge(client, done)
+            logger.error("ingest batch %s failed", batch.key, exc_info=exc)
+            _dead_letter(client, entry_id, fields_of[entry_id], exc)
+            _acknowledge(client, [entry_id])
+            return 0
+        return _write_one_by_one(client, batches, fields_of, exc)
+    _acknowledge(client, done + [entry_id for entry_id, _ in batches])
     counters.increment("goodput_ingest_samples_stored_total", stored)
     return stored
 
 
+def _write_one_by_one(
+    client: redis.Redis, batches: list[tuple[bytes, PendingBatch]], fields_of: dict[bytes, Any], fold_error: Exception
+) -> int:
+    """A fold failed: write its batches one at a time and dead-letter those that fail alone. If
+    every one fails, the fault is not theirs (a bug, a schema mismatch): leave them pending."""
+    stored, failed = 0, []
+    for entry_id, batch in batches:
+        try:
+            written = store_gpu_batches([batch])
+        except Exception as exc:
+            if _is_outage(exc):
+                raise
+            failed.append((entry_id, batch, exc))
+            continue
+        _acknowledge(client, [entry_id])
+        counters.increment("goodput_ingest_samples_stored_total", written)
+        stored += written
+    if len(failed) == len(batches):
+        raise fold_error
+    for entry_id, batch, exc in failed:
+        logger.error("ingest batch %s failed on its own", batch.key, exc_info=exc)
+        _dead_letter(client, entry_id, fields_of[entry_id], exc)
+        _acknowledge(client, [entry_id])
+    return stored
+
+
 def _acknowledge(client: redis.Redis, entry_ids: list[bytes]) -> None:
+    """Delete, then acknowledge, in one MULTI: an entry is never left acknowledged but still
+    counted in the stream (a pending entry without data is skipped on its next read)."""
     if entry_ids:
-        pipe = client.pipeline(transaction=False)
-        pipe.xack(STREAM, GROUP, *entry_ids)
+        pipe = client.pipeline(transaction=True)
         pipe.xdel(STREAM, *entry_ids)
+        pipe.xack(STREAM, GROUP, *entry_ids)
         pipe.execute()
 
 
 def _dead_letter(client: redis.Redis, entry_id: bytes, fields: dict[bytes, bytes], exc: Exception) -> None:
     error = f"{exc.__class__.__name__}: {exc}"
-    client.xadd(DEAD_LETTERS, {**fields, b"error": error[:1000], b"entry": entry_id}, maxlen=10_000, approximate=True)
+    client.xadd(
+        DEAD_LETTERS, {**fields, b"error": error[:1000], b"entry": entry_id}, maxlen=DEAD_LETTERS_MAX, approximate=True
+    )
     counters.increment("goodput_ingest_dead_letters_total")
     logger.error("ingest entry %s moved to %s: %s", entry_id.decode(), DEAD_LETTERS, error)
+
+
+def dead_letters(count: int = 100) -> list[tuple[str, dict[str, str]]]:
+    """The oldest dead letters: (entry id, {key, site, samples, error})."""
+    rows = redis_client().xrange(DEAD_LETTERS, count=count)
+    return [
+        (
+            entry_id.decode(),
+            {name: fields.get(field, b"").decode(errors="replace") for name, field in _DEAD_FIELDS.items()},
+        )
+        for entry_id, fields in rows
+    ]
+
+
+_DEAD_FIELDS = {"key": b"k", "site": b"s", "samples": b"n", "error": b"error"}
+
+
+def replay_dead_letters(count: int | None = None) -> int:
+    """Put dead letters back on the stream (once their cause is fixed) and schedule a drain.
+    Their batch keys still guard against writing any of them twice."""
+    client = redis_client()
+    moved = 0
+    while count is None or moved < count:
+        page = client.xrange(DEAD_LETTERS, count=min(100, count - moved) if count is not None else 100)
+        if not page:
+            break
+        for entry_id, fields in page:
+            original = {k: v for k, v in fields.items() if k not in (b"error", b"entry")}
+            pipe = client.pipeline(transaction=True)
+            pipe.xadd(STREAM, original)  # type: ignore[arg-type]
+            pipe.xdel(DEAD_LETTERS, entry_id)
+            pipe.execute()
+            moved += 1
+    if moved:
+        _schedule_drain(None, None)
+    return moved
 
 
 def _check_later_for_stranded(client: redis.Redis) -> None:
@@ -264,4 +402,4 @@ def _check_later_for_stranded(client: redis.Redis) -> None:
     if not pending or not pending.get("pending"):
         return
     if client.set(RECLAIM_CHECK, "1", nx=True, ex=settings.INGEST_RECLAIM_SECONDS):
-        _schedule_drain(None, countdown=settings.INGEST_RECLAIM_SECONDS + 0.5)
+        _schedule_drain(None, None, countdown=settings.INGEST_RECLAIM_SECONDS + 0.5)

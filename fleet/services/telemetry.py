@@ -1,5 +1,6 @@
-"""Writing GPU telemetry. ``store_gpu_samples`` is the one writer: every door (JSON batches,
-Prometheus pushes, scrapes) ends here, so its insides can change without touching the doors.
+"""Writing GPU telemetry. ``store_gpu_batches`` is the one writer: every door (JSON batches through
+the ingest stream, Prometheus pushes, scrapes through ``store_gpu_samples``) ends here, so its
+insides can change without touching the doors.
 """
 
 from __future__ import annotations
@@ -54,7 +55,11 @@ def store_gpu_batches(batches: Sequence[PendingBatch]) -> int:
     Folding batches is what makes the queue cheap: one commit, one state upsert per GPU and one
     dirty-minute upsert for the lot, instead of one of each per batch.
     """
-    batches = [b for b in batches if b.samples]
+    unique: dict[str, PendingBatch] = {}
+    for batch in batches:  # two copies of one batch (a retry queued beside the first): write one
+        if batch.samples:
+            unique.setdefault(batch.key, batch)
+    batches = list(unique.values())
     if not batches:
         return 0
     stamps = [s.ts for b in batches for s in b.samples]

@@ -101,5 +101,6 @@ def test_killing_the_whole_worker_mid_batch_loses_and_duplicates_nothing(tmp_pat
         stack.start_worker(pool="solo", name="second")
         _wait_for_all_batches()
         _assert_exactly_once()
+        assert "took over" in (tmp_path / "second.log").read_text()  # the dead worker's batches
     finally:
         stack.stop()
