@@ -70,3 +70,29 @@ def test_a_database_that_is_down_answers_503_not_500(tmp_path: Path, token_a) ->
         assert requests.get(stack.base_url + "/healthz", timeout=30).status_code == 200  # the process is alive
     finally:
         stack.stop()
+
+
+def test_a_drain_that_cannot_be_scheduled_answers_503_and_frees_the_slot(
+    client, token_a, broker_mode, monkeypatch
+) -> None:
+    """The batch is already in the stream when publishing its drain fails: the agent hears 503
+    and retries (its batch key makes that safe), the slot is free for the next batch, and the
+    beat's drain writes what is queued."""
+    from kombu.exceptions import OperationalError as BrokerError
+
+    from fleet.tasks import drain_gpu_ingest
+
+    def broker_down(*args, **kwargs):
+        raise BrokerError("Error 111 connecting to the broker")
+
+    monkeypatch.setattr(drain_gpu_ingest, "apply_async", broker_down)
+    response = post_batch(client, token_a, {"samples": [make_sample()]}, **{"Idempotency-Key": "retry-me"})
+    assert response.status_code == 503 and response["Retry-After"] == "5"
+    assert broker_mode.xlen(ingest_stream.STREAM) == 1
+    assert not any(broker_mode.exists(k) for k in ingest_stream.slot_keys())
+    monkeypatch.undo()
+    retry = post_batch(client, token_a, {"samples": [make_sample()]}, **{"Idempotency-Key": "retry-me"})
+    assert retry.status_code == 202
+    broker_mode.delete("celery", *ingest_stream.slot_keys())  # the drain it scheduled has been and gone
+    assert ingest_stream.drain(None, None) == 1  # two copies queued, one written
+    assert GpuSample.objects.count() == 1
