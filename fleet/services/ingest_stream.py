@@ -153,7 +153,8 @@ def drain(slot: int | None = None, token: str | None = None, *, consumer: str | 
         return 0  # embedded mode has no stream: the API writes each batch itself
     client = redis_client()
     ensure_group(client)
-    periodic = slot is None or token is None
+    # No slot named (or one past a since-lowered INGEST_DRAINERS): run as the beat's drain does.
+    periodic = slot is None or token is None or not 0 <= slot < len(slot_keys())
     if periodic:
         token = secrets.token_hex(8)
         slot = _take_slot(client, token)
@@ -199,6 +200,8 @@ def drain(slot: int | None = None, token: str | None = None, *, consumer: str | 
             owned = False
             _refresh_slot(client, slot, token)
             _schedule_drain(slot, token, countdown=OUTAGE_RETRY_SECONDS)
+        else:
+            _schedule_drain(None, None, countdown=OUTAGE_RETRY_SECONDS)
         return stored
     finally:
         if owned:
