@@ -95,6 +95,29 @@ def _window_stats(now: datetime) -> dict[int, dict[str, Any]]:
         }
 
 
+def _gpu_finding(
+    gpu: dict[str, Any],
+    kind: str,
+    *,
+    severity: str,
+    summary: str,
+    impact: dict[str, Any] | None = None,
+    category: str = "gpu-health",
+    **extra: Any,
+) -> FindingSpec:
+    """A finding about one GPU: fingerprinted by its kind and the GPU's UUID; by default the GPU
+    is its impact."""
+    return FindingSpec(
+        fingerprint=f"{kind}:{gpu['uuid']}",
+        labels=_labels(gpu),
+        severity=severity,
+        summary=summary,
+        impact={"gpus": 1, "unit": f"gpu:{gpu['uuid']}"} if impact is None else impact,
+        category=category,
+        **extra,
+    )
+
+
 def _fresh_states(now: datetime) -> Any:
     return GpuState.objects.filter(ts__gte=now - timedelta(seconds=settings.FLEET_STALE_SECONDS))
 
@@ -161,13 +184,11 @@ def _counter_rising(
     rising = {gpu_id: s[key] for gpu_id, s in stats.items() if s[key] >= threshold}
     gpus = _gpu_rows(rising)
     return [
-        FindingSpec(
-            fingerprint=f"{name}:{gpus[gpu_id]['uuid']}",
-            labels=_labels(gpus[gpu_id]),
+        _gpu_finding(
+            gpus[gpu_id],
+            name,
             severity=severity,
             summary=f"{what} on {gpus[gpu_id]['hostname']} GPU {gpus[gpu_id]['index']} (+{int(delta)} in 10 min)",
-            impact={"gpus": 1, "unit": f"gpu:{gpus[gpu_id]['uuid']}"},
-            category="gpu-health",
         )
         for gpu_id, delta in rising.items()
     ]
@@ -197,13 +218,11 @@ def row_remap_failure(now: datetime) -> list[FindingSpec]:
     states = list(_fresh_states(now).filter(row_remap_failure__gt=0).values_list("gpu_id", flat=True))
     gpus = _gpu_rows(states)
     return [
-        FindingSpec(
-            fingerprint=f"remap-failure:{g['uuid']}",
-            labels=_labels(g),
+        _gpu_finding(
+            g,
+            "remap-failure",
             severity=Severity.SEV2,
             summary=f"Row remapping failed on {g['hostname']} GPU {g['index']}: the GPU needs replacing",
-            impact={"gpus": 1, "unit": f"gpu:{g['uuid']}"},
-            category="gpu-health",
         )
         for g in gpus.values()
     ]
@@ -232,14 +251,12 @@ def thermal_throttling(now: datetime) -> list[FindingSpec]:
     ]
     gpus = _gpu_rows(c["gpu_id"] for c in hot)
     return [
-        FindingSpec(
-            fingerprint=f"thermal:{gpus[c['gpu_id']]['uuid']}",
-            labels=_labels(gpus[c["gpu_id"]]),
+        _gpu_finding(
+            gpus[c["gpu_id"]],
+            "thermal",
             severity=Severity.SEV3,
             summary=f"Thermal throttling on {gpus[c['gpu_id']]['hostname']} GPU {gpus[c['gpu_id']]['index']}: "
             f"{c['gpu_temp_c']:.0f} °C, SM clock {c['sm_clock_mhz'] or 0:.0f} MHz",
-            impact={"gpus": 1, "unit": f"gpu:{gpus[c['gpu_id']]['uuid']}"},
-            category="gpu-health",
         )
         for c in hot
     ]
@@ -251,9 +268,9 @@ def power_capping(now: datetime) -> list[FindingSpec]:
     capped = [gpu_id for gpu_id, s in stats.items() if s["n"] >= 5 and s["capped"] >= POWER_CAP_SHARE]
     gpus = _gpu_rows(capped)
     return [
-        FindingSpec(
-            fingerprint=f"power-cap:{g['uuid']}",
-            labels=_labels(g),
+        _gpu_finding(
+            g,
+            "power-cap",
             severity=Severity.SEV4,
             summary=f"Power capping on {g['hostname']} GPU {g['index']} for most of the last 10 minutes",
             impact={},
@@ -271,13 +288,11 @@ def gpu_silent(now: datetime) -> list[FindingSpec]:
     gpus = _gpu_rows(gpu_id for gpu_id, _ in silent)
     last_seen = dict(silent)
     return [
-        FindingSpec(
-            fingerprint=f"silent:{g['uuid']}",
-            labels=_labels(g),
+        _gpu_finding(
+            g,
+            "silent",
             severity=Severity.SEV3,
             summary=f"{g['hostname']} GPU {g['index']} silent since {last_seen[g['id']]:%H:%M:%S} UTC",
-            impact={"gpus": 1, "unit": f"gpu:{g['uuid']}"},
-            category="gpu-health",
             started_at=last_seen[g["id"]],
         )
         for g in gpus.values()

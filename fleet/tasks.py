@@ -7,7 +7,6 @@ from datetime import datetime
 
 from celery import shared_task
 
-from console import counters
 from console.queues import drop_payload, take_payload
 from fleet.models import IngestBatch
 from fleet.services import ingest_stream, partitions, rollups
@@ -52,7 +51,6 @@ def ingest_prometheus_batch(
     )
     if body is None:
         drop_payload(batch_key)
-    counters.increment("goodput_ingest_samples_stored_total", stored)
     return stored
 
 

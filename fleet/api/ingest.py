@@ -86,8 +86,7 @@ def queue_gpu_batch(site_id: int, key: str, samples: list) -> Response | None:
     """Hand a validated GPU batch to the writers (the ingest stream); a 503 Response when the
     queue is down. Eager mode (embedded, no broker) writes it here and now."""
     if settings.EAGER_TASKS:
-        stored = store_gpu_samples(site_id=site_id, batch_key=key, samples=samples, enqueued_at=timezone.now())
-        counters.increment("goodput_ingest_samples_stored_total", stored)
+        store_gpu_samples(site_id=site_id, batch_key=key, samples=samples, enqueued_at=timezone.now())
         return None
     try:
         ingest_stream.enqueue(site_id=site_id, key=key, samples=samples, enqueued_at=timezone.now())

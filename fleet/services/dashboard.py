@@ -192,9 +192,9 @@ def _collect(rows: Any, bucket: int) -> dict[int, dict[str, list[Any]]]:
                 s[key].append(None)
         last_epoch[sid] = epoch
         s["ts"].append(iso)
-        s["util"].append(None if util is None else round(util, 1))
-        s["power_kw"].append(None if power_kw is None else round(power_kw, 2))
-        s["temp"].append(None if temp is None else round(temp, 1))
+        s["util"].append(_round(util))
+        s["power_kw"].append(_round(power_kw, 2))
+        s["temp"].append(_round(temp))
     return series
 
 

@@ -91,10 +91,10 @@ def enqueue(*, site_id: int, key: str, samples: Sequence[Any], enqueued_at: date
     beat's drain writes it if it is), and a retry with the same key is safe either way."""
     client = redis_client()
     entry = {"k": key, "s": site_id, "n": len(samples), "e": enqueued_at.isoformat(), "d": encode_rows(samples)}
-    token = secrets.token_hex(8)
+    token, keys = secrets.token_hex(8), slot_keys()
     pipe = client.pipeline(transaction=False)
     pipe.xadd(STREAM, entry)  # type: ignore[arg-type]
-    pipe.evalsha(_TAKE_SLOT_SHA, len(slot_keys()), *slot_keys(), SLOT_TTL_SECONDS, token)
+    pipe.evalsha(_TAKE_SLOT_SHA, len(keys), *keys, SLOT_TTL_SECONDS, token)
     try:
         _, slot = pipe.execute()
     except redis.exceptions.NoScriptError:  # a restarted Redis: the entry is in, the script is not
@@ -313,7 +313,6 @@ def _write_fold(client: redis.Redis, entries: list[tuple[bytes, Any]]) -> int:
             return 0
         return _write_one_by_one(client, batches, fields_of, exc)
     _acknowledge(client, done + [entry_id for entry_id, _ in batches])
-    counters.increment("goodput_ingest_samples_stored_total", stored)
     return stored
 
 
@@ -332,7 +331,6 @@ def _write_one_by_one(
             failed.append((entry_id, batch, exc))
             continue
         _acknowledge(client, [entry_id])
-        counters.increment("goodput_ingest_samples_stored_total", written)
         stored += written
     if len(failed) == len(batches):
         raise fold_error
@@ -362,6 +360,9 @@ def _dead_letter(client: redis.Redis, entry_id: bytes, fields: dict[bytes, bytes
     logger.error("ingest entry %s moved to %s: %s", entry_id.decode(), DEAD_LETTERS, error)
 
 
+_DEAD_FIELDS = {"key": b"k", "site": b"s", "samples": b"n", "error": b"error"}
+
+
 def dead_letters(count: int = 100) -> list[tuple[str, dict[str, str]]]:
     """The oldest dead letters: (entry id, {key, site, samples, error})."""
     rows = redis_client().xrange(DEAD_LETTERS, count=count)
@@ -372,9 +373,6 @@ def dead_letters(count: int = 100) -> list[tuple[str, dict[str, str]]]:
         )
         for entry_id, fields in rows
     ]
-
-
-_DEAD_FIELDS = {"key": b"k", "site": b"s", "samples": b"n", "error": b"error"}
 
 
 def replay_dead_letters(count: int | None = None) -> int:

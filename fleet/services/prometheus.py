@@ -20,6 +20,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from prometheus_client.parser import text_fd_to_metric_families
 
+from console import counters
 from fleet.choices import ServingFramework
 from fleet.models import Endpoint
 from fleet.services import partitions
@@ -317,7 +318,10 @@ def store_serving_points(*, site_id: int, batch_key: str, points: list[ServingPo
                     copy.write_row((endpoint_ids[p.endpoint], p.ts, p.metric, p.series, p.value))
         return len(points)
 
-    return partitions.write_with_partitions(partitions.SERVING_SAMPLES, first, last, write)
+    stored = partitions.write_with_partitions(partitions.SERVING_SAMPLES, first, last, write)
+    if stored:
+        counters.increment("goodput_ingest_samples_stored_total", stored)
+    return stored
 
 
 def _resolve_endpoints(site_id: int, points: list[ServingPoint]) -> dict[str, int]:

@@ -13,7 +13,7 @@ from typing import Any
 from django.db import connection, transaction
 from msgspec.structs import astuple
 
-from console import live
+from console import counters, live
 from fleet.models import Gpu, IngestBatch, Node
 from fleet.services import directory, partitions
 from fleet.telemetry_fields import GPU_SAMPLE_FIELDS, METRIC_NAMES
@@ -63,7 +63,10 @@ def store_gpu_batches(batches: Sequence[PendingBatch]) -> int:
     if not batches:
         return 0
     stamps = [s.ts for b in batches for s in b.samples]
-    return partitions.write_with_partitions(partitions.SAMPLES, min(stamps), max(stamps), lambda: _store(batches))
+    stored = partitions.write_with_partitions(partitions.SAMPLES, min(stamps), max(stamps), lambda: _store(batches))
+    if stored:
+        counters.increment("goodput_ingest_samples_stored_total", stored)
+    return stored
 
 
 def _store(batches: list[PendingBatch]) -> int:
