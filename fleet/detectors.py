@@ -14,7 +14,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Count, F, Max
+from django.db.models import F, Max, Q
 
 from fleet.models import Gpu, GpuState
 from fleet.xid import DRAIN, XID_MEANINGS
@@ -40,6 +40,8 @@ THERMAL_CLOCK_RATIO = 0.85  # SM clock below this share of the model's top clock
 POWER_CAP_SHARE = 0.8
 PCIE_REPLAYS_PER_WINDOW = 100
 SILENT_HORIZON = timedelta(hours=24)
+# Cumulative counters that _window_stats reads as Prometheus increase() does (see _rise).
+WINDOW_COUNTERS = ("ecc_dbe_total", "pcie_replay_total", "thermal_violation_us", "power_violation_us")
 
 
 def _labels(row: dict[str, Any]) -> dict[str, str]:
@@ -53,45 +55,99 @@ def _labels(row: dict[str, Any]) -> dict[str, str]:
 
 
 def _gpu_rows(gpu_ids: Iterable[int]) -> dict[int, dict[str, Any]]:
+    """The GPUs' labels, and what a fault on each takes out: ``physical_uuid`` (the GPU itself, or
+    a MIG instance's parent) and ``node_gpu_uuids`` (the node's physical GPUs, for a drain)."""
     ids = list(set(gpu_ids))
     if not ids:
         return {}
     rows = Gpu.objects.filter(pk__in=ids).values(
-        "id", "uuid", "index", "model", hostname=F("node__hostname"), site=F("node__site__name"), node_pk=F("node_id")
+        "id",
+        "uuid",
+        "index",
+        "model",
+        hostname=F("node__hostname"),
+        site=F("node__site__name"),
+        node_pk=F("node_id"),
+        parent_uuid=F("parent__uuid"),
     )
     out = {r["id"]: r for r in rows}
-    per_node = dict(
-        Gpu.objects.filter(node_id__in={r["node_pk"] for r in out.values()})
-        .values("node_id")
-        .annotate(n=Count("pk"))
-        .values_list("node_id", "n")
-    )
+    node_gpus: dict[int, list[str]] = {}
+    physical = Gpu.objects.physical().filter(node_id__in={r["node_pk"] for r in out.values()})
+    for node_id, uuid in physical.order_by("uuid").values_list("node_id", "uuid"):
+        node_gpus.setdefault(node_id, []).append(uuid)
     for row in out.values():
-        row["node_gpu_count"] = per_node.get(row["node_pk"], 1)
+        row["physical_uuid"] = row["parent_uuid"] or row["uuid"]
+        row["node_gpu_uuids"] = node_gpus.get(row["node_pk"]) or [row["physical_uuid"]]
+        row["node_gpu_count"] = len(row["node_gpu_uuids"])
     return out
+
+
+def _gpu_impact(gpu: dict[str, Any]) -> dict[str, Any]:
+    """One physical GPU out of service. A fault on a MIG instance names the instance's physical
+    GPU: that is what the incident engine counts, each GPU in ``gpu_uuids`` once per incident."""
+    return {"gpus": 1, "unit": f"gpu:{gpu['physical_uuid']}", "gpu_uuids": [gpu["physical_uuid"]]}
+
+
+def _node_impact(gpu: dict[str, Any]) -> dict[str, Any]:
+    """Every physical GPU of the node out of service: it must drain."""
+    return {"gpus": gpu["node_gpu_count"], "unit": f"node:{gpu['hostname']}", "gpu_uuids": gpu["node_gpu_uuids"]}
+
+
+def _rise(column: str) -> str:
+    """SQL for a counter's rise since the GPU's previous sample, as Prometheus increase() counts
+    it: a fall is a reset (driver reload, reboot) and the value after it counted from zero, never
+    a negative rise. NULL on a GPU's first sample in the window, or where either value is NULL."""
+    previous = f"lag({column}) OVER gpu_order"
+    return (
+        f"CASE WHEN {column} >= {previous} THEN {column} - {previous} "
+        f"WHEN {column} < {previous} THEN {column} END AS {column}_rise"
+    )
 
 
 @lru_cache(maxsize=2)
 def _window_stats(now: datetime) -> dict[int, dict[str, Any]]:
-    """Per GPU over the last ten minutes: counter increases and power-capped share (one scan)."""
+    """Per GPU over the last ten minutes (one scan): counter increases, thermal-violation time
+    (µs) and the power-capped share of the samples.
+
+    A sample is judged power-capped by its clocks-event bitmask; one without a bitmask (an older
+    exporter) by a rise of the power-violation counter since the previous sample. The share is of
+    the samples that could be judged.
+    """
+    rises = ", ".join(_rise(c) for c in WINDOW_COUNTERS)
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
             SELECT gpu_id,
-                   max(ecc_dbe_total) - min(ecc_dbe_total),
+                   sum(ecc_dbe_total_rise)::bigint,
                    max(remapped_rows_uncorrectable) - min(remapped_rows_uncorrectable),
-                   max(pcie_replay_total) - min(pcie_replay_total),
-                   count(*) FILTER (WHERE throttle_reasons & {POWER_CAP_BITS} > 0)::float / count(*),
+                   sum(pcie_replay_total_rise)::bigint,
+                   sum(thermal_violation_us_rise)::bigint,
+                   count(*) FILTER (WHERE throttle_reasons & {POWER_CAP_BITS} > 0
+                                       OR throttle_reasons IS NULL AND power_violation_us_rise > 0)::float
+                       / nullif(count(throttle_reasons)
+                                + count(power_violation_us_rise) FILTER (WHERE throttle_reasons IS NULL), 0),
                    count(*)
-            FROM fleet_gpusample
-            WHERE ts > %s AND ts <= %s
+            FROM (
+                SELECT gpu_id, throttle_reasons, remapped_rows_uncorrectable,
+                       {rises}
+                FROM fleet_gpusample
+                WHERE ts > %s AND ts <= %s
+                WINDOW gpu_order AS (PARTITION BY gpu_id ORDER BY ts)
+            ) steps
             GROUP BY gpu_id
             """,
             [now - WINDOW, now],
         )
         return {
-            gpu_id: {"dbe": dbe or 0, "remap": remap or 0, "pcie": pcie or 0, "capped": capped or 0, "n": n}
-            for gpu_id, dbe, remap, pcie, capped, n in cursor.fetchall()
+            gpu_id: {
+                "dbe": dbe or 0,
+                "remap": remap or 0,
+                "pcie": pcie or 0,
+                "thermal_us": thermal_us or 0,
+                "capped": capped or 0,
+                "n": n,
+            }
+            for gpu_id, dbe, remap, pcie, thermal_us, capped, n in cursor.fetchall()
         }
 
 
@@ -105,14 +161,14 @@ def _gpu_finding(
     category: str = "gpu-health",
     **extra: Any,
 ) -> FindingSpec:
-    """A finding about one GPU: fingerprinted by its kind and the GPU's UUID; by default the GPU
-    is its impact."""
+    """A finding about one GPU: fingerprinted by its kind and the GPU's UUID; by default its
+    physical GPU is the impact."""
     return FindingSpec(
         fingerprint=f"{kind}:{gpu['uuid']}",
         labels=_labels(gpu),
         severity=severity,
         summary=summary,
-        impact={"gpus": 1, "unit": f"gpu:{gpu['uuid']}"} if impact is None else impact,
+        impact=_gpu_impact(gpu) if impact is None else impact,
         category=category,
         **extra,
     )
@@ -142,12 +198,8 @@ def critical_xids(now: datetime) -> list[FindingSpec]:
                     if drain
                     else "Check the GPU; it may recover after a reset."
                 ),
-                # A drain takes every GPU of the node out of service: the node counts once.
-                impact=(
-                    {"gpus": gpu["node_gpu_count"], "unit": f"node:{gpu['hostname']}"}
-                    if drain
-                    else {"gpus": 1, "unit": f"gpu:{gpu['uuid']}"}
-                ),
+                # A drain takes every GPU of the node out of service, whichever GPU faulted.
+                impact=_node_impact(gpu) if drain else _gpu_impact(gpu),
                 category="gpu-health",
                 started_at=first_seen.get(state["gpu_id"]),
             )
@@ -196,7 +248,21 @@ def _counter_rising(
 
 @register("ecc-double-bit")
 def double_bit_ecc(now: datetime) -> list[FindingSpec]:
-    return _counter_rising(now, "dbe", name="ecc-dbe", severity=Severity.SEV2, what="Double-bit ECC errors")
+    """Double-bit ECC errors: the volatile count above zero on a GPU reporting now, or rising in
+    the window. The count is of errors since the driver loaded and only a driver reload (a GPU
+    reset) clears it, so a GPU first seen with a count of 2 has two errors nobody has handled."""
+    rising = {gpu_id: s["dbe"] for gpu_id, s in _window_stats(now).items() if s["dbe"] > 0}
+    counts = dict(_fresh_states(now).filter(ecc_dbe_total__gt=0).values_list("gpu_id", "ecc_dbe_total"))
+    gpus = _gpu_rows([*rising, *counts])
+    specs = []
+    for gpu_id, gpu in gpus.items():
+        summary = f"Double-bit ECC errors on {gpu['hostname']} GPU {gpu['index']}"
+        if gpu_id in counts:
+            summary += f": {counts[gpu_id]} since the driver loaded"
+        if gpu_id in rising:
+            summary += f" (+{int(rising[gpu_id])} in 10 min)"
+        specs.append(_gpu_finding(gpu, "ecc-dbe", severity=Severity.SEV2, summary=summary))
+    return specs
 
 
 @register("remapped-rows")
@@ -230,40 +296,57 @@ def row_remap_failure(now: datetime) -> list[FindingSpec]:
 
 @register("thermal-throttling")
 def thermal_throttling(now: datetime) -> list[FindingSpec]:
-    """Temperature at its limit and the SM clock pulled down while the GPU is busy."""
+    """Temperature at its limit and the SM clock pulled down while the GPU is busy; or, on a GPU
+    whose exporter sends no clocks-event bitmask, a rise of its thermal-violation counter (time
+    spent throttled) in the window, busy or not."""
+    throttled_us = {gpu_id: s["thermal_us"] for gpu_id, s in _window_stats(now).items() if s["thermal_us"] > 0}
     top_clock = dict(
         _fresh_states(now).values("gpu__model").annotate(top=Max("sm_clock_mhz")).values_list("gpu__model", "top")
     )
     candidates = (
         _fresh_states(now)
-        .filter(gpu_temp_c__gte=THERMAL_TEMP_C, gpu_util__gte=50)
-        .values("gpu_id", "gpu__model", "sm_clock_mhz", "throttle_reasons", "gpu_temp_c")
-    )
-    hot = [
-        c
-        for c in candidates
-        if (c["throttle_reasons"] or 0) & THERMAL_BITS
-        or (
-            c["sm_clock_mhz"] is not None
-            and top_clock.get(c["gpu__model"])
-            and c["sm_clock_mhz"] < THERMAL_CLOCK_RATIO * top_clock[c["gpu__model"]]
+        .filter(
+            Q(gpu_temp_c__gte=THERMAL_TEMP_C, gpu_util__gte=50)
+            | Q(throttle_reasons__isnull=True, gpu_id__in=list(throttled_us))
         )
-    ]
-    gpus = _gpu_rows(c["gpu_id"] for c in hot)
+        .values("gpu_id", "gpu__model", "sm_clock_mhz", "throttle_reasons", "gpu_temp_c", "gpu_util")
+    )
+    hot: list[tuple[int, str]] = []
+    for c in candidates:
+        if c["throttle_reasons"] is None and c["gpu_id"] in throttled_us:
+            hot.append((c["gpu_id"], f"{throttled_us[c['gpu_id']] / 1e6:.1f} s throttled in 10 min"))
+        elif _hot_and_slowed(c, top_clock):
+            hot.append((c["gpu_id"], f"{c['gpu_temp_c']:.0f} °C, SM clock {c['sm_clock_mhz'] or 0:.0f} MHz"))
+    gpus = _gpu_rows(gpu_id for gpu_id, _ in hot)
     return [
         _gpu_finding(
-            gpus[c["gpu_id"]],
+            gpus[gpu_id],
             "thermal",
             severity=Severity.SEV3,
-            summary=f"Thermal throttling on {gpus[c['gpu_id']]['hostname']} GPU {gpus[c['gpu_id']]['index']}: "
-            f"{c['gpu_temp_c']:.0f} °C, SM clock {c['sm_clock_mhz'] or 0:.0f} MHz",
+            summary=f"Thermal throttling on {gpus[gpu_id]['hostname']} GPU {gpus[gpu_id]['index']}: {detail}",
         )
-        for c in hot
+        for gpu_id, detail in hot
     ]
+
+
+def _hot_and_slowed(state: dict[str, Any], top_clock: dict[str, float]) -> bool:
+    """Busy at the temperature limit, with a thermal bit set or the SM clock well below the top
+    clock of its model in the fleet (which catches it on exporters without the bitmask too)."""
+    if state["gpu_temp_c"] is None or state["gpu_temp_c"] < THERMAL_TEMP_C:
+        return False
+    if state["gpu_util"] is None or state["gpu_util"] < 50:
+        return False
+    top = top_clock.get(state["gpu__model"])
+    return bool(
+        (state["throttle_reasons"] or 0) & THERMAL_BITS
+        or (state["sm_clock_mhz"] is not None and top and state["sm_clock_mhz"] < THERMAL_CLOCK_RATIO * top)
+    )
 
 
 @register("power-capping")
 def power_capping(now: datetime) -> list[FindingSpec]:
+    """Capped in most of the window's samples: by the clocks-event bitmask, or, without one, by
+    the power-violation counter rising since the sample before (see _window_stats)."""
     stats = _window_stats(now)
     capped = [gpu_id for gpu_id, s in stats.items() if s["n"] >= 5 and s["capped"] >= POWER_CAP_SHARE]
     gpus = _gpu_rows(capped)

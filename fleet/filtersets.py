@@ -35,10 +35,14 @@ class GpuFilterSet(django_filters.FilterSet):
     site = django_filters.CharFilter(field_name="node__site__name")
     hostname = django_filters.CharFilter(field_name="node__hostname")
     model = django_filters.CharFilter(lookup_expr="icontains")
+    parent = django_filters.CharFilter(field_name="parent__uuid", help_text="MIG instances of this physical GPU")
+    physical = django_filters.BooleanFilter(
+        field_name="parent", lookup_expr="isnull", help_text="true: physical GPUs only; false: MIG instances only"
+    )
 
     class Meta:
         model = Gpu
-        fields = ["site", "hostname", "model", "uuid", "index"]
+        fields = ["site", "hostname", "model", "uuid", "index", "parent", "physical"]
 
 
 class EndpointFilterSet(django_filters.FilterSet):

@@ -167,6 +167,11 @@ class FleetSimulator:
             gpu.fault_ticks_left -= 1
             if gpu.fault_ticks_left <= 0:
                 self.events.append(f"{gpu.hostname}/gpu{gpu.index}: {gpu.fault} cleared")
+                if gpu.fault == "dbe":
+                    # Repaired by a GPU reset, which zeroes the volatile ECC counts (the remapped
+                    # rows stay: they are the GPU's for life).
+                    gpu.ecc_dbe = 0
+                    gpu.ecc_sbe = 0
                 gpu.fault = None
             return
         if self.rng.random() >= self.fault_p:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from celery import shared_task
+from celery import Task, shared_task
 
 from console.queues import drop_payload, take_payload
 from fleet.models import IngestBatch
-from fleet.services import ingest_stream, partitions, rollups
+from fleet.services import ingest_stream, partitions, push_queue, rollups
 
 logger = logging.getLogger(__name__)
 
@@ -31,24 +31,34 @@ def drain_gpu_ingest(slot: int | None = None, token: str | None = None) -> int:
     return ingest_stream.drain(slot, token)
 
 
-@shared_task(ignore_result=True)
+@shared_task(bind=True, ignore_result=True, max_retries=push_queue.MAX_RETRIES)
 def ingest_prometheus_batch(
-    site_id: int, batch_key: str, body: str | None, options: dict, enqueued_at: str | None = None
+    self: Task, site_id: int, batch_key: str, body: str | None, options: dict, enqueued_at: str | None = None
 ) -> int:
-    """Store a validated Prometheus exposition (GPU samples and serving series)."""
+    """Store a validated Prometheus exposition (GPU samples and serving series): retried through a
+    database outage, dead-lettered on its own fault (fleet.services.push_queue)."""
     from fleet.services.prometheus import parse_exposition, store_exposition
 
     payload = _payload(batch_key, body)
     if payload is None:
         return 0
     text = payload.decode() if isinstance(payload, bytes) else payload
-    exposition = parse_exposition(text, **options)
-    stored = store_exposition(
-        exposition,
-        site_id=site_id,
-        batch_key=batch_key,
-        enqueued_at=datetime.fromisoformat(enqueued_at) if enqueued_at else None,
-    )
+    try:
+        exposition = parse_exposition(text, **options)
+        stored = store_exposition(
+            exposition,
+            site_id=site_id,
+            batch_key=batch_key,
+            enqueued_at=datetime.fromisoformat(enqueued_at) if enqueued_at else None,
+        )
+    except Exception as exc:
+        if body is not None:
+            raise  # eager mode: the request itself answers (503 for an outage)
+        if ingest_stream.is_outage(exc) and self.request.retries < self.max_retries:
+            logger.warning("Prometheus push %s not stored (%s); retrying", batch_key, exc.__class__.__name__)
+            raise self.retry(exc=exc, countdown=push_queue.retry_delay(self.request.retries)) from None
+        push_queue.dead_letter(site_id=site_id, key=batch_key, body=payload, options=options, error=exc)
+        return 0
     if body is None:
         drop_payload(batch_key)
     return stored

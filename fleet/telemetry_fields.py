@@ -68,6 +68,47 @@ GPU_SAMPLE_FIELDS: tuple[Field, ...] = (
     Field("throttle_reasons", int, 0, 2**32, "", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "Clock event reasons bitmask"),
     Field("tensor_active", float, 0, 1, "ratio", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "Tensor pipe activity"),
     Field("sm_active", float, 0, 1, "ratio", "DCGM_FI_PROF_SM_ACTIVE", "SM activity"),
+    # What a MIG instance reports of itself (dcgm-exporter gives instances mostly profiling fields).
+    Field("gr_engine_active", float, 0, 1, "ratio", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "Graphics engine activity"),
+    Field("dram_active", float, 0, 1, "ratio", "DCGM_FI_PROF_DRAM_ACTIVE", "Memory interface activity"),
+    # Older dcgm-exporter set-ups export no clocks-event bitmask, only these cumulative counters of
+    # time spent throttled; a rise between two samples is throttling.
+    Field(
+        "thermal_violation_us",
+        int,
+        0,
+        2**62,
+        "µs",
+        "DCGM_FI_DEV_THERMAL_VIOLATION",
+        "Time throttled by thermal limits (cumulative)",
+    ),
+    Field(
+        "power_violation_us",
+        int,
+        0,
+        2**62,
+        "µs",
+        "DCGM_FI_DEV_POWER_VIOLATION",
+        "Time throttled by power limits (cumulative)",
+    ),
+)
+
+# Fields a MIG instance has of its own. Everything else (power, temperatures, clocks, energy, ECC,
+# XIDs, throttling) belongs to the physical GPU, whatever labels an exporter puts on it.
+MIG_INSTANCE_FIELDS = frozenset(
+    {"gpu_util", "fb_used_mib", "fb_free_mib", "gr_engine_active", "sm_active", "tensor_active", "dram_active"}
+)
+# Cumulative counters: a decrease is a reset (driver reload, reboot), as in Prometheus increase().
+COUNTER_FIELDS = frozenset(
+    {
+        "energy_mj",
+        "ecc_sbe_total",
+        "ecc_dbe_total",
+        "pcie_replay_total",
+        "nvlink_crc_errors_total",
+        "thermal_violation_us",
+        "power_violation_us",
+    }
 )
 
 METRIC_NAMES: tuple[str, ...] = tuple(f.name for f in GPU_SAMPLE_FIELDS)

@@ -13,7 +13,7 @@ from console.permissions import DashboardRequiredMixin
 from fleet.forms import ScrapeTargetForm
 from fleet.models import Gpu, GpuSample, Node, ScrapeTarget
 from fleet.services import dashboard
-from fleet.telemetry_fields import GPU_SAMPLE_FIELDS, Field
+from fleet.telemetry_fields import GPU_SAMPLE_FIELDS, MIG_INSTANCE_FIELDS, Field
 from fleet.xid import describe_throttle, describe_xid
 
 
@@ -27,6 +27,8 @@ def format_metric(field: Field, value: float | None) -> str:
         return f"{describe_throttle(int(value))} (0x{int(value):x})"
     if field.name == "energy_mj":
         return f"{value / 3.6e9:,.1f} kWh"
+    if field.unit == "µs":  # cumulative time throttled
+        return f"{value / 1e6:,.1f} s"
     if field.unit == "ratio":
         return f"{value * 100:.0f} %"
     text = f"{value:,.0f}" if field.kind is int or float(value).is_integer() else f"{value:,.1f}"
@@ -49,12 +51,15 @@ class GpuDetailView(DashboardRequiredMixin, TemplateView):
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
-        gpu = get_object_or_404(Gpu.objects.select_related("node__site", "node__rack"), uuid=kwargs["uuid"])
+        gpu = get_object_or_404(Gpu.objects.select_related("node__site", "node__rack", "parent"), uuid=kwargs["uuid"])
         state = getattr(gpu, "state", None)
         context["gpu"] = gpu
+        # A MIG instance has only its own fields; the rest are its physical GPU's.
+        fields = [f for f in GPU_SAMPLE_FIELDS if not gpu.is_mig_instance or f.name in MIG_INSTANCE_FIELDS]
         context["metrics"] = [
-            {"field": f, "text": format_metric(f, getattr(state, f.name) if state else None)} for f in GPU_SAMPLE_FIELDS
+            {"field": f, "text": format_metric(f, getattr(state, f.name) if state else None)} for f in fields
         ]
+        context["instances"] = list(gpu.mig_instances.select_related("state").order_by("mig_instance_id", "uuid"))
         context["state"] = state
         recent = (
             GpuSample.objects.filter(gpu=gpu)
@@ -78,7 +83,11 @@ class NodeDetailView(DashboardRequiredMixin, TemplateView):
         context = super().get_context_data(**kwargs)
         node = get_object_or_404(Node.objects.select_related("site", "rack"), hostname=kwargs["hostname"])
         context["node"] = node
-        context["gpus"] = node.gpus.select_related("state").order_by("index")
+        gpus = list(node.gpus.select_related("state").order_by("index", "mig_instance_id", "uuid"))
+        physical = [g for g in gpus if g.parent_id is None]
+        for gpu in physical:  # MIG instances listed under their GPU
+            gpu.instances = [g for g in gpus if g.parent_id == gpu.pk]
+        context["gpus"] = physical
         return context
 
 

@@ -182,9 +182,11 @@ def redis_url() -> str:
 
 
 def _forget_queued_work(client: Any) -> None:
-    from fleet.services import ingest_stream
+    from fleet.services import ingest_stream, push_queue
 
-    client.delete("celery", ingest_stream.STREAM, ingest_stream.DEAD_LETTERS, ingest_stream.RECLAIM_CHECK)
+    client.delete(
+        "celery", ingest_stream.STREAM, ingest_stream.DEAD_LETTERS, ingest_stream.RECLAIM_CHECK, push_queue.DEAD_LETTERS
+    )
     client.delete(*ingest_stream.slot_keys())
 
 

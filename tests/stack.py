@@ -3,10 +3,12 @@ subprocesses, on the test database and Redis, in production mode."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from urllib.parse import quote
@@ -40,6 +42,88 @@ def stack_env(redis_url: str) -> dict[str, str]:
         GOODPUT_LIVE_MIN_INTERVAL_MS="500",
     )
     return env
+
+
+class TcpProxy:
+    """A TCP proxy on loopback that can be cut and restored: a database "outage" for the processes
+    that reach PostgreSQL through it, while the test process keeps its own direct connection."""
+
+    def __init__(self, target_host: str, target_port: int) -> None:
+        # A unix-socket directory (the embedded PostgreSQL) or a TCP host.
+        self.target: str | tuple[str, int] = (
+            f"{target_host}/.s.PGSQL.{target_port}" if target_host.startswith("/") else (target_host, target_port)
+        )
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.up = threading.Event()
+        self.up.set()
+        self.conns: list[socket.socket] = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if not self.up.is_set():
+                client.close()
+                continue
+            try:
+                if isinstance(self.target, str):
+                    upstream = socket.socket(socket.AF_UNIX)
+                    upstream.connect(self.target)
+                else:
+                    upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            with self.lock:
+                self.conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> None:
+        """Refuse new connections and sever the open ones."""
+        self.up.clear()
+        with self.lock:
+            for conn in self.conns:
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
+                conn.close()
+            self.conns.clear()
+
+    def restore(self) -> None:
+        self.up.set()
+
+    def close(self) -> None:
+        self.cut()
+        self.listener.close()
+
+
+def proxied_database_url(proxy: TcpProxy) -> str:
+    """The test database, reached through the proxy."""
+    s = connection.settings_dict
+    password = f":{quote(s['PASSWORD'])}" if s.get("PASSWORD") else ""
+    return f"postgres://{quote(s['USER'])}{password}@127.0.0.1:{proxy.port}/{s['NAME']}"
+
+
+def database_address() -> tuple[str, int]:
+    s = connection.settings_dict
+    return s["HOST"] or "127.0.0.1", int(s.get("PORT") or 5432)
 
 
 def free_port() -> int:

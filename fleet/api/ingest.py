@@ -3,6 +3,7 @@ first (400 naming the item or line, nothing written), then queue it with an idem
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import redis
@@ -22,8 +23,8 @@ from console.authentication import AgentTokenAuthentication
 from console.permissions import IsAgent
 from console.queues import queue_depth, stash_payload
 from fleet.services import ingest_stream
-from fleet.services.ingest import IngestError, batch_key, check_site_scope, parse_gpu_batch
-from fleet.services.prometheus import KINDS, check_scope, exposition_key, parse_exposition
+from fleet.services.ingest import HOSTNAME_PATTERN, IngestError, batch_key, check_site_scope, parse_gpu_batch
+from fleet.services.prometheus import IGNORED_NAMES_SHOWN, KINDS, check_scope, exposition_key, parse_exposition
 from fleet.services.telemetry import store_gpu_samples
 from fleet.tasks import ingest_prometheus_batch
 
@@ -34,9 +35,28 @@ COMMON_RESPONSES = {
     401: OpenApiResponse(description="Missing or invalid agent token"),
     403: OpenApiResponse(description="The request writes another site's GPUs or nodes"),
     413: OpenApiResponse(description="Too many samples or too many bytes"),
+    415: OpenApiResponse(description="The body is not in the format this door takes"),
     429: OpenApiResponse(description="The ingest queue is full; retry after Retry-After seconds"),
     503: OpenApiResponse(description="Broker or database unavailable; retry after Retry-After seconds"),
 }
+
+
+# The text exposition formats, as Prometheus asks for them in its Accept header.
+EXPOSITION_TYPES = ("text/plain", "application/openmetrics-text")
+HOSTNAME = re.compile(HOSTNAME_PATTERN)
+
+
+def check_content_type(content_type: str) -> None:
+    """415 for a body that is not text exposition (JSON, protobuf, a form). No Content-Type at
+    all is taken as text: the oldest push scripts send none."""
+    media_type = content_type.split(";", 1)[0].strip().lower()
+    if media_type and media_type not in EXPOSITION_TYPES:
+        raise IngestError(
+            415,
+            f"Content-Type {media_type} is not the Prometheus text exposition format; send "
+            f"{' or '.join(EXPOSITION_TYPES)} (curl: -H 'Content-Type: text/plain; version=0.0.4').",
+            field="Content-Type",
+        )
 
 
 def read_body(request: Request) -> bytes:
@@ -162,6 +182,7 @@ class PrometheusIngestView(APIView):
                     "gpu_samples": serializers.IntegerField(),
                     "serving_samples": serializers.IntegerField(),
                     "ignored": serializers.IntegerField(),
+                    "ignored_metrics": serializers.DictField(child=serializers.IntegerField()),
                     "batch": serializers.CharField(),
                 },
             ),
@@ -180,8 +201,11 @@ class PrometheusIngestView(APIView):
             "now": timezone.now().isoformat(),
         }
         try:
+            check_content_type(request.META.get("CONTENT_TYPE", ""))
             if options["kind"] not in KINDS:
                 raise IngestError(400, f"kind must be one of {', '.join(KINDS)}.", field="kind")
+            if options["hostname"] is not None and not HOSTNAME.match(options["hostname"]):
+                raise IngestError(400, "hostname is not a valid hostname.", field="hostname")
             body = read_body(request)
             try:
                 text = body.decode("utf-8")
@@ -196,6 +220,7 @@ class PrometheusIngestView(APIView):
                 body=text,
                 idempotency_key=request.headers.get("Idempotency-Key"),
                 options=options,
+                timestamped=exposition.timestamped,
             )
         except IngestError as exc:
             return rejected(exc)
@@ -208,6 +233,7 @@ class PrometheusIngestView(APIView):
                 "gpu_samples": len(exposition.gpu_samples),
                 "serving_samples": len(exposition.serving),
                 "ignored": exposition.ignored,
+                "ignored_metrics": dict(exposition.ignored_metrics.most_common(IGNORED_NAMES_SHOWN)),
                 "batch": key,
             },
             status=202,

@@ -42,15 +42,42 @@ class GpuStateSerializer(serializers.ModelSerializer):
         fields = ["ts", *METRIC_NAMES]
 
 
+class MigInstanceSerializer(serializers.ModelSerializer):
+    """A MIG instance as listed under its physical GPU."""
+
+    class Meta:
+        model = Gpu
+        fields = ["uuid", "mig_profile", "mig_instance_id"]
+
+
 class GpuSerializer(serializers.ModelSerializer):
     hostname = serializers.CharField(source="node.hostname", read_only=True)
     site = serializers.CharField(source="node.site.name", read_only=True)
     state = GpuStateSerializer(read_only=True, allow_null=True)
+    parent = serializers.SlugRelatedField(
+        slug_field="uuid", read_only=True, help_text="The physical GPU of a MIG instance"
+    )
+    mig_instances = MigInstanceSerializer(many=True, read_only=True)
 
     class Meta:
         model = Gpu
-        fields = ["id", "uuid", "index", "model", "hbm_gib", "node", "hostname", "site", "state", "created_at"]
-        read_only_fields = ["uuid", "created_at"]
+        fields = [
+            "id",
+            "uuid",
+            "index",
+            "model",
+            "hbm_gib",
+            "node",
+            "hostname",
+            "site",
+            "parent",
+            "mig_profile",
+            "mig_instance_id",
+            "mig_instances",
+            "state",
+            "created_at",
+        ]
+        read_only_fields = ["uuid", "mig_profile", "mig_instance_id", "created_at"]
 
 
 class EndpointSerializer(serializers.ModelSerializer):
@@ -58,7 +85,7 @@ class EndpointSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Endpoint
-        fields = ["id", "site", "name", "framework", "model_name", "created_at"]
+        fields = ["id", "site", "name", "framework", "model_name", "version", "created_at"]
 
 
 class ScrapeTargetSerializer(serializers.ModelSerializer):

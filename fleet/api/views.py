@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from django.db.models import Count
+from django.db.models import Count, Q
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import viewsets
@@ -41,7 +41,10 @@ class RackViewSet(viewsets.ModelViewSet):
 
 
 class NodeViewSet(viewsets.ModelViewSet):
-    queryset = Node.objects.select_related("site").annotate(gpu_count=Count("gpus"))
+    # Physical GPUs: a node with one GPU split into three MIG instances has one GPU.
+    queryset = Node.objects.select_related("site").annotate(
+        gpu_count=Count("gpus", filter=Q(gpus__parent__isnull=True))
+    )
     serializer_class = NodeSerializer
     filterset_class = NodeFilterSet
     lookup_field = "hostname"
@@ -49,7 +52,7 @@ class NodeViewSet(viewsets.ModelViewSet):
 
 
 class GpuViewSet(viewsets.ModelViewSet):
-    queryset = Gpu.objects.select_related("node__site", "state")
+    queryset = Gpu.objects.select_related("node__site", "state", "parent").prefetch_related("mig_instances")
     serializer_class = GpuSerializer
     filterset_class = GpuFilterSet
     lookup_field = "uuid"

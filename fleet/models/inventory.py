@@ -53,6 +53,16 @@ class Node(models.Model):
         return reverse("fleet:node_detail", args=[self.hostname])
 
 
+class GpuQuerySet(models.QuerySet["Gpu"]):
+    def physical(self) -> GpuQuerySet:
+        """Physical GPUs only: a MIG instance is a slice of its parent and never counts on its own
+        in a total (GPUs, power, capacity)."""
+        return self.filter(parent__isnull=True)
+
+    def mig_instances(self) -> GpuQuerySet:
+        return self.filter(parent__isnull=False)
+
+
 class Gpu(models.Model):
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
     index = models.PositiveSmallIntegerField()
@@ -66,17 +76,34 @@ class Gpu(models.Model):
         help_text="The physical GPU of a MIG instance",
     )
     mig_profile = models.CharField(max_length=32, blank=True, help_text="MIG profile, e.g. 1g.10gb")
+    mig_instance_id = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="MIG GPU instance id (dcgm-exporter's GPU_I_ID)"
+    )
     model = models.CharField(max_length=64, blank=True, help_text="e.g. NVIDIA H100 80GB HBM3")
     hbm_gib = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
+    objects = GpuQuerySet.as_manager()
+
     class Meta:
-        ordering = ["node__hostname", "index"]
+        ordering = ["node__hostname", "index", "mig_instance_id"]
         verbose_name = "GPU"
         verbose_name_plural = "GPUs"
 
     def __str__(self) -> str:
-        return f"{self.node.hostname}/gpu{self.index}"
+        return f"{self.node.hostname}/{self.label}"
 
     def get_absolute_url(self) -> str:
         return reverse("fleet:gpu_detail", args=[self.uuid])
+
+    @property
+    def is_mig_instance(self) -> bool:
+        return self.parent_id is not None
+
+    @property
+    def label(self) -> str:
+        """gpu3, or gpu3 · MIG 3g.40gb #2 for an instance of it."""
+        if self.parent_id is None:
+            return f"gpu{self.index}"
+        instance = f" #{self.mig_instance_id}" if self.mig_instance_id is not None else ""
+        return f"gpu{self.index} · MIG {self.mig_profile or '?'}{instance}"

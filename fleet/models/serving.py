@@ -12,6 +12,9 @@ class Endpoint(models.Model):
     name = models.CharField(max_length=200, help_text="Unique within the site, e.g. the served model name")
     framework = models.CharField(max_length=16, choices=ServingFramework.choices, default=ServingFramework.OTHER)
     model_name = models.CharField(max_length=200, blank=True)
+    version = models.CharField(
+        max_length=64, blank=True, help_text="The model version last reported (Triton's version label)"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -25,8 +28,10 @@ class Endpoint(models.Model):
 class ServingSample(models.Model):
     """One value of one serving series at one time: a gauge, a counter or a histogram bucket.
 
-    Counters and histogram buckets are stored cumulative, as exposed; rates and percentiles are
-    taken from per-interval deltas at read time (a decrease is a server restart, as in rate()).
+    (endpoint, metric, series, ts) is the table's primary key: a series is stored once per time,
+    whichever batch key brings it. Counters and histogram buckets are stored cumulative, as
+    exposed; rates and percentiles are taken from per-interval deltas at read time (a decrease
+    is a server restart, as in rate()).
     Partitioned by day on ``ts``.
     """
 
@@ -34,7 +39,9 @@ class ServingSample(models.Model):
     endpoint = models.ForeignKey("fleet.Endpoint", on_delete=models.DO_NOTHING, db_constraint=False, related_name="+")
     ts = models.DateTimeField()
     metric = models.CharField(max_length=200, help_text="Sample name as exposed, e.g. vllm:num_requests_running")
-    series = models.CharField(max_length=500, help_text='Canonical labels, e.g. finished_reason="stop",le="0.5"')
+    # Text, not a bounded column: a cut label string would make two series collide silently. The
+    # ingest door bounds each label value instead and names the one that is too long.
+    series = models.TextField(help_text='Canonical labels, e.g. finished_reason="stop",le="0.5"')
     value = models.FloatField()
 
     class Meta:

@@ -60,8 +60,10 @@ def _round(value: float | None, digits: int = 1) -> float | None:
 
 
 def fleet_totals(*, site_id: int | None = None) -> dict[str, Any]:
-    gpus = Gpu.objects.all()
-    states = GpuState.objects.all()
+    """Totals over physical GPUs: a MIG instance is part of its GPU, not another GPU (its power,
+    temperature and errors are the physical GPU's own)."""
+    gpus = Gpu.objects.physical()
+    states = GpuState.objects.filter(gpu__parent__isnull=True)
     if site_id is not None:
         gpus = gpus.filter(node__site_id=site_id)
         states = states.filter(gpu__node__site_id=site_id)
@@ -97,9 +99,10 @@ def fleet_totals(*, site_id: int | None = None) -> dict[str, Any]:
 
 def site_summaries() -> list[dict[str, Any]]:
     cutoff = _stale_cutoff()
-    fresh = Q(nodes__gpus__state__ts__gte=cutoff)
+    physical = Q(nodes__gpus__parent__isnull=True)
+    fresh = physical & Q(nodes__gpus__state__ts__gte=cutoff)
     sites = Site.objects.annotate(
-        gpu_count=Count("nodes__gpus", distinct=True),
+        gpu_count=Count("nodes__gpus", filter=physical, distinct=True),
         node_count=Count("nodes", distinct=True),
         reporting=Count("nodes__gpus__state", filter=fresh),
         mean_util=Avg("nodes__gpus__state__gpu_util", filter=fresh),
@@ -107,7 +110,7 @@ def site_summaries() -> list[dict[str, Any]]:
         max_temp=Max("nodes__gpus__state__gpu_temp_c", filter=fresh),
         with_errors=Count(
             "nodes__gpus__state",
-            filter=Q(nodes__gpus__state__xid__gt=0) | Q(nodes__gpus__state__ecc_dbe_total__gt=0),
+            filter=physical & (Q(nodes__gpus__state__xid__gt=0) | Q(nodes__gpus__state__ecc_dbe_total__gt=0)),
         ),
     ).order_by("name")
     return [
@@ -154,7 +157,8 @@ def _gpu_row(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def gpu_rows(*, site_id: int | None = None, updated_since: datetime | None = None) -> list[dict[str, Any]]:
-    states = GpuState.objects.all()
+    """The GPU table's rows: physical GPUs (their MIG instances are listed on the GPU's page)."""
+    states = GpuState.objects.filter(gpu__parent__isnull=True)
     if site_id is not None:
         states = states.filter(gpu__node__site_id=site_id)
     if updated_since is not None:
@@ -211,7 +215,7 @@ def site_series_from_raw(*, seconds: int, site_id: int | None = None) -> dict[st
             SELECT date_bin(%(bucket)s, s.ts, TIMESTAMPTZ '2000-01-01') AS bucket, n.site_id, s.gpu_id,
                    avg(s.gpu_util) AS util, avg(s.power_w) AS power, max(s.gpu_temp_c) AS temp
             FROM fleet_gpusample s
-            JOIN fleet_gpu g ON g.id = s.gpu_id
+            JOIN fleet_gpu g ON g.id = s.gpu_id AND g.parent_id IS NULL
             JOIN fleet_node n ON n.id = g.node_id
             WHERE s.ts >= %(since)s AND s.ts < date_bin(%(bucket)s, %(now)s, TIMESTAMPTZ '2000-01-01')
             {site_filter}

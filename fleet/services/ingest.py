@@ -7,6 +7,7 @@ console; a bad batch is rejected whole with the index and field of the first fau
 from __future__ import annotations
 
 import hashlib
+import operator
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -17,7 +18,7 @@ from django.conf import settings
 from django.utils import timezone
 from msgspec.structs import astuple
 
-from fleet.telemetry_fields import GPU_SAMPLE_FIELDS
+from fleet.telemetry_fields import GPU_SAMPLE_FIELDS, MIG_INSTANCE_FIELDS
 
 UUID_PATTERN = r"^(GPU|MIG)-[0-9A-Za-z-]{6,60}$"
 HOSTNAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9.-]{0,252}$"
@@ -42,6 +43,7 @@ _SAMPLE_FIELDS: list[tuple[str, Any, Any, Any]] = [
     # A MIG instance names its physical GPU and its profile (e.g. 1g.10gb).
     ("parent_uuid", Annotated[str, msgspec.Meta(max_length=64)] | None, str | None, None),
     ("mig_profile", Annotated[str, msgspec.Meta(max_length=32)] | None, str | None, None),
+    ("mig_instance_id", Annotated[int, msgspec.Meta(ge=0, le=32767)] | None, int | None, None),
     *[(f.name, _metric_type(f.kind, f.minimum, f.maximum), f.kind | None, None) for f in GPU_SAMPLE_FIELDS],
 ]
 
@@ -108,6 +110,7 @@ def parse_gpu_batch(body: bytes, *, now: datetime | None = None) -> GpuBatchIn:
     if count > settings.INGEST_MAX_ITEMS:
         raise IngestError(413, f"The batch has {count} samples; at most {settings.INGEST_MAX_ITEMS} per request.")
     _check_identities(batch.samples)
+    _check_mig_instances(batch.samples)
     now = now or timezone.now()
     newest = now + timedelta(seconds=settings.INGEST_MAX_FUTURE_SECONDS)
     oldest = now - timedelta(seconds=settings.INGEST_MAX_AGE_SECONDS)
@@ -160,6 +163,27 @@ def _check_identities(samples: list[Any]) -> None:
             )
 
 
+_parent_of = operator.attrgetter("parent_uuid")
+_DEVICE_ONLY_FIELDS = tuple(f.name for f in GPU_SAMPLE_FIELDS if f.name not in MIG_INSTANCE_FIELDS)
+
+
+def _check_mig_instances(samples: list[Any]) -> None:
+    """A MIG instance reports only what it has of its own (utilisation, memory, activity ratios):
+    power, temperatures, clocks, energy, ECC and XIDs are the physical GPU's, reported on it."""
+    for index, sample in enumerate(samples):
+        if sample.parent_uuid is None:
+            continue
+        for name in _DEVICE_ONLY_FIELDS:
+            if getattr(sample, name) is not None:
+                raise IngestError(
+                    400,
+                    f"samples[{index}].{name}: a MIG instance has no {name} of its own; report it on the "
+                    f"physical GPU {sample.parent_uuid}.",
+                    item=index,
+                    field=name,
+                )
+
+
 def invalid_identity(sample: Any) -> str | None:
     """The first identity field of one sample that does not match its pattern, or None."""
     for field, pattern in _IDENTITIES:
@@ -185,31 +209,40 @@ def _validation_error(text: str) -> IngestError:
 def batch_key(*, site_id: int, body: bytes, idempotency_key: str | None) -> str:
     """The batch's idempotency key: the agent's Idempotency-Key header, else a hash of the body."""
     if idempotency_key:
-        if len(idempotency_key) > 200 or not idempotency_key.isprintable():
-            raise IngestError(400, "Idempotency-Key must be at most 200 printable characters.", field="Idempotency-Key")
+        check_idempotency_key(idempotency_key)
         return f"{site_id}:k:{idempotency_key}"
     return f"{site_id}:h:{hashlib.sha256(body).hexdigest()}"
 
 
+def check_idempotency_key(key: str) -> None:
+    if len(key) > 200 or not key.isprintable():
+        raise IngestError(400, "Idempotency-Key must be at most 200 printable characters.", field="Idempotency-Key")
+
+
 def check_site_scope(batch: GpuBatchIn, *, site_id: int) -> None:
-    """Refuse (403) a batch that writes GPUs or nodes registered under another site."""
+    """Refuse (403) a batch that writes GPUs or nodes registered under another site, or MIG
+    instances of another site's GPU; refuse (400) a MIG instance whose physical GPU is neither
+    registered nor in the batch (it would be stored as a physical GPU of its own)."""
     from fleet.services import directory
 
     samples = batch.samples
-    gpus = directory.gpus({s.gpu_uuid for s in samples})
+    parents = {s.parent_uuid for s in samples if s.parent_uuid} if any(map(_parent_of, samples)) else set()
+    gpus = directory.gpus({s.gpu_uuid for s in samples} | parents)
     nodes = directory.nodes({s.hostname for s in samples})
     foreign_gpus = {uuid for uuid, (_, site) in gpus.items() if site != site_id}
     foreign_nodes = {hostname for hostname, (_, site) in nodes.items() if site != site_id}
-    if not foreign_gpus and not foreign_nodes:
+    orphans = parents - set(gpus) - {s.gpu_uuid for s in samples if not s.parent_uuid}
+    if not foreign_gpus and not foreign_nodes and not orphans:
         return
     for index, sample in enumerate(samples):  # name the first offending sample
-        if sample.gpu_uuid in foreign_gpus:
+        if sample.gpu_uuid in foreign_gpus or sample.parent_uuid in foreign_gpus:
+            field = "gpu_uuid" if sample.gpu_uuid in foreign_gpus else "parent_uuid"
             raise IngestError(
                 403,
-                f"samples[{index}]: GPU {sample.gpu_uuid} belongs to another site; this token may only "
+                f"samples[{index}]: GPU {getattr(sample, field)} belongs to another site; this token may only "
                 "write its own site's GPUs.",
                 item=index,
-                field="gpu_uuid",
+                field=field,
             )
         if sample.hostname in foreign_nodes:
             raise IngestError(
@@ -218,6 +251,14 @@ def check_site_scope(batch: GpuBatchIn, *, site_id: int) -> None:
                 "write its own site's nodes.",
                 item=index,
                 field="hostname",
+            )
+        if sample.parent_uuid in orphans:
+            raise IngestError(
+                400,
+                f"samples[{index}]: the physical GPU {sample.parent_uuid} of this MIG instance is not registered; "
+                "send a sample of it in the same batch.",
+                item=index,
+                field="parent_uuid",
             )
 
 

@@ -192,7 +192,7 @@ def drain(slot: int | None = None, token: str | None = None, *, consumer: str | 
                     _schedule_drain(None, None)
                 break
     except Exception as exc:
-        if not _is_outage(exc):
+        if not is_outage(exc):
             raise
         counters.increment("goodput_ingest_write_failures_total", reason="outage")
         logger.warning("ingest writer: the database is unavailable (%s); retrying in %d s", exc, OUTAGE_RETRY_SECONDS)
@@ -212,7 +212,7 @@ def drain(slot: int | None = None, token: str | None = None, *, consumer: str | 
     return stored
 
 
-def _is_outage(exc: BaseException) -> bool:
+def is_outage(exc: BaseException) -> bool:
     """A database failure that is not the batch's own data (connection lost, read-only, deadlock,
     timeout, schema mismatch): retry later rather than give up on the batch."""
     if isinstance(exc, (DataError, IntegrityError, psycopg.DataError, psycopg.IntegrityError)):
@@ -303,7 +303,7 @@ def _write_fold(client: redis.Redis, entries: list[tuple[bytes, Any]]) -> int:
         stored = store_gpu_batches([b for _, b in batches])
     except Exception as exc:
         _acknowledge(client, done)
-        if _is_outage(exc):
+        if is_outage(exc):
             raise
         if len(batches) == 1:  # it failed alone: its own data
             entry_id, batch = batches[0]
@@ -326,7 +326,7 @@ def _write_one_by_one(
         try:
             written = store_gpu_batches([batch])
         except Exception as exc:
-            if _is_outage(exc):
+            if is_outage(exc):
                 raise
             failed.append((entry_id, batch, exc))
             continue

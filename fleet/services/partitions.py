@@ -7,7 +7,7 @@ frees its space at once and leaves no dead rows for vacuum.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
@@ -52,6 +52,9 @@ GPU_ROLLUP_1M = PartitionedTable("fleet_gpurollup_1m", "day", "ROLLUP_1M_RETENTI
 GROUP_ROLLUP_1M = PartitionedTable("fleet_grouprollup_1m", "day", "ROLLUP_1M_RETENTION_DAYS")
 GPU_ROLLUP_1H = PartitionedTable("fleet_gpurollup_1h", "month", "ROLLUP_1H_RETENTION_DAYS")
 GROUP_ROLLUP_1H = PartitionedTable("fleet_grouprollup_1h", "month", "ROLLUP_1H_RETENTION_DAYS")
+# More than any valid write needs at once: a week of days ahead of the beat's three, plus late
+# samples within the ingest window and rollups within their retention are made day by day.
+MAX_NEW_PARTITIONS = 45
 TABLES = (SAMPLES, SERVING_SAMPLES, GPU_ROLLUP_1M, GROUP_ROLLUP_1M, GPU_ROLLUP_1H, GROUP_ROLLUP_1H)
 
 # Partitions this process has seen exist. Only a hint: a writer that hits a missing partition
@@ -79,11 +82,46 @@ def existing_partitions(table: PartitionedTable) -> dict[str, tuple[datetime, da
     return bounds
 
 
+class TooManyPartitions(ValueError):
+    """A write would create more partitions at once than any valid data needs: the data's fault
+    (a timestamp far outside the window), never an outage to retry."""
+
+
 def ensure_partitions(table: PartitionedTable, first: datetime, last: datetime) -> list[str]:
-    """Make sure partitions cover [first, last]; return the names created."""
-    created = []
+    """Make sure partitions cover [first, last]; return the names created.
+
+    Bounded: a span that would need more than MAX_NEW_PARTITIONS new partitions is refused
+    before anything is created. Valid data never needs that many (the ingest doors accept a
+    bounded window of time); a bad timestamp must not create a partition per day since 1970,
+    which in one transaction exhausts PostgreSQL's shared lock table for every database on the
+    server.
+    """
+    starts = []
     start = table.start_of(first)
     while start <= last:
+        if table.partition_name(start) not in _known:
+            starts.append(start)
+            if len(starts) > MAX_NEW_PARTITIONS:
+                raise TooManyPartitions(
+                    f"{table.name}: {first.isoformat()} to {last.isoformat()} needs more than "
+                    f"{MAX_NEW_PARTITIONS} new partitions; refused"
+                )
+        start = table.next_start(start)
+    return _create_partitions(table, starts)
+
+
+def ensure_partitions_for(table: PartitionedTable, moments: Iterable[datetime]) -> list[str]:
+    """Make sure the partitions holding these moments exist (and no others between them)."""
+    starts = sorted({table.start_of(m) for m in moments})
+    starts = [s for s in starts if table.partition_name(s) not in _known]
+    if len(starts) > MAX_NEW_PARTITIONS:
+        raise TooManyPartitions(f"{table.name}: {len(starts)} new partitions needed at once; refused")
+    return _create_partitions(table, starts)
+
+
+def _create_partitions(table: PartitionedTable, starts: list[datetime]) -> list[str]:
+    created = []
+    for start in starts:
         name = table.partition_name(start)
         if name not in _known:
             end = table.next_start(start)
@@ -98,7 +136,6 @@ def ensure_partitions(table: PartitionedTable, first: datetime, last: datetime) 
                     )
                     created.append(name)
             _known.add(name)
-        start = table.next_start(start)
     if created:
         logger.info("created partitions %s", ", ".join(created))
     return created

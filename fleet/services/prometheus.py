@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+from uuid import uuid4
 
 import msgspec
 from django.conf import settings
@@ -24,22 +26,28 @@ from console import counters
 from fleet.choices import ServingFramework
 from fleet.models import Endpoint
 from fleet.services import partitions
-from fleet.services.ingest import GpuBatchIn, GpuSampleIn, IngestError, check_site_scope, invalid_identity
+from fleet.services.ingest import (
+    GpuBatchIn,
+    GpuSampleIn,
+    IngestError,
+    check_idempotency_key,
+    check_site_scope,
+    invalid_identity,
+)
 from fleet.services.telemetry import store_gpu_samples
-from fleet.telemetry_fields import FIELDS_BY_NAME, GPU_SAMPLE_FIELDS
+from fleet.telemetry_fields import COUNTER_FIELDS, FIELDS_BY_NAME, GPU_SAMPLE_FIELDS, MIG_INSTANCE_FIELDS
 
 DCGM_FIELDS = {f.dcgm: f.name for f in GPU_SAMPLE_FIELDS}
 # Older releases name the clocks-event bitmask after throttling.
 DCGM_FIELDS["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"] = "throttle_reasons"
 # Fields DCGM reports as 64-bit integers (counters); the rest are 32-bit integers or doubles.
-INT64_FIELDS = {"energy_mj", "ecc_sbe_total", "ecc_dbe_total", "pcie_replay_total", "nvlink_crc_errors_total"}
+INT64_FIELDS = COUNTER_FIELDS
 # DCGM's "blank" sentinels (dcgm_structs.h): values at or above these mean "no value", never data.
 INT32_BLANK = 0x7FFFFFF0
 INT64_BLANK = 0x7FFFFFFFFFFFFFF0
 
 SERVING_PREFIXES = {
     "vllm:": ServingFramework.VLLM,
-    "nv_inference_": ServingFramework.TRITON,
     "nv_": ServingFramework.TRITON,
     "tgi_": ServingFramework.TGI,
 }
@@ -47,6 +55,16 @@ SERVING_PREFIXES = {
 MODEL_LABELS = {ServingFramework.VLLM: "model_name", ServingFramework.TRITON: "model", ServingFramework.TGI: ""}
 MAX_LINES = 200_000
 KINDS = ("auto", "dcgm", "vllm", "triton", "tgi")
+
+# Label values are bounded where they become a column, and everywhere else by LABEL_MAX: a value
+# past its column would otherwise be cut, and two series that differ only past the cut collide.
+LABEL_MAX = 1024
+LABEL_LIMITS = {"UUID": 64, "uuid": 64, "hostname": 253, "Hostname": 253, "modelName": 64, "GPU_I_PROFILE": 32}
+SERVING_LABEL_LIMITS = {"model_name": 200, "model": 200, "version": 64}
+METRIC_NAME_MAX = 200
+ENDPOINT_NAME_MAX = 200
+MIG_INSTANCE_MAX = 32767
+IGNORED_NAMES_SHOWN = 20
 
 
 @dataclass
@@ -58,6 +76,7 @@ class ServingPoint:
     metric: str
     series: str
     value: float
+    version: str = ""
 
 
 @dataclass
@@ -65,17 +84,27 @@ class Exposition:
     gpu_samples: list[Any] = field(default_factory=list)
     serving: list[ServingPoint] = field(default_factory=list)
     ignored: int = 0  # samples of metrics this console does not store
+    ignored_metrics: Counter[str] = field(default_factory=Counter)  # how many of each were ignored
+    timestamped: bool = True  # every stored sample carried its own timestamp
 
     @property
     def count(self) -> int:
         return len(self.gpu_samples) + len(self.serving)
+
+    def ignore(self, name: str) -> None:
+        self.ignored += 1
+        self.ignored_metrics[name] += 1
 
 
 class _Lines:
     """Feeds the parser line by line, remembering the line number and the declared counters."""
 
     def __init__(self, text: str) -> None:
-        self.lines = text.splitlines()
+        # Lines end at \n only, as Prometheus reads them: str.splitlines() would also cut at
+        # \u2028, \x1c and friends, which are legal inside a label value.
+        self.lines = text.split("\n")
+        if self.lines and self.lines[-1] == "":
+            self.lines.pop()
         self.number = 0  # the line the parser is reading (exact when it raises)
         self.declared: set[str] = set()
         # The parser hands samples over a family at a time, after reading ahead; each sample line
@@ -118,7 +147,66 @@ def _framework(name: str) -> str | None:
 
 
 def _series(labels: dict[str, str], skip: str) -> str:
-    return ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()) if k != skip)
+    """Canonical labels as Prometheus writes them (sorted, values escaped), so two different label
+    sets can never read as the same series."""
+    return ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()) if k != skip)
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _bad(line: int, message: str, *, field: str | None = None, status: int = 400) -> IngestError:
+    return IngestError(status, f"line {line}: {message}", item=line, field=field)
+
+
+@dataclass
+class _Window:
+    """The times a stored sample may carry: the JSON door's window around the receive time."""
+
+    received: datetime
+    oldest: float
+    newest: float
+
+    @classmethod
+    def around(cls, received: datetime) -> _Window:
+        now = received.timestamp()
+        return cls(received, now - settings.INGEST_MAX_AGE_SECONDS, now + settings.INGEST_MAX_FUTURE_SECONDS)
+
+    def time_of(self, timestamp: float | None, line: int) -> datetime:
+        if timestamp is None:
+            return self.received
+        # Checked as a number first: 1e20 ms or NaN would break datetime before any range test.
+        if not math.isfinite(timestamp) or timestamp > self.newest:
+            raise _bad(
+                line,
+                f"the timestamp {_shown(timestamp)} is more than {settings.INGEST_MAX_FUTURE_SECONDS} s ahead of "
+                "the console's clock (timestamps are milliseconds since 1970; check the exporter's clock).",
+                field="timestamp",
+            )
+        if timestamp < self.oldest:
+            raise _bad(
+                line,
+                f"the timestamp {_shown(timestamp)} is older than the {settings.INGEST_MAX_AGE_SECONDS} s accepted.",
+                field="timestamp",
+            )
+        return datetime.fromtimestamp(timestamp, UTC)
+
+
+def _shown(timestamp: float) -> str:
+    try:
+        return f"{datetime.fromtimestamp(timestamp, UTC).isoformat()} ({timestamp * 1000:.0f} ms)"
+    except (ValueError, OverflowError, OSError):
+        return f"{timestamp * 1000:g} ms"
+
+
+def _check_labels(line: int, name: str, labels: dict[str, str], limits: dict[str, int]) -> None:
+    if len(name) > METRIC_NAME_MAX:
+        raise _bad(line, f"the metric name is {len(name)} characters; at most {METRIC_NAME_MAX}.", field="__name__")
+    for label, value in labels.items():
+        limit = limits.get(label, LABEL_MAX)
+        if len(value) > limit:
+            raise _bad(line, f"label {label} is {len(value)} characters long; at most {limit} are kept.", field=label)
 
 
 def parse_exposition(
@@ -129,15 +217,29 @@ def parse_exposition(
     kind: str = "auto",
     now: str | datetime | None = None,
 ) -> Exposition:
-    """Parse and validate a whole exposition; raise IngestError naming the line at fault."""
+    """Parse and validate a whole exposition; raise IngestError naming the line at fault.
+
+    What passes here can be stored: every bound the database has (column lengths, NUL, time
+    partitions within retention) is checked now, so a push answered 202 never fails later on
+    its own data.
+    """
     received = datetime.fromisoformat(now) if isinstance(now, str) else (now or datetime.now(UTC))
     if len(text.encode()) > settings.INGEST_MAX_BYTES:
         raise IngestError(413, f"Body is larger than the limit of {settings.INGEST_MAX_BYTES} bytes.")
+    if "\x00" in text:
+        line = text.count("\n", 0, text.index("\x00")) + 1
+        raise _bad(line, "a NUL character; the exposition format is UTF-8 text without NULs.")
     lines = _Lines(text)
     if len(lines.lines) > MAX_LINES:
         raise IngestError(413, f"The exposition has {len(lines.lines)} lines; at most {MAX_LINES}.")
+    if endpoint is not None and len(endpoint) > ENDPOINT_NAME_MAX:
+        raise IngestError(
+            400, f"endpoint is {len(endpoint)} characters; at most {ENDPOINT_NAME_MAX}.", field="endpoint"
+        )
+    window = _Window.around(received)
     gpus: dict[str, dict[str, Any]] = {}
     origin: dict[tuple[str, str], int] = {}  # (uuid, field) -> line, to name the line of a bad value
+    seen: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}  # series -> its line
     out = Exposition()
     handed = 0
     try:
@@ -146,28 +248,53 @@ def parse_exposition(
                 line = lines.sample_lines[handed] if handed < len(lines.sample_lines) else lines.number
                 handed += 1
                 name = lines.exposed_name(sample.name, family.type)
-                ts = datetime.fromtimestamp(sample.timestamp, UTC) if sample.timestamp else received
+                series_key = (name, tuple(sorted(sample.labels.items())))
+                if (first := seen.setdefault(series_key, line)) != line:
+                    raise _bad(line, f"the series of line {first} again ({name}); each series once per exposition.")
                 field_name = DCGM_FIELDS.get(name)
                 if field_name is not None and kind in ("auto", "dcgm"):
+                    _check_labels(line, name, sample.labels, LABEL_LIMITS)
+                    ts = window.time_of(sample.timestamp, line)
+                    out.timestamped &= sample.timestamp is not None
                     _add_gpu_value(gpus, origin, line, field_name, sample.labels, sample.value, ts, hostname)
                     continue
                 framework = _framework(name)
+                if framework == ServingFramework.TRITON and "model" not in sample.labels:
+                    # Triton's GPU and CPU series (nv_gpu_utilization, nv_energy_consumption,
+                    # nv_cpu_*): dcgm-exporter is the GPU source, and two sources would fight
+                    # over one GPU's state.
+                    out.ignore(name)
+                    continue
                 if framework is not None and kind in ("auto", framework):
+                    _check_labels(line, name, sample.labels, SERVING_LABEL_LIMITS)
+                    ts = window.time_of(sample.timestamp, line)
+                    out.timestamped &= sample.timestamp is not None
                     point = _serving_point(name, framework, sample.labels, sample.value, ts, endpoint, line)
-                    if point is not None:
+                    if point is None:
+                        out.ignore(name)
+                    else:
                         out.serving.append(point)
                     continue
-                out.ignored += 1
+                out.ignore(name)
     except IngestError:
         raise
-    except (ValueError, IndexError, KeyError) as exc:
-        raise IngestError(
-            400,
-            f"line {lines.number}: cannot parse ({exc}): {lines.lines[lines.number - 1][:200]!r}",
-            item=lines.number,
+    except (ValueError, IndexError, KeyError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
+        number = min(lines.number, len(lines.lines)) or 1
+        raise _bad(
+            number, f"cannot parse ({exc or exc.__class__.__name__}): {lines.lines[number - 1][:200]!r}"
         ) from None
     out.gpu_samples = _validated_gpu_samples(gpus, origin)
+    out.timestamped &= out.count > 0
     return out
+
+
+def _gpu_index(line: int, labels: dict[str, str]) -> int | None:
+    raw = labels.get("gpu", "")
+    if not raw:
+        return None
+    if not raw.isascii() or not raw.isdigit() or int(raw) > 1023:
+        raise _bad(line, f"label gpu is {raw[:40]!r}; a GPU index from 0 to 1023.", field="gpu")
+    return int(raw)
 
 
 def _add_gpu_value(
@@ -182,54 +309,70 @@ def _add_gpu_value(
 ) -> None:
     uuid = labels.get("UUID") or labels.get("uuid")
     if not uuid:
-        raise IngestError(400, f"line {line}: a DCGM sample without a UUID label.", item=line, field="UUID")
+        raise _bad(line, "a DCGM sample without a UUID label.", field="UUID")
     host = labels.get("hostname") or labels.get("Hostname") or hostname
     if not host:
-        raise IngestError(
-            400,
-            f"line {line}: no hostname or Hostname label; pass ?hostname= for this exporter.",
-            item=line,
-            field="hostname",
-        )
-    parent = None
-    mig_id = labels.get("GPU_I_ID")
-    if mig_id not in (None, ""):
-        # A MIG instance: its own row, under the physical GPU.
-        parent, uuid = uuid, f"MIG-{uuid.removeprefix('GPU-')}-gi{mig_id}"
+        raise _bad(line, "no hostname or Hostname label; pass ?hostname= for this exporter.", field="hostname")
+    index = _gpu_index(line, labels)
+    model = labels.get("modelName") or None
+    physical = _gpu_entry(gpus, uuid, host=host, index=index, model=model, ts=ts)
+    origin.setdefault((uuid, ""), line)  # the first line naming this GPU, for errors about it
+    gpu = physical
+    mig_id = labels.get("GPU_I_ID", "")
+    if mig_id:
+        # A MIG instance: its own row under the physical GPU, for the fields an instance has of its
+        # own. Power, temperatures, clocks, energy, ECC and XIDs belong to the physical GPU even
+        # when an exporter repeats them on each instance.
+        if not mig_id.isascii() or not mig_id.isdigit() or int(mig_id) > MIG_INSTANCE_MAX:
+            raise _bad(line, f"label GPU_I_ID is {mig_id[:40]!r}; a MIG instance id.", field="GPU_I_ID")
+        if name in MIG_INSTANCE_FIELDS:
+            instance_uuid = f"MIG-{uuid.removeprefix('GPU-')}-gi{int(mig_id)}"
+            gpu = _gpu_entry(gpus, instance_uuid, host=host, index=index, model=model, ts=ts)
+            gpu["parent_uuid"] = uuid
+            gpu["mig_profile"] = labels.get("GPU_I_PROFILE", "")
+            gpu["mig_instance_id"] = int(mig_id)
+            uuid = instance_uuid
+            origin.setdefault((uuid, ""), line)
+        elif name in physical:
+            return  # the physical GPU's own line (or an earlier instance's copy) already gave it
+    origin[(uuid, name)] = line
+    if math.isnan(value) or math.isinf(value) or _blank(name, value):
+        gpu[name] = None  # no value: not supported, not measured, or not a number at all
+    else:
+        gpu[name] = value if FIELDS_BY_NAME[name].kind is float else int(value)
+
+
+def _gpu_entry(
+    gpus: dict[str, dict[str, Any]], uuid: str, *, host: str, index: int | None, model: str | None, ts: datetime
+) -> dict[str, Any]:
     gpu = gpus.get(uuid)
     if gpu is None:
         gpu = gpus[uuid] = {"gpu_uuid": uuid, "hostname": host, "ts": ts}
-        if labels.get("gpu", "").isdigit():
-            gpu["gpu_index"] = int(labels["gpu"])
-        if labels.get("modelName"):
-            gpu["model"] = labels["modelName"][:64]
-        if parent:
-            gpu["parent_uuid"] = parent
-            gpu["mig_profile"] = labels.get("GPU_I_PROFILE", "")[:32]
+        if index is not None:
+            gpu["gpu_index"] = index
+        if model:
+            gpu["model"] = model
     gpu["ts"] = max(gpu["ts"], ts)
-    origin[(uuid, name)] = line
-    if math.isnan(value) or _blank(name, value):
-        gpu[name] = None
-    else:
-        gpu[name] = value if FIELDS_BY_NAME[name].kind is float else int(value)
+    return gpu
 
 
 def _validated_gpu_samples(gpus: dict[str, dict[str, Any]], origin: dict[tuple[str, str], int]) -> list[Any]:
     samples = []
     for uuid, values in gpus.items():
+        if values.get("parent_uuid") and values.get("gpu_util") is None and values.get("gr_engine_active") is not None:
+            # On MIG, DCGM has no utilisation per instance; its graphics-engine activity is the
+            # instance's utilisation (what nvidia-smi and NVIDIA's MIG dashboards show).
+            values["gpu_util"] = round(100 * values["gr_engine_active"], 2)
         try:
             sample = msgspec.convert(values, GpuSampleIn)
         except msgspec.ValidationError as exc:
             text = str(exc)
             name = text.rsplit("$.", 1)[-1].rstrip("`") if "$." in text else None
-            line = origin.get((uuid, name or ""))
-            where = f"line {line}: " if line else ""
-            raise IngestError(400, f"{where}{name or 'value'} of {uuid}: {text}", item=line, field=name) from None
+            line = origin.get((uuid, name or "")) or min(ln for (u, _), ln in origin.items() if u == uuid)
+            raise _bad(line, f"{name or 'value'} of {uuid}: {text}", field=name) from None
         if field := invalid_identity(sample):
             line = min(ln for (u, _), ln in origin.items() if u == uuid)
-            raise IngestError(
-                400, f"line {line}: malformed {field} {getattr(sample, field)!r} (a label).", item=line, field=field
-            )
+            raise _bad(line, f"malformed {field} {getattr(sample, field)!r} (a label).", field=field)
         samples.append(sample)
     return samples
 
@@ -243,36 +386,48 @@ def _serving_point(
     endpoint: str | None,
     line: int,
 ) -> ServingPoint | None:
-    if math.isnan(value):
+    """One serving series value, or None for a value that is not a number (NaN, ±Inf): skipped and
+    counted, never stored as infinity."""
+    if math.isnan(value) or math.isinf(value):
         return None
     model_label = MODEL_LABELS[framework]
     model = labels.get(model_label, "") if model_label else ""
-    version = labels.get("version", "") if framework == ServingFramework.TRITON else ""
-    name_for_endpoint = endpoint or (f"{model}:{version}" if version else model)
+    name_for_endpoint = endpoint or model
+    # The model label is left out of the series only where it names the endpoint: with an
+    # explicit endpoint, two models' series must stay two series.
+    skip = "" if endpoint else model_label
     if not name_for_endpoint:
-        raise IngestError(
-            400,
-            f"line {line}: cannot tell which endpoint {name} belongs to; pass ?endpoint=NAME.",
-            item=line,
-            field="endpoint",
-        )
+        raise _bad(line, f"cannot tell which endpoint {name} belongs to; pass ?endpoint=NAME.", field="endpoint")
     return ServingPoint(
-        endpoint=name_for_endpoint[:200],
+        endpoint=name_for_endpoint,
         framework=framework,
-        model_name=model[:200],
+        model_name=model,
         ts=ts,
-        metric=name[:200],
-        series=_series(labels, model_label)[:500],
+        metric=name,
+        series=_series(labels, skip),
         value=value,
+        version=labels.get("version", "") if framework == ServingFramework.TRITON else "",
     )
 
 
 # --- storing --------------------------------------------------------------------------------
 
 
-def exposition_key(*, site_id: int, body: str, idempotency_key: str | None, options: dict[str, Any]) -> str:
+def exposition_key(
+    *, site_id: int, body: str, idempotency_key: str | None, options: dict[str, Any], timestamped: bool
+) -> str:
+    """The push's idempotency key.
+
+    An explicit Idempotency-Key dedupes retries. Without one, only a body whose every sample
+    carries its own timestamp is the same observation when sent twice; a plain exposition sent
+    twice (a cron job, an idle GPU reporting the same values) is two observations, at two
+    receive times, and both are stored.
+    """
     if idempotency_key:
+        check_idempotency_key(idempotency_key)
         return f"{site_id}:k:{idempotency_key}"
+    if not timestamped:
+        return f"{site_id}:r:{uuid4().hex}"
     digest = hashlib.sha256(body.encode())
     digest.update(repr(sorted((k, v) for k, v in options.items() if k != "now")).encode())
     return f"{site_id}:p:{digest.hexdigest()}"
@@ -298,6 +453,12 @@ def store_exposition(
 
 
 def store_serving_points(*, site_id: int, batch_key: str, points: list[ServingPoint]) -> int:
+    """Store serving series values under a batch key; return the rows written.
+
+    The rows go by binary COPY into a temporary table, then one INSERT ... ON CONFLICT DO NOTHING
+    on the table's key (endpoint, metric, series, ts): the same series at the same time, replayed
+    under another batch key, is stored once.
+    """
     from fleet.services.telemetry import claim_batch_keys
 
     first, last = min(p.ts for p in points), max(p.ts for p in points)
@@ -307,16 +468,25 @@ def store_serving_points(*, site_id: int, batch_key: str, points: list[ServingPo
             if not claim_batch_keys([(batch_key, site_id, len(points), None)]):
                 return 0
             endpoint_ids = _resolve_endpoints(site_id, points)
-            with (
-                connection.cursor() as cursor,
-                cursor.cursor.copy(
-                    "COPY fleet_servingsample (endpoint_id, ts, metric, series, value) FROM STDIN (FORMAT BINARY)"
-                ) as copy,
-            ):
-                copy.set_types(["int8", "timestamptz", "text", "text", "float8"])
-                for p in points:
-                    copy.write_row((endpoint_ids[p.endpoint], p.ts, p.metric, p.series, p.value))
-        return len(points)
+            with connection.cursor() as cursor:
+                raw = cursor.cursor
+                raw.execute(
+                    "CREATE TEMP TABLE IF NOT EXISTS goodput_serving_in "
+                    "(endpoint_id int8, ts timestamptz, metric text, series text, value float8)"
+                )
+                raw.execute("TRUNCATE goodput_serving_in")
+                with raw.copy(
+                    "COPY goodput_serving_in (endpoint_id, ts, metric, series, value) FROM STDIN (FORMAT BINARY)"
+                ) as copy:
+                    copy.set_types(["int8", "timestamptz", "text", "text", "float8"])
+                    for p in points:
+                        copy.write_row((endpoint_ids[p.endpoint], p.ts, p.metric, p.series, p.value))
+                raw.execute(
+                    "INSERT INTO fleet_servingsample (endpoint_id, ts, metric, series, value) "
+                    "SELECT endpoint_id, ts, metric, series, value FROM goodput_serving_in "
+                    "ON CONFLICT (endpoint_id, metric, series, ts) DO NOTHING"
+                )
+                return raw.rowcount
 
     stored = partitions.write_with_partitions(partitions.SERVING_SAMPLES, first, last, write)
     if stored:
@@ -325,12 +495,34 @@ def store_serving_points(*, site_id: int, batch_key: str, points: list[ServingPo
 
 
 def _resolve_endpoints(site_id: int, points: list[ServingPoint]) -> dict[str, int]:
-    wanted = {p.endpoint: p for p in points}
+    """Endpoint ids by name, registering new endpoints; a Triton model's version is kept on its
+    endpoint (the highest loaded version when several are)."""
+    wanted: dict[str, ServingPoint] = {}
+    versions: dict[str, str] = {}
+    for p in points:
+        wanted.setdefault(p.endpoint, p)
+        if p.version and _version_order(p.version) > _version_order(versions.get(p.endpoint, "")):
+            versions[p.endpoint] = p.version
     Endpoint.objects.bulk_create(
         [
-            Endpoint(site_id=site_id, name=n, framework=p.framework, model_name=p.model_name)
+            Endpoint(
+                site_id=site_id,
+                name=n,
+                framework=p.framework,
+                model_name=p.model_name,
+                version=versions.get(n, ""),
+            )
             for n, p in sorted(wanted.items())
         ],
         ignore_conflicts=True,
     )
-    return dict(Endpoint.objects.filter(site_id=site_id, name__in=wanted).values_list("name", "id"))
+    endpoints = {e.name: e for e in Endpoint.objects.filter(site_id=site_id, name__in=wanted)}
+    for name, version in sorted(versions.items()):
+        if endpoints[name].version != version:
+            Endpoint.objects.filter(pk=endpoints[name].pk).update(version=version)
+    return {name: e.pk for name, e in endpoints.items()}
+
+
+def _version_order(version: str) -> tuple[int, int, str]:
+    """Triton versions are integers; compare them as numbers, anything else as text after them."""
+    return (1, int(version), "") if version.isdigit() else (0, 0, version)

@@ -14,6 +14,7 @@ import logging
 from datetime import datetime, timedelta
 
 from django.db import connection, transaction
+from django.utils import timezone
 
 from fleet.services import partitions
 
@@ -44,7 +45,11 @@ SELECT gpu_id, date_trunc('minute', ts) AS bucket, count(*),
        avg(gpu_util), max(gpu_util), avg(gpu_temp_c), max(gpu_temp_c), avg(power_w), max(power_w),
        avg(power_w) * 60, max(xid),
        count(*) FILTER (WHERE xid > 0 OR ecc_dbe_total > 0),
-       count(*) FILTER (WHERE throttle_reasons & {THROTTLE_MASK} > 0)
+       CASE WHEN count(throttle_reasons) = 0
+                 AND (max(thermal_violation_us) > min(thermal_violation_us)
+                      OR max(power_violation_us) > min(power_violation_us))
+            THEN count(*)  -- no bitmask exported: a violation counter that moved means throttled
+            ELSE count(*) FILTER (WHERE throttle_reasons & {THROTTLE_MASK} > 0) END
 FROM fleet_gpusample
 WHERE ts >= %(first)s AND ts < %(last)s + interval '1 minute'
   AND date_trunc('minute', ts) = ANY(%(buckets)s)
@@ -76,7 +81,7 @@ SELECT CASE WHEN grouping(n.id) = 0 THEN 'node' WHEN grouping(n.rack_id) = 0 THE
        sum(r.power_mean), sum(r.energy_j),
        count(*) FILTER (WHERE r.error_samples > 0), count(*) FILTER (WHERE r.throttled_samples > 0)
 FROM fleet_gpurollup_{{res}} r
-JOIN fleet_gpu g ON g.id = r.gpu_id
+JOIN fleet_gpu g ON g.id = r.gpu_id AND g.parent_id IS NULL  -- a MIG instance is part of its GPU
 JOIN fleet_node n ON n.id = g.node_id
 WHERE r.bucket >= %(first)s AND r.bucket <= %(last)s AND r.bucket = ANY(%(buckets)s)
 GROUP BY r.bucket, GROUPING SETS ((n.id), (n.rack_id), (n.site_id), ())
@@ -103,6 +108,29 @@ def _mark(resolution: str, buckets: list[datetime]) -> None:
         )
 
 
+def _within_retention(
+    buckets: list[datetime], table: partitions.PartitionedTable, now: datetime, resolution: str
+) -> list[datetime]:
+    """The buckets worth rolling: within the rollup table's retention and not in the future.
+
+    A bucket outside (a sample from 1970 or 2100 that got past a door) would only make partitions
+    that retention drops again, one per day in between, inside this transaction. It is dropped
+    from the queue and logged instead.
+    """
+    oldest, newest = now - table.retention, now + timedelta(days=1)
+    kept = [b for b in buckets if oldest <= b <= newest]
+    if len(kept) < len(buckets):
+        outside = sorted(set(buckets) - set(kept))
+        logger.warning(
+            "rollups: skipped %d %s bucket(s) outside retention or in the future (%s .. %s)",
+            len(outside),
+            resolution,
+            outside[0].isoformat(),
+            outside[-1].isoformat(),
+        )
+    return kept
+
+
 def _roll(
     buckets: list[datetime],
     *,
@@ -111,8 +139,9 @@ def _roll(
     table_gpu: partitions.PartitionedTable,
     table_group: partitions.PartitionedTable,
 ) -> None:
-    partitions.ensure_partitions(table_gpu, buckets[0], buckets[-1])
-    partitions.ensure_partitions(table_group, buckets[0], buckets[-1])
+    # Only the partitions of the buckets' own days or months, never every one in between.
+    partitions.ensure_partitions_for(table_gpu, buckets)
+    partitions.ensure_partitions_for(table_group, buckets)
     params = {"first": buckets[0], "last": buckets[-1], "buckets": buckets}
     with connection.cursor() as cursor:
         cursor.execute(gpu_sql, params)
@@ -131,7 +160,8 @@ def update_rollups(*, now: datetime | None = None) -> dict[str, int]:
             cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [LOCK_KEY])
             if not cursor.fetchone()[0]:
                 return {"minutes": 0, "hours": 0}  # another worker is rolling up right now
-        minutes = _claim("1m")
+        now = now or timezone.now()
+        minutes = _within_retention(_claim("1m"), partitions.GPU_ROLLUP_1M, now, "1m")
         if minutes:
             _roll(
                 minutes,
@@ -141,10 +171,8 @@ def update_rollups(*, now: datetime | None = None) -> dict[str, int]:
                 table_group=partitions.GROUP_ROLLUP_1M,
             )
             _mark("1h", sorted({m.replace(minute=0) for m in minutes}))
-        from django.utils import timezone
-
-        settled = (now or timezone.now()) - HOUR_SETTLE
-        hours = _claim("1h", settled_before=settled)
+        settled = now - HOUR_SETTLE
+        hours = _within_retention(_claim("1h", settled_before=settled), partitions.GPU_ROLLUP_1H, now, "1h")
         if hours:
             _roll(
                 hours,
@@ -160,8 +188,6 @@ def update_rollups(*, now: datetime | None = None) -> dict[str, int]:
 
 def rollup_lag_seconds(*, now: datetime | None = None) -> float:
     """Age of the oldest minute waiting to be rolled up (0 when none): the rollups' freshness."""
-    from django.utils import timezone
-
     with connection.cursor() as cursor:
         cursor.execute("SELECT min(bucket) FROM fleet_rollupdirty WHERE resolution = '1m'")
         oldest = cursor.fetchone()[0]

@@ -158,6 +158,7 @@ def _register_gpus(samples: list[Any], node_ids: dict[str, int]) -> dict[str, in
                 hbm_gib=hbm,
                 parent_id=parent_ids.get(sample.parent_uuid or ""),
                 mig_profile=sample.mig_profile or "",
+                mig_instance_id=sample.mig_instance_id,
             )
         )
     # Sorted inserts keep lock order stable when two workers register overlapping GPUs.

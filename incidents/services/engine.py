@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -187,7 +188,7 @@ def raise_finding(
                 category=category or source,
                 started_at=finding.started_at,
                 detected_at=now,
-                affected_gpus=int(impact.get("gpus", 0)),
+                affected_gpus=count_affected_gpus([(fingerprint, impact)]),
                 gpu_hours_lost=float(impact.get("gpu_hours", 0)),
                 error_budget_burned=float(impact.get("error_budget", 0)),
             )
@@ -233,15 +234,32 @@ def _join(incident: Incident, finding: Finding, *, actor: Actor, now: datetime) 
 
 
 def affected_gpus(incident: Incident) -> int:
-    """GPUs out of service, counting each unit once: a finding's impact says how many GPUs
-    (``gpus``) and which unit they are (``unit``: a node that must drain, or one GPU)."""
+    """GPUs out of service in the incident, each counted once (see count_affected_gpus)."""
+    return count_affected_gpus(incident.findings.values_list("fingerprint", "impact"))
+
+
+def count_affected_gpus(impacts: Iterable[tuple[str, dict[str, Any] | None]]) -> int:
+    """GPUs out of service, from (fingerprint, impact) pairs, counting each GPU once.
+
+    A finding's impact names the physical GPUs it takes out (``gpu_uuids``: one GPU, or every GPU
+    of a node that must drain), so the count is their union however node and GPU findings mix.
+    A finding that names none (Alertmanager's, or one raised before findings named their GPUs)
+    counts as before: ``gpus`` per ``unit`` (``node:<host>``, ``gpu:<uuid>``), each unit once,
+    and nothing where a finding naming its GPUs already covers that unit.
+    """
+    named: set[str] = set()
+    covered: set[str] = set()
     units: dict[str, int] = {}
-    for fingerprint, impact in incident.findings.values_list("fingerprint", "impact"):
-        gpus = int((impact or {}).get("gpus", 0))
-        if gpus:
-            unit = (impact or {}).get("unit") or fingerprint
+    for fingerprint, impact in impacts:
+        impact = impact or {}
+        if "gpu_uuids" in impact:
+            named.update(impact["gpu_uuids"])
+            covered.add(impact.get("unit") or fingerprint)
+        elif gpus := int(impact.get("gpus", 0)):
+            unit = impact.get("unit") or fingerprint
             units[unit] = max(units.get(unit, 0), gpus)
-    return sum(units.values())
+    covered.update(f"gpu:{uuid}" for uuid in named)
+    return len(named) + sum(gpus for unit, gpus in units.items() if unit not in covered)
 
 
 def _repeat(

@@ -183,3 +183,18 @@ def test_affected_gpus_count_each_gpu_or_drained_node_once() -> None:
     raise_finding("ecc:c", {**NODE_A, "gpu": "c"}, "SEV2", "ECC on c", impact={"gpus": 1, "unit": "gpu:c"})
     raise_finding("temp:c", {**NODE_A, "gpu": "c"}, "SEV3", "hot c", impact={"gpus": 1, "unit": "gpu:c"})
     assert Incident.objects.get().affected_gpus == 9
+
+
+@pytest.mark.django_db
+def test_affected_gpus_count_the_union_of_the_gpus_findings_name() -> None:
+    drain = {"gpus": 2, "unit": "node:gpu-a-001", "gpu_uuids": ["GPU-a", "GPU-b"]}
+    on_b = {"gpus": 1, "unit": "gpu:GPU-b", "gpu_uuids": ["GPU-b"]}
+    raise_finding("xid:GPU-a:79", {**NODE_A, "gpu": "GPU-a"}, "SEV2", "XID 79 on a", impact=drain)
+    raise_finding("thermal:GPU-b", {**NODE_A, "gpu": "GPU-b"}, "SEV3", "hot b", impact=on_b)
+    assert Incident.objects.get().affected_gpus == 2  # b is in the drained node: counted once
+    # Findings that name no GPUs (from Alertmanager, or raised before findings named them) count
+    # by their unit, unless a finding that names its GPUs already covers that unit.
+    raise_finding("old:GPU-b", {**NODE_A, "gpu": "GPU-b"}, "SEV3", "old b", impact={"gpus": 1, "unit": "gpu:GPU-b"})
+    raise_finding("old:GPU-c", {**NODE_A, "gpu": "GPU-c"}, "SEV3", "old c", impact={"gpus": 1, "unit": "gpu:GPU-c"})
+    raise_finding("cap:GPU-a", {**NODE_A, "gpu": "GPU-a"}, "SEV4", "capped a", impact={})
+    assert Incident.objects.get().affected_gpus == 3

@@ -1,4 +1,4 @@
-"""List the GPU batches the ingest writers gave up on, or put them back on the queue."""
+"""List the GPU batches and Prometheus pushes the ingest writers gave up on, or queue them again."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from fleet.services import ingest_stream
+from fleet.services import ingest_stream, push_queue
 
 
 class Command(BaseCommand):
     help = (
-        "List the dead letters of the GPU ingest queue (batches that failed on their own), or with "
-        "--replay put them back on the queue once the cause is fixed."
+        "List the dead letters of the ingest queues (GPU batches and Prometheus pushes that failed on "
+        "their own data), or with --replay put them back on the queue once the cause is fixed."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -29,13 +29,25 @@ class Command(BaseCommand):
             raise CommandError("--count must be at least 1.")
         if options["replay"]:
             moved = ingest_stream.replay_dead_letters(count)
-            self.stdout.write(f"Put {moved} batch(es) back on the ingest queue; a drain is scheduled.")
+            left = None if count is None else count - moved
+            pushes = push_queue.replay_dead_letters(left) if left is None or left > 0 else 0
+            self.stdout.write(
+                f"Put {moved} GPU batch(es) back on the ingest queue (a drain is scheduled) and "
+                f"{pushes} Prometheus push(es) back on the task queue."
+            )
             return
         letters = ingest_stream.dead_letters(count or 100)
-        if not letters:
+        pushes = push_queue.dead_letters(count or 100)
+        if not letters and not pushes:
             self.stdout.write("No dead letters.")
             return
         for entry_id, fields in letters:
             self.stdout.write(f"{entry_id}  site {fields['site']}  {fields['samples']} samples  {fields['key']}")
             self.stdout.write(f"    {fields['error']}")
-        self.stdout.write(f"{len(letters)} shown. Fix the cause, then: manage.py replay_dead_letters --replay")
+        for entry_id, fields in pushes:
+            self.stdout.write(
+                f"{entry_id}  site {fields['site']}  Prometheus push, {fields['bytes']} bytes  {fields['key']}"
+            )
+            self.stdout.write(f"    {fields['error']}")
+        shown = len(letters) + len(pushes)
+        self.stdout.write(f"{shown} shown. Fix the cause, then: manage.py replay_dead_letters --replay")

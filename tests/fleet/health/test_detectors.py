@@ -85,17 +85,37 @@ def test_a_benign_xid_raises_nothing(site_a) -> None:
 def test_double_bit_ecc_and_remapped_rows_rising(site_a) -> None:
     put(
         site_a,
-        gpu_sample(120, ecc_dbe_total=3, remapped_rows_uncorrectable=1),
-        gpu_sample(60, ecc_dbe_total=3, remapped_rows_uncorrectable=1),
+        gpu_sample(120, ecc_dbe_total=0, remapped_rows_uncorrectable=1),
+        gpu_sample(60, ecc_dbe_total=0, remapped_rows_uncorrectable=1),
     )
     run_detectors(only=["ecc-double-bit", "remapped-rows"])
-    assert not Finding.objects.exists()  # a steady count is history, not a new fault
-    put(site_a, gpu_sample(0, ecc_dbe_total=4, remapped_rows_uncorrectable=2))
+    assert not Finding.objects.exists()  # a steady count of remapped rows is history, not a new fault
+    put(site_a, gpu_sample(0, ecc_dbe_total=1, remapped_rows_uncorrectable=2))
     run_detectors(only=["ecc-double-bit", "remapped-rows"])
     found = {f.fingerprint.split(":")[0]: f for f in Finding.objects.all()}
     assert set(found) == {"ecc-dbe", "remap-unc"}
     assert found["ecc-dbe"].severity == "SEV2" and "+1 in 10 min" in found["ecc-dbe"].summary
     assert Incident.objects.count() == 1  # the same GPU's findings group into one incident
+
+
+def test_a_double_bit_count_above_zero_on_first_sight_is_a_finding(site_a, settings) -> None:
+    # The count is volatile (since the driver loaded): a GPU first seen with 2 has had two
+    # uncorrectable errors that nothing has cleared yet, even though the count never rises here.
+    put(site_a, gpu_sample(0, ecc_dbe_total=2))
+    stale_ts = now() - timedelta(seconds=settings.FLEET_STALE_SECONDS + 30)
+    put(
+        site_a,
+        sample(gpu_uuid="GPU-55555555-0000", hostname="gpu-a-005", ts=stale_ts, ecc_dbe_total=2),
+        sample(gpu_uuid="GPU-66666666-0000", hostname="gpu-a-006", ts=now(), ecc_dbe_total=0),
+    )
+    run_detectors(only=["ecc-double-bit"])
+    finding = Finding.objects.get()  # not the stale GPU's old count, nor the clean GPU
+    assert finding.fingerprint == f"ecc-dbe:{GPU}" and finding.severity == "SEV2"
+    assert "2 since the driver loaded" in finding.summary
+    put(site_a, gpu_sample(0, ecc_dbe_total=0))  # a driver reload clears the volatile count
+    run_detectors(only=["ecc-double-bit"])
+    finding.refresh_from_db()
+    assert finding.status == "cleared"
 
 
 def test_row_remap_failure(site_a) -> None:
@@ -124,6 +144,70 @@ def test_power_capping_for_most_of_the_window(site_a) -> None:
     put(site_a, *[gpu_sample(s, throttle_reasons=0x4) for s in (500, 400, 300, 200, 100, 0)])
     run_detectors(only=["power-capping"])
     assert Finding.objects.get().severity == "SEV4"
+
+
+def test_thermal_throttling_from_the_violation_counter_when_no_bitmask_is_exported(site_a) -> None:
+    # An older exporter: no clocks-event bitmask, only cumulative time throttled. The GPU is
+    # neither hot nor busy by the gauges, but the counter says it spent 4 s throttled.
+    counter_only = {"throttle_reasons": None, "gpu_util": 30, "gpu_temp_c": 70}
+    put(
+        site_a,
+        gpu_sample(120, thermal_violation_us=1_000_000, **counter_only),
+        gpu_sample(60, thermal_violation_us=1_000_000, **counter_only),
+        gpu_sample(0, thermal_violation_us=5_000_000, **counter_only),
+    )
+    for uuid, values in (
+        ("GPU-77777777-0000", (9_000_000, 9_000_000, 9_000_000)),  # steady: throttled before, not now
+        ("GPU-77777777-0001", (9_000_000, 0, 0)),  # a driver reload: a reset to zero, not a rise of -9 s
+    ):
+        put(
+            site_a,
+            *[
+                sample(
+                    gpu_uuid=uuid,
+                    hostname="gpu-a-007",
+                    ts=now() - timedelta(seconds=ago),
+                    throttle_reasons=None,
+                    thermal_violation_us=v,
+                )
+                for ago, v in zip((120, 60, 0), values, strict=True)
+            ],
+        )
+    # A GPU that exports the bitmask is judged by it, as before: a clear bitmask is no throttling.
+    bitmask = "GPU-77777777-0002"
+    put(
+        site_a,
+        sample(gpu_uuid=bitmask, hostname="gpu-a-008", ts=now() - timedelta(seconds=60), thermal_violation_us=0),
+        sample(gpu_uuid=bitmask, hostname="gpu-a-008", ts=now(), thermal_violation_us=3_000_000, throttle_reasons=0),
+    )
+    run_detectors(only=["thermal-throttling"])
+    finding = Finding.objects.get()
+    assert finding.fingerprint == f"thermal:{GPU}" and "4.0 s throttled in 10 min" in finding.summary
+
+
+def test_power_capping_from_the_violation_counter_when_no_bitmask_is_exported(site_a) -> None:
+    seconds = (500, 400, 300, 200, 100, 0)
+    put(
+        site_a,
+        *[gpu_sample(s, throttle_reasons=None, power_violation_us=1_000_000 * (600 - s), gpu_util=40) for s in seconds],
+    )
+    once = "GPU-88888888-0000"  # throttled in one interval of five: not most of the window
+    put(
+        site_a,
+        *[
+            sample(
+                gpu_uuid=once,
+                hostname="gpu-a-009",
+                ts=now() - timedelta(seconds=s),
+                throttle_reasons=None,
+                power_violation_us=0 if s > 100 else 2_000_000,
+            )
+            for s in seconds
+        ],
+    )
+    run_detectors(only=["power-capping"])
+    finding = Finding.objects.get()
+    assert finding.fingerprint == f"power-cap:{GPU}" and finding.severity == "SEV4"
 
 
 def test_pcie_replay_rate(site_a) -> None:

@@ -216,7 +216,7 @@ def test_dead_letters_can_be_listed_and_replayed_once_fixed(client, token_a, sit
     Site.objects.create(id=424242, name="late-site", region="eu")  # the cause, fixed
     out = StringIO()
     call_command("replay_dead_letters", "--replay", stdout=out)
-    assert "Put 1 batch(es) back" in out.getvalue()
+    assert "Put 1 GPU batch(es) back" in out.getvalue()
     assert _run_drain(broker_mode) == 3
     assert IngestBatch.objects.filter(key="424242:k:orphan").exists()
     assert broker_mode.xlen(ingest_stream.DEAD_LETTERS) == 0

@@ -65,9 +65,9 @@ def test_a_vllm_scrape_is_stored_as_series_of_its_endpoint(client, site_a, token
     assert rows.filter(metric="vllm:inter_token_latency_seconds_bucket").count() == 20
 
 
-def test_the_same_push_repeated_stores_nothing_twice(client, token_a) -> None:
+def test_a_push_retried_under_its_idempotency_key_stores_nothing_twice(client, token_a) -> None:
     for _ in range(3):
-        assert push(client, token_a, DCGM + VLLM).status_code == 202
+        assert push(client, token_a, DCGM + VLLM, **{"Idempotency-Key": "scrape-0001"}).status_code == 202
     assert GpuSample.objects.count() == 2 and ServingSample.objects.count() == 76
 
 
@@ -154,6 +154,7 @@ def test_triton_counters_keep_their_exposed_names() -> None:
     )
     exposition = parse_exposition(body)
     assert [(p.metric, p.endpoint, p.framework) for p in exposition.serving] == [
-        ("nv_inference_request_success", "resnet:1", "triton"),
-        ("nv_inference_queue_duration_us", "resnet:1", "triton"),
+        ("nv_inference_request_success", "resnet", "triton"),
+        ("nv_inference_queue_duration_us", "resnet", "triton"),
     ]
+    assert {p.version for p in exposition.serving} == {"1"}

@@ -11,18 +11,20 @@ import pytest
 from fleet.models import Endpoint, Gpu, ScrapeTarget, ServingSample
 from fleet.services.scraping import claim_due_targets
 from fleet.tasks import schedule_scrapes
-from tests.fleet.telemetry.test_prometheus_ingest import DCGM, GPU1, VLLM
+from tests.fleet.telemetry.test_prometheus_ingest import DCGM, FIXTURES, GPU1, VLLM
+
+TRITON = (FIXTURES / "triton.prom").read_text()
 
 
 class Exporter:
-    """A local HTTP server playing dcgm-exporter and vLLM: /dcgm, /vllm, /broken, /slow."""
+    """A local HTTP server playing dcgm-exporter, vLLM and Triton: /dcgm, /vllm, /triton, /broken, /slow."""
 
     def __init__(self) -> None:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 if self.path == "/slow":
                     threading.Event().wait(2)
-                body = {"/dcgm": DCGM, "/vllm": VLLM, "/slow": DCGM}.get(self.path)
+                body = {"/dcgm": DCGM, "/vllm": VLLM, "/slow": DCGM, "/triton": TRITON}.get(self.path)
                 if self.path == "/garbage":
                     body = "this is not { prometheus\n"
                 if body is None:

@@ -1,0 +1,93 @@
+"""Prometheus pushes between the API and the writers: retried through outages, dead-lettered
+when their own data fails, so a push answered 202 is stored, still being retried, or in the
+dead-letter stream with its error, never lost.
+
+The body waits in the payload stash (console.queues) beside a small Celery task. The task parses
+it again (the same options, the same receive time, so the same samples) and stores it. A
+database that cannot be reached (anything but bad data, see ``ingest_stream.is_outage``) is an
+outage: the task is retried with capped backoff and the body stays stashed. Anything else is the
+push's own fault, and the body moves to ``goodput:ingest:prometheus:dead`` with its error;
+``manage.py replay_dead_letters`` lists and replays these beside the GPU batches.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from console import counters
+from console.queues import drop_payload, redis_client, stash_payload
+
+logger = logging.getLogger(__name__)
+
+DEAD_LETTERS = "goodput:ingest:prometheus:dead"
+DEAD_LETTERS_MAX = 200  # bodies are up to 5 MB each
+RETRY_BASE_SECONDS = 2
+RETRY_CAP_SECONDS = 60
+# About a day of retries at the cap, the stash's lifetime: then the push is a dead letter.
+MAX_RETRIES = 24 * 3600 // RETRY_CAP_SECONDS
+
+
+def retry_delay(retries: int) -> int:
+    """Seconds before retry number ``retries`` + 1: 2, 4, 8, ... capped at a minute."""
+    return min(RETRY_CAP_SECONDS, RETRY_BASE_SECONDS * 2 ** min(retries, 10))
+
+
+def dead_letter(*, site_id: int, key: str, body: bytes | str, options: dict[str, Any], error: BaseException) -> None:
+    """Keep a push that failed on its own data, with its error, and drop its stash."""
+    text = f"{error.__class__.__name__}: {error}"[:1000]
+    client = redis_client()
+    client.xadd(
+        DEAD_LETTERS,
+        {
+            "key": key,
+            "site": str(site_id),
+            "options": json.dumps(options),
+            "body": body.encode() if isinstance(body, str) else body,
+            "error": text,
+        },
+        maxlen=DEAD_LETTERS_MAX,
+        approximate=True,
+    )
+    drop_payload(key)
+    counters.increment("goodput_ingest_dead_letters_total")
+    logger.error("Prometheus push %s moved to %s: %s", key, DEAD_LETTERS, text)
+
+
+def dead_letters(count: int = 100) -> list[tuple[str, dict[str, str]]]:
+    """The oldest dead pushes: (entry id, {key, site, bytes, error})."""
+    rows = redis_client().xrange(DEAD_LETTERS, count=count)
+    return [
+        (
+            entry_id.decode(),
+            {
+                "key": fields.get(b"key", b"").decode(errors="replace"),
+                "site": fields.get(b"site", b"").decode(errors="replace"),
+                "bytes": str(len(fields.get(b"body", b""))),
+                "error": fields.get(b"error", b"").decode(errors="replace"),
+            },
+        )
+        for entry_id, fields in rows
+    ]
+
+
+def replay_dead_letters(count: int | None = None) -> int:
+    """Queue dead pushes again (once their cause is fixed). Their batch keys still guard against
+    storing any of them twice."""
+    from fleet.tasks import ingest_prometheus_batch
+
+    client = redis_client()
+    moved = 0
+    while count is None or moved < count:
+        page = client.xrange(DEAD_LETTERS, count=min(100, count - moved) if count is not None else 100)
+        if not page:
+            break
+        for entry_id, fields in page:
+            key = fields[b"key"].decode()
+            options = json.loads(fields[b"options"])
+            stash_payload(key, fields[b"body"])
+            ingest_prometheus_batch.apply_async(args=[int(fields[b"site"]), key, None, options, options.get("now")])
+            client.xdel(DEAD_LETTERS, entry_id)
+            moved += 1
+    return moved

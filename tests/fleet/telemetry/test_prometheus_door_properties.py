@@ -1,0 +1,204 @@
+"""A property of the Prometheus door, over generated expositions: whatever the body (any metric
+family, labels of any length and character including NUL, NaN and ±Inf, duplicate series,
+timestamps from year 1 to 9999, truncated bodies), the door never answers 5xx; on a 4xx nothing
+is written; on a 202 everything it counted is stored.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+
+import pytest
+from django.db import transaction
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fleet.models import Endpoint, Gpu, GpuSample, IngestBatch, Node, ServingSample
+from fleet.services import directory, partitions
+from fleet.telemetry_fields import GPU_SAMPLE_FIELDS
+
+EXAMPLES = 2000
+KNOWN_NAMES = [
+    *(f.dcgm for f in GPU_SAMPLE_FIELDS),
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+    "DCGM_FI_DEV_FB_RESERVED",
+    "vllm:num_requests_running",
+    "vllm:time_to_first_token_seconds_bucket",
+    "vllm:prompt_tokens_total",
+    "nv_inference_request_success",
+    "nv_inference_queue_duration_us",
+    "nv_gpu_utilization",
+    "nv_energy_consumption",
+    "tgi_queue_size",
+    "tgi_request_duration_bucket",
+    "go_goroutines",
+]
+UUIDS = ["GPU-3f1c2a9e-8b1d-4c55-9e0a-1b2c3d4e5f60", "GPU-7a6b5c4d-3e2f-4a1b-8c9d-0e1f2a3b4c5d", "GPU-x"]
+NOW_MS = int(time.time() * 1000)
+YEAR_1_MS, YEAR_9999_MS = -62135596800000, 253402300799999
+
+
+def long_text(min_size: int, max_size: int) -> st.SearchStrategy[str]:
+    """Long strings cheaply: one character repeated, or a random head repeated."""
+    return st.builds(
+        lambda head, n: (head * n)[: max(n, min_size)] if head else "",
+        st.text(min_size=1, max_size=3),
+        st.integers(min_size, max_size),
+    )
+
+
+LABEL_VALUE = st.one_of(
+    st.sampled_from(["0", "1", "7", "gpu-a-001", "3g.40gb", "llama", "resnet", "", "le", "+Inf", "0.5"]),
+    st.sampled_from(UUIDS),
+    st.text(max_size=24),  # any character, NUL and quotes and newlines included
+    long_text(30, 1100),
+)
+LABEL_NAME = st.one_of(
+    st.sampled_from(
+        [
+            *("UUID", "uuid", "gpu", "hostname", "Hostname", "modelName", "GPU_I_ID", "GPU_I_PROFILE", "model_name"),
+            *("model", "version", "le", "engine", "reason", "gpu_uuid", "pod"),
+        ]
+    ),
+    st.from_regex(r"[a-zA-Z_][a-zA-Z0-9_]{0,12}", fullmatch=True),
+)
+VALUE = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(-(2**70), 2**70),
+    st.sampled_from([0, 1, 61, 612.5, 9223372036854775794, 2147483632, math.nan, math.inf, -math.inf]),
+)
+TIMESTAMP = st.one_of(
+    st.none(),
+    st.none(),
+    st.integers(NOW_MS - 8 * 86400 * 1000, NOW_MS + 600 * 1000),  # around the window's edges
+    st.integers(YEAR_1_MS, YEAR_9999_MS),
+    st.sampled_from(["NaN", "+Inf", "1e20", "-1e20"]),
+)
+
+
+def escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def render_value(value: float | int) -> str:
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "+Inf" if value > 0 else "-Inf"
+        return repr(value)
+    return str(value)
+
+
+@st.composite
+def sample_line(draw: st.DrawFn, *, chaos: bool) -> str:
+    """One sample line: well formed and in range, or (chaos) anything the grammar allows."""
+    any_name = st.from_regex(r"[a-zA-Z_:][a-zA-Z0-9_:]{0,30}", fullmatch=True)
+    name = draw(st.one_of(st.sampled_from(KNOWN_NAMES), any_name) if chaos else st.sampled_from(KNOWN_NAMES))
+    labels: dict[str, str] = {}
+    if name.startswith("DCGM") and (not chaos or draw(st.booleans())):
+        uuid = draw(st.sampled_from(UUIDS if chaos else UUIDS[:2]))
+        labels.update(UUID=uuid, gpu=draw(st.sampled_from(["0", "1", "x"] if chaos else ["0", "1"])))
+        labels["hostname"] = draw(st.sampled_from(["gpu-a-001", "gpu-a-002"]))
+        if draw(st.integers(0, 4)) == 0:
+            mig_ids = ["1", "5", "99999", "a"] if chaos else ["1", "5"]
+            labels.update(GPU_I_ID=draw(st.sampled_from(mig_ids)), GPU_I_PROFILE="1g.10gb")
+    if name.startswith("vllm:") and (not chaos or draw(st.booleans())):
+        labels["model_name"] = draw(st.sampled_from(["llama", "mistral"]))
+    if name.startswith("nv_inference") and (not chaos or draw(st.booleans())):
+        labels.update(model=draw(st.sampled_from(["resnet", "bert"])), version=draw(st.sampled_from(["1", "2"])))
+    if chaos:
+        labels.update(draw(st.dictionaries(LABEL_NAME, LABEL_VALUE, max_size=3)))
+        value, stamp = draw(VALUE), draw(TIMESTAMP)
+    else:
+        labels.update(draw(st.dictionaries(st.sampled_from(["le", "engine", "pod"]), st.sampled_from(["0", "a b"]))))
+        value = draw(st.one_of(st.floats(0, 1), st.integers(0, 1), st.sampled_from([math.nan, math.inf])))
+        stamp = draw(st.one_of(st.none(), st.integers(NOW_MS - 3600 * 1000, NOW_MS)))
+    rendered = ",".join(f'{k}="{escape(v)}"' for k, v in labels.items())
+    line = f"{name}{{{rendered}}} {render_value(value)}"
+    return line if stamp is None else f"{line} {stamp}"
+
+
+@st.composite
+def exposition(draw: st.DrawFn) -> str:
+    lines: list[str] = []
+    for _ in range(draw(st.integers(1, 10))):
+        line = draw(sample_line(chaos=draw(st.integers(0, 19)) == 0))
+        if draw(st.integers(0, 9)) == 0:
+            name = line.split("{", 1)[0]
+            kind = draw(st.sampled_from(["gauge", "counter", "histogram", "untyped", "summary", "nonsense"]))
+            lines.append(f"# TYPE {name} {kind}")
+        lines.append(line)
+        if draw(st.integers(0, 29)) == 0:
+            lines.append(draw(st.sampled_from(lines)))  # a repeated line: a duplicate series
+    body = "\n".join(lines) + "\n"
+    if draw(st.integers(0, 14)) == 0:
+        body = body[: draw(st.integers(0, len(body)))]  # cut off mid-way, as a dropped connection
+    return body
+
+
+class _RollBack(Exception):
+    pass
+
+
+def rows_written() -> dict[str, int]:
+    return {
+        "samples": GpuSample.objects.count(),
+        "serving": ServingSample.objects.count(),
+        "batches": IngestBatch.objects.count(),
+        "gpus": Gpu.objects.count(),
+        "nodes": Node.objects.count(),
+        "endpoints": Endpoint.objects.count(),
+    }
+
+
+@pytest.mark.django_db
+def test_the_prometheus_door_never_5xx_writes_nothing_on_4xx_and_everything_on_202(client, token_a) -> None:
+    empty = rows_written()
+    assert not any(empty.values())
+    statuses: Counter[int] = Counter()
+
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+    )
+    @given(
+        body=exposition(),
+        query=st.sampled_from(["", "?endpoint=tgi-a", "?hostname=gpu-a-009", "?kind=dcgm", "?kind=vllm"]),
+        key=st.one_of(st.none(), st.none(), st.text(alphabet="abc-123", max_size=8), st.text(max_size=8)),
+    )
+    def check(body: str, query: str, key: str | None) -> None:
+        directory.clear()  # ids cached in a rolled-back example do not exist
+        partitions.forget_known_partitions()
+        headers = {"HTTP_IDEMPOTENCY_KEY": key} if key is not None else {}
+        try:
+            with transaction.atomic():
+                response = client.post(
+                    f"/api/v1/ingest/prometheus{query}",
+                    data=body.encode("utf-8", errors="surrogatepass"),
+                    content_type="text/plain; version=0.0.4",
+                    HTTP_AUTHORIZATION=f"Bearer {token_a}",
+                    **headers,
+                )
+                assert response.status_code < 500, (response.status_code, response.content, body)
+                statuses[response.status_code] += 1
+                written = rows_written()
+                if response.status_code == 202:
+                    counted = response.json()
+                    assert written["samples"] == counted["gpu_samples"], (counted, written, body)
+                    assert written["serving"] == counted["serving_samples"], (counted, written, body)
+                else:
+                    assert 400 <= response.status_code < 500
+                    assert written == empty, (response.content, written, body)
+                raise _RollBack
+        except _RollBack:
+            pass
+
+    check()
+    # Both sides of the property were exercised, not only the refusals.
+    print(f"statuses over {EXAMPLES} examples: {dict(statuses)}")
+    assert statuses[202] >= EXAMPLES // 10 and sum(n for s, n in statuses.items() if s >= 400) >= EXAMPLES // 10
