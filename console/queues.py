@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import redis
 from django.conf import settings
@@ -27,6 +28,15 @@ def register_stream(name: str) -> None:
         _streams.append(name)
 
 
+# Other waiting work an app counts itself (a function of the Redis client -> a count).
+_pending: list[Callable[[redis.Redis], int]] = []
+
+
+def register_pending(count: Callable[[redis.Redis], int]) -> None:
+    if count not in _pending:
+        _pending.append(count)
+
+
 _depth: tuple[float, int] = (0.0, 0)
 DEPTH_CACHE_SECONDS = 0.25
 
@@ -47,7 +57,8 @@ def queue_depth(queue: str = "celery") -> int:
         pipe.llen(queue)
         for stream in _streams:
             pipe.xlen(stream)
-        _depth = (now, sum(int(n) for n in pipe.execute()))
+        client = redis_client()
+        _depth = (now, sum(int(n) for n in pipe.execute()) + sum(count(client) for count in _pending))
     return _depth[1]
 
 

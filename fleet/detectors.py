@@ -365,9 +365,17 @@ def power_capping(now: datetime) -> list[FindingSpec]:
 
 @register("gpu-silent")
 def gpu_silent(now: datetime) -> list[FindingSpec]:
-    """No sample for three reporting intervals (but heard from within a day: not decommissioned)."""
+    """No sample for three reporting intervals (but heard from within a day: not decommissioned).
+
+    Physical GPUs only: a MIG instance that stops reporting while its GPU reports was destroyed
+    or reconfigured, not lost; and when the GPU itself goes quiet, its own finding says so.
+    """
     cutoff = now - timedelta(seconds=3 * settings.FLEET_SAMPLE_INTERVAL_SECONDS)
-    silent = list(GpuState.objects.filter(ts__lt=cutoff, ts__gte=now - SILENT_HORIZON).values_list("gpu_id", "ts"))
+    silent = list(
+        GpuState.objects.filter(ts__lt=cutoff, ts__gte=now - SILENT_HORIZON, gpu__parent__isnull=True).values_list(
+            "gpu_id", "ts"
+        )
+    )
     gpus = _gpu_rows(gpu_id for gpu_id, _ in silent)
     last_seen = dict(silent)
     return [

@@ -39,11 +39,12 @@ def ingest_prometheus_batch(
     database outage, dead-lettered on its own fault (fleet.services.push_queue)."""
     from fleet.services.prometheus import parse_exposition, store_exposition
 
-    payload = _payload(batch_key, body)
-    if payload is None:
-        return 0
-    text = payload.decode() if isinstance(payload, bytes) else payload
     try:
+        payload = _payload(batch_key, body)
+        if payload is None:
+            push_queue.done(batch_key)
+            return 0
+        text = payload.decode() if isinstance(payload, bytes) else payload
         exposition = parse_exposition(text, **options)
         stored = store_exposition(
             exposition,
@@ -56,11 +57,13 @@ def ingest_prometheus_batch(
             raise  # eager mode: the request itself answers (503 for an outage)
         if ingest_stream.is_outage(exc) and self.request.retries < self.max_retries:
             logger.warning("Prometheus push %s not stored (%s); retrying", batch_key, exc.__class__.__name__)
+            push_queue.keep_waiting(batch_key)  # the body outlives the outage
             raise self.retry(exc=exc, countdown=push_queue.retry_delay(self.request.retries)) from None
         push_queue.dead_letter(site_id=site_id, key=batch_key, body=payload, options=options, error=exc)
         return 0
     if body is None:
         drop_payload(batch_key)
+        push_queue.done(batch_key)
     return stored
 
 

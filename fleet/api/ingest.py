@@ -3,7 +3,7 @@ first (400 naming the item or line, nothing written), then queue it with an idem
 
 from __future__ import annotations
 
-import re
+import contextlib
 from typing import Any
 
 import redis
@@ -22,8 +22,8 @@ from console.api import unavailable
 from console.authentication import AgentTokenAuthentication
 from console.permissions import IsAgent
 from console.queues import queue_depth, stash_payload
-from fleet.services import ingest_stream
-from fleet.services.ingest import HOSTNAME_PATTERN, IngestError, batch_key, check_site_scope, parse_gpu_batch
+from fleet.services import ingest_stream, push_queue
+from fleet.services.ingest import IngestError, batch_key, check_site_scope, parse_gpu_batch
 from fleet.services.prometheus import IGNORED_NAMES_SHOWN, KINDS, check_scope, exposition_key, parse_exposition
 from fleet.services.telemetry import store_gpu_samples
 from fleet.tasks import ingest_prometheus_batch
@@ -43,12 +43,12 @@ COMMON_RESPONSES = {
 
 # The text exposition formats, as Prometheus asks for them in its Accept header.
 EXPOSITION_TYPES = ("text/plain", "application/openmetrics-text")
-HOSTNAME = re.compile(HOSTNAME_PATTERN)
 
 
-def check_content_type(content_type: str) -> None:
-    """415 for a body that is not text exposition (JSON, protobuf, a form). No Content-Type at
-    all is taken as text: the oldest push scripts send none."""
+def check_content_type(content_type: str) -> bool:
+    """Is the body OpenMetrics text (else the 0.0.4 text format)? 415 for a body that is not text
+    exposition (JSON, protobuf, a form). No Content-Type at all is taken as 0.0.4 text: the
+    oldest push scripts send none."""
     media_type = content_type.split(";", 1)[0].strip().lower()
     if media_type and media_type not in EXPOSITION_TYPES:
         raise IngestError(
@@ -57,6 +57,7 @@ def check_content_type(content_type: str) -> None:
             f"{' or '.join(EXPOSITION_TYPES)} (curl: -H 'Content-Type: text/plain; version=0.0.4').",
             field="Content-Type",
         )
+    return media_type == "application/openmetrics-text"
 
 
 def read_body(request: Request) -> bytes:
@@ -95,8 +96,11 @@ def dispatch(task: Any, site_id: int, key: str, body: bytes, *args: Any) -> Resp
             task.apply_async(args=[site_id, key, body.decode(), *args])
         else:
             stash_payload(key, body)
+            push_queue.accepted(key)
             task.apply_async(args=[site_id, key, None, *args])
     except (BrokerError, redis.RedisError, OSError) as exc:
+        with contextlib.suppress(redis.RedisError):
+            push_queue.done(key)  # not queued after all
         counters.increment("goodput_ingest_rejected_total", reason="broker_down")
         return unavailable(f"The ingest queue is unavailable ({exc.__class__.__name__}); retry later.")
     return None
@@ -201,11 +205,7 @@ class PrometheusIngestView(APIView):
             "now": timezone.now().isoformat(),
         }
         try:
-            check_content_type(request.META.get("CONTENT_TYPE", ""))
-            if options["kind"] not in KINDS:
-                raise IngestError(400, f"kind must be one of {', '.join(KINDS)}.", field="kind")
-            if options["hostname"] is not None and not HOSTNAME.match(options["hostname"]):
-                raise IngestError(400, "hostname is not a valid hostname.", field="hostname")
+            options["openmetrics"] = check_content_type(request.META.get("CONTENT_TYPE", ""))
             body = read_body(request)
             try:
                 text = body.decode("utf-8")

@@ -82,6 +82,12 @@ class Migration(migrations.Migration):
             migrations.AddField(model_name="gpustate", name=name, field=_metric(kind, help_text))
             for name, kind, help_text in NEW_METRICS
         ],
+        # MIG instances registered before the id had a column: it is in their UUID (...-gi<id>).
+        migrations.RunSQL(
+            "UPDATE fleet_gpu SET mig_instance_id = substring(uuid from '-gi([0-9]{1,4})$')::int "
+            "WHERE parent_id IS NOT NULL AND mig_instance_id IS NULL AND uuid ~ '-gi[0-9]{1,4}$'",
+            migrations.RunSQL.noop,
+        ),
         migrations.SeparateDatabaseAndState(
             state_operations=[
                 migrations.AddField(model_name="gpusample", name=name, field=_metric(kind, help_text))

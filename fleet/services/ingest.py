@@ -43,9 +43,14 @@ _SAMPLE_FIELDS: list[tuple[str, Any, Any, Any]] = [
     # A MIG instance names its physical GPU and its profile (e.g. 1g.10gb).
     ("parent_uuid", Annotated[str, msgspec.Meta(max_length=64)] | None, str | None, None),
     ("mig_profile", Annotated[str, msgspec.Meta(max_length=32)] | None, str | None, None),
-    ("mig_instance_id", Annotated[int, msgspec.Meta(ge=0, le=32767)] | None, int | None, None),
     *[(f.name, _metric_type(f.kind, f.minimum, f.maximum), f.kind | None, None) for f in GPU_SAMPLE_FIELDS],
+    # Fields added later go last: the queue carries samples as positional arrays, and an array
+    # written before a field existed must still decode (a missing tail takes its defaults).
+    ("mig_instance_id", Annotated[int, msgspec.Meta(ge=0, le=32767)] | None, int | None, None),
 ]
+# Where the metrics sit in a sample's field tuple (telemetry.metric_values slices them out).
+METRICS_START = next(i for i, f in enumerate(_SAMPLE_FIELDS) if f[0] == GPU_SAMPLE_FIELDS[0].name)
+METRICS_END = METRICS_START + len(GPU_SAMPLE_FIELDS)
 
 
 def _struct_fields(*, checked: bool) -> list[tuple[str, Any] | tuple[str, Any, Any]]:
@@ -138,10 +143,11 @@ def parse_gpu_batch(body: bytes, *, now: datetime | None = None) -> GpuBatchIn:
     return batch
 
 
+# fullmatch, not match: "$" also matches before a trailing newline, and "gpu-1\n" is not a host.
 _IDENTITIES = (
-    ("gpu_uuid", re.compile(UUID_PATTERN)),
-    ("hostname", re.compile(HOSTNAME_PATTERN)),
-    ("parent_uuid", re.compile(UUID_PATTERN)),
+    ("gpu_uuid", re.compile(UUID_PATTERN.removeprefix("^").removesuffix("$"))),
+    ("hostname", re.compile(HOSTNAME_PATTERN.removeprefix("^").removesuffix("$"))),
+    ("parent_uuid", re.compile(UUID_PATTERN.removeprefix("^").removesuffix("$"))),
 )
 
 
@@ -151,7 +157,7 @@ def _check_identities(samples: list[Any]) -> None:
     for field, pattern in _IDENTITIES:
         values = {getattr(s, field) for s in samples}
         values.discard(None)
-        bad = {v for v in values if not pattern.match(v)}
+        bad = {v for v in values if not pattern.fullmatch(v)}
         if bad:
             index = next(i for i, s in enumerate(samples) if getattr(s, field) in bad)
             value = getattr(samples[index], field)
@@ -188,7 +194,7 @@ def invalid_identity(sample: Any) -> str | None:
     """The first identity field of one sample that does not match its pattern, or None."""
     for field, pattern in _IDENTITIES:
         value = getattr(sample, field)
-        if value is not None and not pattern.match(value):
+        if value is not None and not pattern.fullmatch(value):
             return field
     return None
 
@@ -231,7 +237,7 @@ def check_site_scope(batch: GpuBatchIn, *, site_id: int) -> None:
     nodes = directory.nodes({s.hostname for s in samples})
     foreign_gpus = {uuid for uuid, (_, site) in gpus.items() if site != site_id}
     foreign_nodes = {hostname for hostname, (_, site) in nodes.items() if site != site_id}
-    orphans = parents - set(gpus) - {s.gpu_uuid for s in samples if not s.parent_uuid}
+    orphans = (parents - set(gpus) - {s.gpu_uuid for s in samples if not s.parent_uuid}) if parents else set()
     if not foreign_gpus and not foreign_nodes and not orphans:
         return
     for index, sample in enumerate(samples):  # name the first offending sample

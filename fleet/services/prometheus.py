@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -19,14 +20,12 @@ from uuid import uuid4
 
 import msgspec
 from django.conf import settings
-from django.db import connection, transaction
+from prometheus_client.openmetrics.parser import text_fd_to_metric_families as text_fd_to_openmetrics_families
 from prometheus_client.parser import text_fd_to_metric_families
 
-from console import counters
 from fleet.choices import ServingFramework
-from fleet.models import Endpoint
-from fleet.services import partitions
 from fleet.services.ingest import (
+    HOSTNAME_PATTERN,
     GpuBatchIn,
     GpuSampleIn,
     IngestError,
@@ -34,6 +33,7 @@ from fleet.services.ingest import (
     check_site_scope,
     invalid_identity,
 )
+from fleet.services.serving import ServingPoint, store_serving_points
 from fleet.services.telemetry import store_gpu_samples
 from fleet.telemetry_fields import COUNTER_FIELDS, FIELDS_BY_NAME, GPU_SAMPLE_FIELDS, MIG_INSTANCE_FIELDS
 
@@ -62,21 +62,16 @@ LABEL_MAX = 1024
 LABEL_LIMITS = {"UUID": 64, "uuid": 64, "hostname": 253, "Hostname": 253, "modelName": 64, "GPU_I_PROFILE": 32}
 SERVING_LABEL_LIMITS = {"model_name": 200, "model": 200, "version": 64}
 METRIC_NAME_MAX = 200
+LABELS_MAX = 64
+SERIES_BYTES_MAX = 2000  # labels as stored: under PostgreSQL's btree entry limit with the key's other columns
+# Labels whose values become names in columns (a node, an endpoint, a model): printable only.
+IDENTITY_LABELS = frozenset(
+    {"hostname", "Hostname", "UUID", "uuid", "modelName", "GPU_I_PROFILE", "model", "model_name"}
+)
 ENDPOINT_NAME_MAX = 200
 MIG_INSTANCE_MAX = 32767
+HOSTNAME_RE = re.compile(HOSTNAME_PATTERN.removeprefix("^").removesuffix("$"))
 IGNORED_NAMES_SHOWN = 20
-
-
-@dataclass
-class ServingPoint:
-    endpoint: str
-    framework: str
-    model_name: str
-    ts: datetime
-    metric: str
-    series: str
-    value: float
-    version: str = ""
 
 
 @dataclass
@@ -201,12 +196,24 @@ def _shown(timestamp: float) -> str:
 
 
 def _check_labels(line: int, name: str, labels: dict[str, str], limits: dict[str, int]) -> None:
+    """Each label value within its column, and the whole series within what one index entry can
+    hold (PostgreSQL refuses a btree entry past about 2.7 kB: the serving table's key)."""
     if len(name) > METRIC_NAME_MAX:
         raise _bad(line, f"the metric name is {len(name)} characters; at most {METRIC_NAME_MAX}.", field="__name__")
+    if len(labels) > LABELS_MAX:
+        raise _bad(line, f"{len(labels)} labels; at most {LABELS_MAX} per series.", field="labels")
+    size = len(name)
     for label, value in labels.items():
         limit = limits.get(label, LABEL_MAX)
         if len(value) > limit:
             raise _bad(line, f"label {label} is {len(value)} characters long; at most {limit} are kept.", field=label)
+        if label in IDENTITY_LABELS and not _IDENTITY_TEXT.fullmatch(value):
+            raise _bad(line, f"label {label} must be printable text.", field=label)
+        size += len(label.encode()) + len(value.encode()) + 4
+    if size > SERIES_BYTES_MAX:
+        raise _bad(
+            line, f"the series' labels come to {size} bytes; at most {SERIES_BYTES_MAX} per series.", field="labels"
+        )
 
 
 def parse_exposition(
@@ -216,76 +223,103 @@ def parse_exposition(
     endpoint: str | None = None,
     kind: str = "auto",
     now: str | datetime | None = None,
+    openmetrics: bool = False,
 ) -> Exposition:
     """Parse and validate a whole exposition; raise IngestError naming the line at fault.
 
-    What passes here can be stored: every bound the database has (column lengths, NUL, time
-    partitions within retention) is checked now, so a push answered 202 never fails later on
-    its own data.
+    What passes here can be stored: every bound the database has (column lengths, index entry
+    size, NUL, time partitions within retention) is checked now, so a push answered 202 never
+    fails later on its own data. ``openmetrics`` reads the OpenMetrics text format (timestamps in
+    seconds, exemplars, ``# EOF``) instead of the 0.0.4 text format.
     """
     received = datetime.fromisoformat(now) if isinstance(now, str) else (now or datetime.now(UTC))
     if len(text.encode()) > settings.INGEST_MAX_BYTES:
         raise IngestError(413, f"Body is larger than the limit of {settings.INGEST_MAX_BYTES} bytes.")
+    _check_options(hostname=hostname, endpoint=endpoint, kind=kind)
     if "\x00" in text:
         line = text.count("\n", 0, text.index("\x00")) + 1
         raise _bad(line, "a NUL character; the exposition format is UTF-8 text without NULs.")
     lines = _Lines(text)
     if len(lines.lines) > MAX_LINES:
         raise IngestError(413, f"The exposition has {len(lines.lines)} lines; at most {MAX_LINES}.")
-    if endpoint is not None and len(endpoint) > ENDPOINT_NAME_MAX:
-        raise IngestError(
-            400, f"endpoint is {len(endpoint)} characters; at most {ENDPOINT_NAME_MAX}.", field="endpoint"
-        )
     window = _Window.around(received)
     gpus: dict[str, dict[str, Any]] = {}
     origin: dict[tuple[str, str], int] = {}  # (uuid, field) -> line, to name the line of a bad value
     seen: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}  # series -> its line
     out = Exposition()
     handed = 0
-    try:
-        for family in text_fd_to_metric_families(iter(lines)):
-            for sample in family.samples:
-                line = lines.sample_lines[handed] if handed < len(lines.sample_lines) else lines.number
-                handed += 1
-                name = lines.exposed_name(sample.name, family.type)
-                series_key = (name, tuple(sorted(sample.labels.items())))
-                if (first := seen.setdefault(series_key, line)) != line:
-                    raise _bad(line, f"the series of line {first} again ({name}); each series once per exposition.")
-                field_name = DCGM_FIELDS.get(name)
-                if field_name is not None and kind in ("auto", "dcgm"):
-                    _check_labels(line, name, sample.labels, LABEL_LIMITS)
-                    ts = window.time_of(sample.timestamp, line)
-                    out.timestamped &= sample.timestamp is not None
-                    _add_gpu_value(gpus, origin, line, field_name, sample.labels, sample.value, ts, hostname)
-                    continue
-                framework = _framework(name)
-                if framework == ServingFramework.TRITON and "model" not in sample.labels:
-                    # Triton's GPU and CPU series (nv_gpu_utilization, nv_energy_consumption,
-                    # nv_cpu_*): dcgm-exporter is the GPU source, and two sources would fight
-                    # over one GPU's state.
-                    out.ignore(name)
-                    continue
-                if framework is not None and kind in ("auto", framework):
-                    _check_labels(line, name, sample.labels, SERVING_LABEL_LIMITS)
-                    ts = window.time_of(sample.timestamp, line)
-                    out.timestamped &= sample.timestamp is not None
-                    point = _serving_point(name, framework, sample.labels, sample.value, ts, endpoint, line)
-                    if point is None:
-                        out.ignore(name)
-                    else:
-                        out.serving.append(point)
-                    continue
+    for family in _families(lines, openmetrics=openmetrics):
+        for sample in family.samples:
+            line = lines.sample_lines[handed] if handed < len(lines.sample_lines) else lines.number
+            handed += 1
+            name = sample.name if openmetrics else lines.exposed_name(sample.name, family.type)
+            series_key = (name, tuple(sorted(sample.labels.items())))
+            if (first := seen.setdefault(series_key, line)) != line:
+                raise _bad(line, f"the series of line {first} again ({name}); each series once per exposition.")
+            timestamp = None if sample.timestamp is None else float(sample.timestamp)
+            if openmetrics and name.endswith("_created"):
+                out.ignore(name)  # a counter's creation time, not a reading
+                continue
+            field_name = DCGM_FIELDS.get(name)
+            if field_name is not None and kind in ("auto", "dcgm"):
+                _check_labels(line, name, sample.labels, LABEL_LIMITS)
+                ts = window.time_of(timestamp, line)
+                out.timestamped &= timestamp is not None
+                _add_gpu_value(gpus, origin, line, field_name, sample.labels, sample.value, ts, hostname)
+                continue
+            framework = _framework(name)
+            if framework == ServingFramework.TRITON and "model" not in sample.labels:
+                # Triton's GPU and CPU series (nv_gpu_utilization, nv_energy_consumption,
+                # nv_cpu_*): dcgm-exporter is the GPU source, and two sources would fight
+                # over one GPU's state.
                 out.ignore(name)
-    except IngestError:
-        raise
-    except (ValueError, IndexError, KeyError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
-        number = min(lines.number, len(lines.lines)) or 1
-        raise _bad(
-            number, f"cannot parse ({exc or exc.__class__.__name__}): {lines.lines[number - 1][:200]!r}"
-        ) from None
+                continue
+            if framework is not None and kind in ("auto", framework):
+                _check_labels(line, name, sample.labels, SERVING_LABEL_LIMITS)
+                ts = window.time_of(timestamp, line)
+                out.timestamped &= timestamp is not None
+                point = _serving_point(name, framework, sample.labels, sample.value, ts, endpoint, line)
+                if point is None:
+                    out.ignore(name)
+                else:
+                    out.serving.append(point)
+                continue
+            out.ignore(name)
     out.gpu_samples = _validated_gpu_samples(gpus, origin)
     out.timestamped &= out.count > 0
     return out
+
+
+def _families(lines: _Lines, *, openmetrics: bool) -> Iterator[Any]:
+    """The parser's metric families; a parse error becomes a 400 naming the line. Only the
+    parser's own work is wrapped: a bug in our handling of a sample stays a bug, not a 400."""
+    parse = text_fd_to_openmetrics_families if openmetrics else text_fd_to_metric_families
+    families = iter(parse(iter(lines)))
+    while True:
+        try:
+            family = next(families)
+        except StopIteration:
+            return
+        except (ValueError, IndexError, KeyError, TypeError, OverflowError, RecursionError) as exc:
+            number = min(lines.number, len(lines.lines)) or 1
+            raise _bad(
+                number, f"cannot parse ({exc or exc.__class__.__name__}): {lines.lines[number - 1][:200]!r}"
+            ) from None
+        yield family
+
+
+_IDENTITY_TEXT = re.compile(r"[^\x00-\x1f\x7f]+")
+
+
+def _check_options(*, hostname: str | None, endpoint: str | None, kind: str) -> None:
+    """The query's options: ?hostname= names a host, ?endpoint= a printable name (it becomes
+    the endpoint's name, a column), ?kind= one of KINDS."""
+    if kind not in KINDS:
+        raise IngestError(400, f"kind must be one of {', '.join(KINDS)}.", field="kind")
+    if hostname is not None and not HOSTNAME_RE.fullmatch(hostname):
+        raise IngestError(400, "hostname is not a valid hostname.", field="hostname")
+    if endpoint is not None and (len(endpoint) > ENDPOINT_NAME_MAX or not _IDENTITY_TEXT.fullmatch(endpoint)):
+        raise IngestError(400, f"endpoint must be 1 to {ENDPOINT_NAME_MAX} printable characters.", field="endpoint")
 
 
 def _gpu_index(line: int, labels: dict[str, str]) -> int | None:
@@ -356,7 +390,27 @@ def _gpu_entry(
     return gpu
 
 
+MIG_SLICES = re.compile(r"(\d+)g\.")  # 3g.40gb, 1c.3g.40gb: the GPU instance's compute slices
+MIG_SLICES_PER_GPU = 7  # A100, H100, H200, B200
+
+
+def _mig_parent_utilisation(gpus: dict[str, dict[str, Any]]) -> None:
+    """A GPU in MIG mode has no utilisation of its own in DCGM: give it its instances' graphics
+    activity weighted by their share of the GPU's compute slices, so a busy MIG GPU is busy in
+    every fleet and site average (where its instances never count)."""
+    busy: dict[str, float] = {}
+    for values in gpus.values():
+        parent, active = values.get("parent_uuid"), values.get("gr_engine_active")
+        slices = MIG_SLICES.search(values.get("mig_profile") or "")
+        if parent and active is not None and slices:
+            busy[parent] = busy.get(parent, 0.0) + active * int(slices.group(1)) / MIG_SLICES_PER_GPU
+    for parent, share in busy.items():
+        if parent in gpus and gpus[parent].get("gpu_util") is None:
+            gpus[parent]["gpu_util"] = round(min(100.0, 100 * share), 2)
+
+
 def _validated_gpu_samples(gpus: dict[str, dict[str, Any]], origin: dict[tuple[str, str], int]) -> list[Any]:
+    _mig_parent_utilisation(gpus)
     samples = []
     for uuid, values in gpus.items():
         if values.get("parent_uuid") and values.get("gpu_util") is None and values.get("gr_engine_active") is not None:
@@ -450,79 +504,3 @@ def store_exposition(
     if exposition.serving:
         stored += store_serving_points(site_id=site_id, batch_key=f"{batch_key}:serving", points=exposition.serving)
     return stored
-
-
-def store_serving_points(*, site_id: int, batch_key: str, points: list[ServingPoint]) -> int:
-    """Store serving series values under a batch key; return the rows written.
-
-    The rows go by binary COPY into a temporary table, then one INSERT ... ON CONFLICT DO NOTHING
-    on the table's key (endpoint, metric, series, ts): the same series at the same time, replayed
-    under another batch key, is stored once.
-    """
-    from fleet.services.telemetry import claim_batch_keys
-
-    first, last = min(p.ts for p in points), max(p.ts for p in points)
-
-    def write() -> int:
-        with transaction.atomic():
-            if not claim_batch_keys([(batch_key, site_id, len(points), None)]):
-                return 0
-            endpoint_ids = _resolve_endpoints(site_id, points)
-            with connection.cursor() as cursor:
-                raw = cursor.cursor
-                raw.execute(
-                    "CREATE TEMP TABLE IF NOT EXISTS goodput_serving_in "
-                    "(endpoint_id int8, ts timestamptz, metric text, series text, value float8)"
-                )
-                raw.execute("TRUNCATE goodput_serving_in")
-                with raw.copy(
-                    "COPY goodput_serving_in (endpoint_id, ts, metric, series, value) FROM STDIN (FORMAT BINARY)"
-                ) as copy:
-                    copy.set_types(["int8", "timestamptz", "text", "text", "float8"])
-                    for p in points:
-                        copy.write_row((endpoint_ids[p.endpoint], p.ts, p.metric, p.series, p.value))
-                raw.execute(
-                    "INSERT INTO fleet_servingsample (endpoint_id, ts, metric, series, value) "
-                    "SELECT endpoint_id, ts, metric, series, value FROM goodput_serving_in "
-                    "ON CONFLICT (endpoint_id, metric, series, ts) DO NOTHING"
-                )
-                return raw.rowcount
-
-    stored = partitions.write_with_partitions(partitions.SERVING_SAMPLES, first, last, write)
-    if stored:
-        counters.increment("goodput_ingest_samples_stored_total", stored)
-    return stored
-
-
-def _resolve_endpoints(site_id: int, points: list[ServingPoint]) -> dict[str, int]:
-    """Endpoint ids by name, registering new endpoints; a Triton model's version is kept on its
-    endpoint (the highest loaded version when several are)."""
-    wanted: dict[str, ServingPoint] = {}
-    versions: dict[str, str] = {}
-    for p in points:
-        wanted.setdefault(p.endpoint, p)
-        if p.version and _version_order(p.version) > _version_order(versions.get(p.endpoint, "")):
-            versions[p.endpoint] = p.version
-    Endpoint.objects.bulk_create(
-        [
-            Endpoint(
-                site_id=site_id,
-                name=n,
-                framework=p.framework,
-                model_name=p.model_name,
-                version=versions.get(n, ""),
-            )
-            for n, p in sorted(wanted.items())
-        ],
-        ignore_conflicts=True,
-    )
-    endpoints = {e.name: e for e in Endpoint.objects.filter(site_id=site_id, name__in=wanted)}
-    for name, version in sorted(versions.items()):
-        if endpoints[name].version != version:
-            Endpoint.objects.filter(pk=endpoints[name].pk).update(version=version)
-    return {name: e.pk for name, e in endpoints.items()}
-
-
-def _version_order(version: str) -> tuple[int, int, str]:
-    """Triton versions are integers; compare them as numbers, anything else as text after them."""
-    return (1, int(version), "") if version.isdigit() else (0, 0, version)

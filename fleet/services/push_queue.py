@@ -14,15 +14,20 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from typing import Any
 
 from console import counters
-from console.queues import drop_payload, redis_client, stash_payload
+from console.queues import STASH_PREFIX, STASH_TTL_SECONDS, drop_payload, redis_client, register_pending, stash_payload
 
 logger = logging.getLogger(__name__)
 
 DEAD_LETTERS = "goodput:ingest:prometheus:dead"
-DEAD_LETTERS_MAX = 200  # bodies are up to 5 MB each
+DEAD_LETTERS_MAX = 1000  # bodies are up to 5 MB each; past this the oldest go, and say so in the log
+# Pushes accepted and not yet stored or dead-lettered (key -> accepted at): they count toward
+# the queue's depth, so the door answers 429 instead of stashing bodies without end while the
+# writers cannot write (a retrying task sits in a worker, not in the queue).
+PENDING = "goodput:ingest:prometheus:pending"
 RETRY_BASE_SECONDS = 2
 RETRY_CAP_SECONDS = 60
 # About a day of retries at the cap, the stash's lifetime: then the push is a dead letter.
@@ -32,6 +37,30 @@ MAX_RETRIES = 24 * 3600 // RETRY_CAP_SECONDS
 def retry_delay(retries: int) -> int:
     """Seconds before retry number ``retries`` + 1: 2, 4, 8, ... capped at a minute."""
     return min(RETRY_CAP_SECONDS, RETRY_BASE_SECONDS * 2 ** min(retries, 10))
+
+
+def accepted(key: str) -> None:
+    """A push was queued: it counts as waiting work until done() or dead_letter()."""
+    client = redis_client()
+    client.zadd(PENDING, {key: time.time()})
+
+
+def done(key: str) -> None:
+    redis_client().zrem(PENDING, key)
+
+
+def pending(client: Any) -> int:
+    """Pushes waiting, counting only those whose body can still be in the stash."""
+    return int(client.zcount(PENDING, time.time() - STASH_TTL_SECONDS, "+inf"))
+
+
+def keep_waiting(key: str) -> None:
+    """A push is being retried: keep its body in the stash as long again (an outage of a day
+    must not expire it before it is stored or dead-lettered)."""
+    redis_client().expire(STASH_PREFIX + key, STASH_TTL_SECONDS)
+
+
+register_pending(pending)
 
 
 def dead_letter(*, site_id: int, key: str, body: bytes | str, options: dict[str, Any], error: BaseException) -> None:
@@ -51,7 +80,10 @@ def dead_letter(*, site_id: int, key: str, body: bytes | str, options: dict[str,
         approximate=True,
     )
     drop_payload(key)
+    done(key)
     counters.increment("goodput_ingest_dead_letters_total")
+    if client.xlen(DEAD_LETTERS) >= DEAD_LETTERS_MAX:
+        logger.error("%s holds %d pushes, its limit: the oldest are being dropped", DEAD_LETTERS, DEAD_LETTERS_MAX)
     logger.error("Prometheus push %s moved to %s: %s", key, DEAD_LETTERS, text)
 
 
@@ -87,6 +119,7 @@ def replay_dead_letters(count: int | None = None) -> int:
             key = fields[b"key"].decode()
             options = json.loads(fields[b"options"])
             stash_payload(key, fields[b"body"])
+            accepted(key)
             ingest_prometheus_batch.apply_async(args=[int(fields[b"site"]), key, None, options, options.get("now")])
             client.xdel(DEAD_LETTERS, entry_id)
             moved += 1

@@ -40,20 +40,37 @@ def _excluded(columns: str) -> str:
 
 
 GPU_MINUTES_SQL = f"""
+WITH m AS (
+    SELECT gpu_id, date_trunc('minute', ts) AS bucket, count(*) AS n,
+           avg(gpu_util) AS util_mean, max(gpu_util) AS util_max, avg(gpu_temp_c) AS temp_mean,
+           max(gpu_temp_c) AS temp_max, avg(power_w) AS power_mean, max(power_w) AS power_max,
+           max(xid) AS xid_max, count(*) FILTER (WHERE xid > 0 OR ecc_dbe_total > 0) AS errors,
+           count(*) FILTER (WHERE throttle_reasons & {THROTTLE_MASK} > 0) AS bit_throttled,
+           count(throttle_reasons) AS with_bits,
+           min(thermal_violation_us) AS tv_min, max(thermal_violation_us) AS tv_max,
+           min(power_violation_us) AS pv_min, max(power_violation_us) AS pv_max
+    FROM fleet_gpusample
+    WHERE ts >= %(first)s AND ts < %(last)s + interval '1 minute'
+      AND date_trunc('minute', ts) = ANY(%(buckets)s)
+    GROUP BY gpu_id, date_trunc('minute', ts)
+)
 INSERT INTO fleet_gpurollup_1m (gpu_id, bucket, {GPU_COLUMNS})
-SELECT gpu_id, date_trunc('minute', ts) AS bucket, count(*),
-       avg(gpu_util), max(gpu_util), avg(gpu_temp_c), max(gpu_temp_c), avg(power_w), max(power_w),
-       avg(power_w) * 60, max(xid),
-       count(*) FILTER (WHERE xid > 0 OR ecc_dbe_total > 0),
-       CASE WHEN count(throttle_reasons) = 0
-                 AND (max(thermal_violation_us) > min(thermal_violation_us)
-                      OR max(power_violation_us) > min(power_violation_us))
-            THEN count(*)  -- no bitmask exported: a violation counter that moved means throttled
-            ELSE count(*) FILTER (WHERE throttle_reasons & {THROTTLE_MASK} > 0) END
-FROM fleet_gpusample
-WHERE ts >= %(first)s AND ts < %(last)s + interval '1 minute'
-  AND date_trunc('minute', ts) = ANY(%(buckets)s)
-GROUP BY gpu_id, date_trunc('minute', ts)
+SELECT m.gpu_id, m.bucket, m.n, m.util_mean, m.util_max, m.temp_mean, m.temp_max, m.power_mean,
+       m.power_max, m.power_mean * 60, m.xid_max, m.errors,
+       -- No bitmask exported (older dcgm-exporter set-ups): a violation counter that rose since
+       -- the previous sample, in this minute or from the last one before it, means throttled.
+       CASE WHEN m.with_bits = 0
+                 AND (m.tv_max > coalesce(prev.tv, m.tv_min) OR m.pv_max > coalesce(prev.pv, m.pv_min))
+            THEN m.n ELSE m.bit_throttled END
+FROM m
+LEFT JOIN LATERAL (
+    -- Only for GPUs without the bitmask that export a counter: one index probe each.
+    SELECT p.thermal_violation_us AS tv, p.power_violation_us AS pv
+    FROM fleet_gpusample p
+    WHERE m.with_bits = 0 AND (m.tv_max IS NOT NULL OR m.pv_max IS NOT NULL)
+      AND p.gpu_id = m.gpu_id AND p.ts < m.bucket AND p.ts >= m.bucket - interval '5 minutes'
+    ORDER BY p.ts DESC LIMIT 1
+) prev ON true
 ON CONFLICT (gpu_id, bucket) DO UPDATE SET {_excluded(GPU_COLUMNS)}
 """
 

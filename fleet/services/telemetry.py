@@ -16,6 +16,7 @@ from msgspec.structs import astuple
 from console import counters, live
 from fleet.models import Gpu, IngestBatch, Node
 from fleet.services import directory, partitions
+from fleet.services.ingest import METRICS_END, METRICS_START
 from fleet.telemetry_fields import GPU_SAMPLE_FIELDS, METRIC_NAMES
 
 SAMPLE_COLUMNS = ("gpu_id", "ts", *METRIC_NAMES)
@@ -25,9 +26,9 @@ SAMPLE_TYPES_STATE = ["int8", "timestamptz", *("float8" if f.kind is float else 
 
 
 def metric_values(sample: Any) -> tuple[Any, ...]:
-    """The sample's metrics in METRIC_NAMES order (msgspec's astuple runs in C; the metrics are the
-    schema's last fields, in the same order)."""
-    return astuple(sample)[-len(METRIC_NAMES) :]
+    """The sample's metrics in METRIC_NAMES order (msgspec's astuple runs in C; the metrics sit
+    together in the schema, at METRICS_START)."""
+    return astuple(sample)[METRICS_START:METRICS_END]
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from fleet.detectors import double_bit_ecc, thermal_throttling
 from fleet.models import Endpoint, Gpu, GpuRollup1m, GpuSample, GroupRollup1m, IngestBatch, Node, ServingSample
 from fleet.services import dashboard, partitions, rollups
 from fleet.services.prometheus import parse_exposition, store_exposition
+from fleet.telemetry_fields import GPU_SAMPLE_FIELDS as GPU_FIELDS
 from tests.fleet.telemetry.test_prometheus_ingest import DCGM, GPU0, GPU1, VLLM, push
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -176,6 +177,7 @@ def test_a_scrape_target_on_a_plain_triton_server_is_up(site_a, settings) -> Non
     from fleet.tasks import scrape_target
     from tests.fleet.telemetry.test_scrape_targets import Exporter
 
+    settings.SCRAPE_ALLOWED_NETWORKS = ["127.0.0.0/8"]  # the stand-in Triton runs on loopback
     server = Exporter()
     try:
         target = ScrapeTarget.objects.create(site=site_a, name="triton", url=server.url("/triton"), kind="triton")
@@ -331,14 +333,105 @@ def test_a_body_that_is_not_text_exposition_is_415(client, token_a, content_type
     assert nothing_stored()
 
 
-def test_openmetrics_text_is_accepted(client, token_a) -> None:
+def test_openmetrics_text_is_read_as_openmetrics(client, token_a) -> None:
+    """Timestamps in seconds, an exemplar, _created samples and # EOF, as OpenMetrics has them."""
+    now = timezone.now().timestamp()
+    body = (
+        "# TYPE vllm:prompt_tokens counter\n"
+        f'vllm:prompt_tokens_total{{model_name="llama"}} 1234 {now:.3f} # {{trace_id="abc"}} 1.0 {now:.3f}\n'
+        f'vllm:prompt_tokens_created{{model_name="llama"}} 1700000000 {now:.3f}\n'
+        "# TYPE vllm:num_requests_running gauge\n"
+        f'vllm:num_requests_running{{model_name="llama"}} 3 {now:.3f}\n'
+        "# EOF\n"
+    )
     response = client.post(
         "/api/v1/ingest/prometheus",
-        data=DCGM,
+        data=body,
         content_type="application/openmetrics-text; version=1.0.0; charset=utf-8",
         HTTP_AUTHORIZATION=f"Bearer {token_a}",
     )
     assert response.status_code == 202, response.content
+    assert response.json()["ignored_metrics"] == {"vllm:prompt_tokens_created": 1}
+    stored = {r.metric: r for r in ServingSample.objects.all()}
+    assert set(stored) == {"vllm:prompt_tokens_total", "vllm:num_requests_running"}
+    assert stored["vllm:prompt_tokens_total"].value == 1234  # not the exemplar's value
+    assert abs(stored["vllm:num_requests_running"].ts.timestamp() - now) < 0.01  # seconds, not ms
+    truncated = push(client, token_a, body.replace("# EOF\n", ""))  # 0.0.4 text: fine without EOF
+    assert truncated.status_code in (202, 400)
+    no_eof = client.post(
+        "/api/v1/ingest/prometheus",
+        data=body.replace("# EOF\n", ""),
+        content_type="application/openmetrics-text",
+        HTTP_AUTHORIZATION=f"Bearer {token_a}",
+    )
+    assert no_eof.status_code == 400
+
+
+def test_a_series_too_long_for_the_index_is_refused_at_the_door(client, token_a) -> None:
+    """Label values within their limit, but together past what one index entry holds."""
+    import secrets
+
+    labels = ",".join(f'l{i}="{secrets.token_hex(450)}"' for i in range(3))  # 900 random bytes each
+    body = f'# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{{model_name="a",{labels}}} 1\n'
+    response = push(client, token_a, body)
+    assert response.status_code == 400 and response.json()["field"] == "labels", response.content
+    assert nothing_stored()
+
+
+@pytest.mark.parametrize("query", ["?endpoint=a%00b", "?endpoint=a%0Ab", "?hostname=gpu-1%0A"])
+def test_query_options_that_would_become_bad_names_are_refused(client, token_a, query) -> None:
+    response = push(client, token_a, VLLM if "endpoint" in query else DCGM, query)
+    assert response.status_code == 400, response.content
+    assert response.json()["field"] in ("endpoint", "hostname")
+    assert nothing_stored()
+
+
+def test_a_triton_version_that_is_not_a_number_is_stored_as_text(client, token_a) -> None:
+    body = '# TYPE nv_inference_count counter\nnv_inference_count{model="m",version="²"} 1\n'
+    assert push(client, token_a, body).status_code == 202
+    assert Endpoint.objects.get(name="m").version == "²"
+
+
+def test_a_mig_gpu_is_as_busy_as_its_instances_in_the_averages(client, token_a) -> None:
+    assert push(client, token_a, MIG).status_code == 202
+    # 3g (91.23 % active), 2g (65.51 %), 1g (18.72 %) of 7 slices.
+    expected = (3 * 91.23 + 2 * 65.51 + 1 * 18.72) / 7
+    assert Gpu.objects.get(uuid=MIG_GPU).state.gpu_util == pytest.approx(expected, abs=0.05)
+
+
+def test_a_hostname_with_a_trailing_newline_is_not_a_host(client, token_a) -> None:
+    from tests.conftest import make_sample, post_batch
+
+    response = post_batch(client, token_a, {"samples": [make_sample(hostname="gpu-a-001\n")]})
+    assert response.status_code == 400 and response.json()["field"] == "hostname"
+
+
+def test_batches_queued_before_new_fields_existed_still_decode(db) -> None:
+    """The queue carries samples as positional arrays; one written by the previous release
+    (7 identity fields, then the 21 metrics it knew) must decode to the same values."""
+    import msgspec
+
+    from fleet.services.ingest import decode_rows
+    from fleet.services.telemetry import metric_values
+
+    ts = timezone.now()
+    old_metrics = [50.0, 1.0, 100.0, 200.0, 61.0, 70.0, 612.0, 1980.0, 2619.0, 5, 79, 0, 2, 0, 0, 0, 17, 0, 0, 0.4, 0.5]
+    old_row = [GPU0, "gpu-a-001", ts.isoformat(), 0, "H100", None, None, *old_metrics]
+    [sample] = decode_rows(msgspec.msgpack.encode([old_row]))
+    values = dict(zip([f.name for f in GPU_FIELDS], metric_values(sample), strict=True))
+    assert (values["gpu_temp_c"], values["power_w"], values["xid"], values["pcie_replay_total"]) == (61, 612, 79, 17)
+    assert values["thermal_violation_us"] is None and sample.mig_instance_id is None
+
+
+def test_throttling_from_violation_counters_spans_minute_boundaries(site_a) -> None:
+    """One scrape a minute: the counter's rise shows between minutes, never inside one."""
+    base = timezone.now().replace(second=30, microsecond=0) - timedelta(minutes=2)
+    for body, at in ((OLD, base), (OLD_LATER, base + timedelta(minutes=1))):
+        store_exposition(parse_exposition(body, now=at), site_id=site_a.pk, batch_key=f"m-{at.isoformat()}")
+    rollups.update_rollups()
+    hot = {m.bucket: m.throttled_samples for m in GpuRollup1m.objects.filter(gpu__uuid=OLD_HOT)}
+    assert hot[base.replace(second=0)] == 0 and hot[(base + timedelta(minutes=1)).replace(second=0)] == 1
+    assert not any(m.throttled_samples for m in GpuRollup1m.objects.filter(gpu__uuid=OLD_DBE))
 
 
 # --- 6. The Prometheus door's limits --------------------------------------------------------------

@@ -7,6 +7,7 @@ is written; on a 202 everything it counted is stored.
 from __future__ import annotations
 
 import math
+import random
 import time
 from collections import Counter
 
@@ -49,7 +50,10 @@ def long_text(min_size: int, max_size: int) -> st.SearchStrategy[str]:
     )
 
 
+# Random hex: incompressible, so several long values can outgrow an index entry as real ones do.
+RANDOM_HEX = st.builds(lambda n, seed: random.Random(seed).randbytes(n).hex(), st.integers(100, 600), st.integers())
 LABEL_VALUE = st.one_of(
+    RANDOM_HEX,
     st.sampled_from(["0", "1", "7", "gpu-a-001", "3g.40gb", "llama", "resnet", "", "le", "+Inf", "0.5"]),
     st.sampled_from(UUIDS),
     st.text(max_size=24),  # any character, NUL and quotes and newlines included

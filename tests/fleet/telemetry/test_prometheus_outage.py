@@ -94,3 +94,21 @@ def test_a_push_that_fails_on_its_own_data_is_dead_lettered_then_replayed(broker
     assert broker_mode.llen("celery") == 1  # queued again, body stashed again: run it as a worker would
     ingest_prometheus_batch.apply(args=[424242, key, None, options, now])
     assert GpuSample.objects.count() == 2 and IngestBatch.objects.filter(key=f"{key}:gpu").exists()
+
+
+@pytest.mark.django_db
+def test_pushes_waiting_in_a_retrying_worker_still_count_toward_back_pressure(broker_mode, client, token_a, settings):
+    from console import queues
+
+    settings.INGEST_QUEUE_BOUND = 2
+    for _ in range(2):
+        assert push(client, token_a, DCGM).status_code == 202
+    broker_mode.delete("celery")  # a worker took the tasks and is retrying them through an outage
+    queues.reset()
+    response = push(client, token_a, DCGM)
+    assert response.status_code == 429 and response["Retry-After"]
+    # Stored or dead-lettered, a push stops counting.
+    [key, _] = broker_mode.zrange(push_queue.PENDING, 0, -1)
+    push_queue.done(key.decode())
+    queues.reset()
+    assert push(client, token_a, DCGM).status_code == 202
