@@ -8,8 +8,11 @@ class ConsoleConfig(AppConfig):
 
     def ready(self) -> None:
         import console.schema  # noqa: F401  (registers the OpenAPI auth extension)
+        from console import sockets
         from console.roles import sync_roles_after_migrate
 
         # Roles are (re)synced after every migrate and flush, so permissions added by later
         # migrations reach the groups without a hand-written data migration each time.
         post_migrate.connect(sync_roles_after_migrate, dispatch_uid="console.sync_roles")
+        # Logout and a password change close the user's live websockets (console.sockets).
+        sockets.connect_receivers()

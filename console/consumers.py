@@ -1,53 +1,135 @@
-"""The one websocket consumer: clients connect to /ws/live/, then subscribe to topics."""
+"""The one websocket consumer: clients connect to /ws/live/, then subscribe to topics.
+
+The consumer reads its own session (console.sockets explains why) and keeps checking it: a socket
+ends when its session does (logout, password change, expiry) or when its user loses the role.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
 from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.contrib.sessions.backends.base import SessionBase
 
-from console import live
+from console import live, sockets
 from console.permissions import DASHBOARD_PERMISSION
 
+logger = logging.getLogger(__name__)
+
 MAX_TOPICS = 50
+ACTIONS = ("subscribe", "unsubscribe")
+USAGE = 'Send {"action": "subscribe", "topics": [...]}.'
 
 
 class LiveConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
         self.topics: set[str] = set()
-        user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            await self.close(code=4401)
+        self.user_id: int | None = None
+        self.session_key: str | None = None
+        self.session_tag = ""
+        self.watcher: asyncio.Task[None] | None = None
+        try:
+            user, code = await self._check(self.scope["session"])
+        except sockets.DATABASE_DOWN:
+            logger.warning("websocket refused: the database is unavailable", exc_info=True)
+            await sockets.deny_unavailable(self)
             return
-        if not await self._may_view(user):
-            await self.close(code=4403)
+        if user is None:
+            await self.close(code=code)
             return
+        self.scope["user"] = user
+        self.user_id, self.session_key = user.pk, self.scope["session"].session_key
+        self.session_tag = sockets.session_tag(self.session_key or "")
+        await self.channel_layer.group_add(sockets.user_group(user.pk), self.channel_name)
         await self.accept()
+        self.watcher = asyncio.create_task(self._watch_session())
 
     @database_sync_to_async
-    def _may_view(self, user: Any) -> bool:
-        return bool(user.is_active and user.has_perm(DASHBOARD_PERMISSION))
+    def _check(self, session: SessionBase) -> tuple[Any, int | None]:
+        """The session's user and None, or None and the close code that refuses the socket."""
+        user = sockets.session_user(session)
+        if user is None:
+            return None, sockets.CLOSE_SIGNED_OUT
+        if not user.has_perm(DASHBOARD_PERMISSION):
+            return None, sockets.CLOSE_FORBIDDEN
+        return user, None
+
+    async def _recheck(self) -> int | None:
+        """Read the session afresh: the close code that ends the socket, or None to keep it."""
+        user, code = await self._check(sockets.load_session(self.session_key))
+        if user is not None and user.pk != self.user_id:
+            return sockets.CLOSE_SIGNED_OUT
+        return code
+
+    async def _watch_session(self) -> None:
+        # Logout and a password change close the socket at once (console.sockets); this loop
+        # catches what sends no signal: expiry, a deleted session, a role taken away, SQL.
+        while True:
+            await asyncio.sleep(sockets.SESSION_RECHECK_SECONDS)
+            try:
+                code = await self._recheck()
+            except sockets.DATABASE_DOWN:
+                # Fail closed: the page reconnects with backoff and gets a 503 until the database is back.
+                logger.warning("closing a websocket: its session cannot be checked", exc_info=True)
+                code = sockets.CLOSE_TRY_AGAIN_LATER
+            if code is not None:
+                await self.close(code=code)
+                return
 
     async def disconnect(self, code: int) -> None:
+        if getattr(self, "watcher", None) is not None:
+            self.watcher.cancel()
+        if getattr(self, "user_id", None) is not None:
+            await self.channel_layer.group_discard(sockets.user_group(self.user_id), self.channel_name)
         for topic in getattr(self, "topics", set()):
             await self.channel_layer.group_discard(live.group_name(topic), self.channel_name)
 
+    async def session_ended(self, event: dict[str, Any]) -> None:
+        """Sent to ``user.<id>`` on logout (naming the session) or a password change (all sessions)."""
+        if event.get("session") in (None, self.session_tag):
+            await self.close(code=sockets.CLOSE_SIGNED_OUT)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
+        # A malformed frame gets an error reply rather than an exception that drops the socket.
+        if text_data is None:
+            await self._error(f"Binary frames are not accepted: send JSON text. {USAGE}")
+            return
+        try:
+            content = await self.decode_json(text_data)
+        except json.JSONDecodeError as exc:
+            await self._error(f"The message is not valid JSON ({exc.msg} at position {exc.pos}). {USAGE}")
+            return
+        except (ValueError, RecursionError):  # digits past Python's limit, nesting past the decoder's
+            await self._error(f"The message is not JSON this server can read. {USAGE}")
+            return
+        await self.receive_json(content)
+
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
-        if not isinstance(content, dict) or content.get("action") not in {"subscribe", "unsubscribe"}:
-            await self.send_json({"type": "error", "error": 'Send {"action": "subscribe", "topics": [...]}.'})
+        if not isinstance(content, dict):
+            await self._error(f"The message must be a JSON object, not {_json_kind(content)}. {USAGE}")
+            return
+        if "action" not in content:
+            await self._error(f"The message has no action. {USAGE}")
+            return
+        action = content["action"]
+        if action not in ACTIONS:
+            await self._error(f'Unknown action {json.dumps(action)[:40]}: use "subscribe" or "unsubscribe".')
             return
         topics = content.get("topics")
         if not isinstance(topics, list) or not all(isinstance(t, str) for t in topics):
-            await self.send_json({"type": "error", "error": "topics must be a list of strings."})
+            await self._error("topics must be a list of strings.")
             return
         bad = [t for t in topics if not live.is_valid_topic(t)]
         if bad:
-            await self.send_json({"type": "error", "error": f"Unknown topics: {', '.join(bad[:5])}."})
+            await self._error(f"Unknown topics: {', '.join(bad[:5])}.")
             return
-        if content["action"] == "subscribe":
+        if action == "subscribe":
             if len(self.topics | set(topics)) > MAX_TOPICS:
-                await self.send_json({"type": "error", "error": f"At most {MAX_TOPICS} topics per connection."})
+                await self._error(f"At most {MAX_TOPICS} topics per connection.")
                 return
             for topic in topics:
                 await self.channel_layer.group_add(live.group_name(topic), self.channel_name)
@@ -58,5 +140,18 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             self.topics -= set(topics)
         await self.send_json({"type": "subscribed", "topics": sorted(self.topics)})
 
+    async def _error(self, message: str) -> None:
+        await self.send_json({"type": "error", "error": message})
+
     async def live_message(self, event: dict[str, Any]) -> None:
         await self.send_json(event["payload"])
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    return "a number"

@@ -63,10 +63,14 @@ def group_name(topic: str) -> str:
 
 def broadcast(topic: str, payload: dict[str, Any]) -> None:
     """Send one message to every websocket subscribed to ``topic``."""
+    send_to_group(group_name(topic), {"type": MESSAGE_TYPE, "payload": payload})
+
+
+def send_to_group(group: str, message: dict[str, Any]) -> None:
+    """Hand one channel-layer message to a group, from any thread (see ``bind_event_loop``)."""
     layer = get_channel_layer()
     if layer is None:
         return
-    group, message = group_name(topic), {"type": MESSAGE_TYPE, "payload": payload}
     loop = _server_loop()
     if loop is None:
         async_to_sync(layer.group_send)(group, message)

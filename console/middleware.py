@@ -8,7 +8,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.db import InterfaceError, OperationalError
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 
 # Machine routes answer 401 instead of redirecting to the login page; a request carrying an
 # Authorization header is passed through so DRF's token authentication can decide.
@@ -40,6 +40,41 @@ class LoginRequiredMiddleware:
             response["WWW-Authenticate"] = 'Bearer realm="goodput"'
             return response
         return redirect_to_login(request.get_full_path())
+
+
+class HostileInputMiddleware:
+    """Query strings and form fields are text a person could type: a NUL (which PostgreSQL text
+    cannot hold) or a lone surrogate is refused with a 400 naming the parameter, once, here,
+    rather than by each view. (JSON bodies are checked by console.parsers.StrictJSONParser.)"""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        from console.parsers import text_problem
+
+        sources = [("query parameter", request.GET)]
+        # Page forms only: an API view reads its own body (DRF's parsers, the ingest doors), and
+        # reading request.POST here would consume the stream before it.
+        if request.method == "POST" and request.content_type in FORM_TYPES and not request.path.startswith("/api/"):
+            sources.append(("form field", request.POST))
+        for kind, params in sources:
+            for name, values in params.lists():
+                for value in (name, *values):
+                    if problem := text_problem(value):
+                        return bad_request(
+                            f"The {kind} {name[:100]!r} has {problem}.", field=name[:100], path=request.path
+                        )
+        return self.get_response(request)
+
+
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+def bad_request(message: str, *, field: str, path: str = "/api/") -> HttpResponse:
+    if path.startswith(MACHINE_PREFIXES):
+        return JsonResponse({"error": message, "field": field}, status=400)
+    return HttpResponseBadRequest(message, content_type="text/plain; charset=utf-8")
 
 
 class DependencyDownMiddleware:

@@ -50,7 +50,8 @@ ROLE_PERMISSIONS: dict[str, list[str]] = {
     # Admin: every permission of the project's apps and of users and groups.
     ADMIN: ["*"],
 }
-ADMIN_APPS = ("console", "fleet", "incidents", "compliance", "auth")
+# axes: an Admin sees and lifts login lockouts.
+ADMIN_APPS = ("console", "fleet", "incidents", "compliance", "auth", "axes")
 
 
 def sync_roles(apps: Any) -> None:

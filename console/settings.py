@@ -12,6 +12,7 @@ Two ways to run the same code:
 
 from __future__ import annotations
 
+import ipaddress
 import secrets
 from pathlib import Path
 
@@ -62,6 +63,40 @@ SESSION_COOKIE_HTTPONLY = True
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if envbool("GOODPUT_BEHIND_PROXY", False) else None
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
+# HSTS: on by default wherever cookies are secure (the console is served over HTTPS); a console
+# on plain HTTP (embedded, a lab) cannot use it. Set 0 to turn it off, e.g. while first moving a
+# domain to HTTPS.
+SECURE_HSTS_SECONDS = envint("GOODPUT_HSTS_SECONDS", 31_536_000 if SECURE_COOKIES else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("GOODPUT_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = False
+# The redirect to HTTPS is the TLS proxy's job: probes and the proxy itself reach /healthz and
+# /readyz over plain HTTP inside the network, and a redirect there would fail them. Set
+# GOODPUT_SSL_REDIRECT=true when the console terminates TLS itself.
+SECURE_SSL_REDIRECT = envbool("GOODPUT_SSL_REDIRECT", False)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
+SILENCED_SYSTEM_CHECKS = [] if SECURE_SSL_REDIRECT else ["security.W008"]
+# HSTS for subdomains, and the browsers' preload list, commit every host of the operator's domain
+# to HTTPS for a year or for good: that is the domain owner's call, not the console's.
+if not SECURE_HSTS_INCLUDE_SUBDOMAINS:
+    SILENCED_SYSTEM_CHECKS.append("security.W005")
+SILENCED_SYSTEM_CHECKS.append("security.W021")
+# Content-Security-Policy (django-csp): our own origin only, no inline scripts. Plotly sets
+# inline styles on the elements it draws, hence 'unsafe-inline' for styles (never for scripts);
+# the websocket is same-origin ('self' covers ws:/wss: in current browsers).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'", "'unsafe-inline'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -75,6 +110,8 @@ INSTALLED_APPS = [
     "rest_framework",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI from the installed package, not a CDN
+    "axes",
     "console",
     "incidents",
     "fleet",
@@ -91,7 +128,11 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
+    "console.middleware.HostileInputMiddleware",
     "console.middleware.LoginRequiredMiddleware",
+    # Last, as django-axes asks: it turns a locked-out login into its lockout response.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "console.urls"
@@ -199,6 +240,24 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# Login throttling (django-axes): after AXES_FAILURE_LIMIT failures for one account, or from one
+# address, that account or address is locked out for the cool-off time. Every attempt, failed or
+# not, is logged (axes' access log and attempt tables, and the "axes" logger).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = envint("GOODPUT_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = envint("GOODPUT_LOGIN_LOCKOUT_MINUTES", 15, minimum=1) / 60  # hours
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # either one alone locks
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_VERBOSE = True
+# Behind the TLS proxy the client's address is the proxy's X-Forwarded-For entry.
+AXES_IPWARE_PROXY_COUNT = 1 if envbool("GOODPUT_BEHIND_PROXY", False) else None
+AXES_IPWARE_META_PRECEDENCE_ORDER = (
+    ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"] if envbool("GOODPUT_BEHIND_PROXY", False) else ["REMOTE_ADDR"]
+)
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
@@ -209,12 +268,19 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.SessionAuthentication",
     ],
+    # JSON bodies are checked once for what no field type catches (nesting depth, NUL, lone
+    # surrogates): see console.parsers.
+    "DEFAULT_PARSER_CLASSES": [
+        "console.parsers.StrictJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_PERMISSION_CLASSES": ["console.permissions.RolePermission"],
     "DEFAULT_FILTER_BACKENDS": [
         "django_filters.rest_framework.DjangoFilterBackend",
         "rest_framework.filters.OrderingFilter",
     ],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "console.api.BoundedLimitOffsetPagination",
     "PAGE_SIZE": 100,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
@@ -225,8 +291,14 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Fleet inventory, telemetry ingest and live state of a GPU platform.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
-    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    # The schema and its docs are pages like any other: they need a role, not just a sign-in.
+    "SERVE_PERMISSIONS": ["console.permissions.RolePermission"],
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # One name for the severity choices wherever they appear (incidents, channels' minimum).
+    "ENUM_NAME_OVERRIDES": {"SeverityEnum": "incidents.choices.Severity"},
 }
 
 # --- static files --------------------------------------------------------------------------
@@ -279,6 +351,30 @@ INGEST_DRAIN_SECONDS = envint("GOODPUT_INGEST_DRAIN_SECONDS", 60, minimum=1)
 FLEET_STALE_SECONDS = envint("GOODPUT_FLEET_STALE_SECONDS", 120, minimum=5)
 LIVE_MIN_INTERVAL_MS = envint("GOODPUT_LIVE_MIN_INTERVAL_MS", 1000, minimum=50)
 
+
+# --- outbound requests ----------------------------------------------------------------------
+def _networks(name: str, default: str) -> list[str]:
+    raw = env(name) or default
+    networks = []
+    for item in filter(None, (p.strip() for p in raw.split(","))):
+        try:
+            networks.append(str(ipaddress.ip_network(item)))
+        except ValueError as exc:
+            raise ImproperlyConfiguredEnv(
+                f"{name}: {item!r} is not a network such as 10.0.0.0/8 or fd00::/8 ({exc})"
+            ) from None
+    if not networks:
+        raise ImproperlyConfiguredEnv(f"{name} lists no network")
+    return networks
+
+
+# Networks the console's own requests may reach: scrape targets and notification channels
+# (console.outbound). Loopback, link-local and unspecified addresses stay refused unless an
+# entry lies within them (127.0.0.0/8 does; 0.0.0.0/0 does not).
+OUTBOUND_ALLOWED_NETWORKS = _networks("GOODPUT_OUTBOUND_ALLOWED_NETWORKS", "0.0.0.0/0,::/0")
+# On SIGTERM the web server waits this long for requests in flight, then cancels them and exits.
+SHUTDOWN_GRACE_SECONDS = envint("GOODPUT_SHUTDOWN_GRACE_SECONDS", 10, minimum=1)
+
 # --- incidents ------------------------------------------------------------------------------
 # An incident whose findings have all cleared, and that nobody has taken, resolves after this.
 INCIDENT_HOLD_DOWN_SECONDS = envint("GOODPUT_INCIDENT_HOLD_DOWN_SECONDS", 300, minimum=0)
@@ -305,6 +401,9 @@ def _severity_map(raw: str) -> dict[str, str]:
     return mapping
 
 
+# Alertmanager re-sends a firing alert with its original startsAt for as long as it fires (weeks,
+# for a slow fault): older start times than this are refused as nonsense, not as late.
+ALERTMANAGER_MAX_AGE_SECONDS = envint("GOODPUT_ALERTMANAGER_MAX_AGE_SECONDS", 365 * 86400, minimum=60)
 # Alertmanager's `severity` label to incident severity; anything unmapped is SEV3.
 ALERTMANAGER_SEVERITY_MAP = _severity_map(
     env("GOODPUT_ALERTMANAGER_SEVERITY_MAP", "critical=SEV1,page=SEV2,error=SEV2,warning=SEV3,info=SEV4") or ""

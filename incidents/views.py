@@ -4,13 +4,13 @@ items), MTTx metrics, and silences."""
 from __future__ import annotations
 
 import json
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -188,8 +188,11 @@ class SilenceListView(DashboardRequiredMixin, TemplateView):
     def post(self, request: HttpRequest) -> HttpResponse:
         if not request.user.has_perm("incidents.add_silence"):
             raise PermissionDenied("Silences need the Operator role.")
-        if request.POST.get("expire"):
-            silence = get_object_or_404(Silence, pk=request.POST["expire"])
+        if "expire" in request.POST:
+            raw = request.POST["expire"]
+            if not raw.isascii() or not raw.isdigit() or int(raw) > 2**62:
+                return HttpResponseBadRequest("expire must be a silence id.", content_type="text/plain")
+            silence = get_object_or_404(Silence, pk=int(raw))
             Silence.objects.filter(pk=silence.pk).update(ends_at=timezone.now())
             messages.success(request, f"Silence {silence} expired.")
             return redirect("incidents:silences")
@@ -205,9 +208,7 @@ class SilenceListView(DashboardRequiredMixin, TemplateView):
                 raise ValueError
         except ValueError:
             errors.append("Duration must be between a few minutes and 90 days (in hours).")
-        starts = parse_datetime(form["starts_at"]) if form.get("starts_at") else timezone.now()
-        if starts is None:
-            errors.append("Start must be a date and time, e.g. 2026-11-29T18:00Z.")
+        starts = _start_time(form.get("starts_at", ""), errors)
         if not form["comment"].strip():
             errors.append("Say why: a silence needs a comment.")
         if errors:
@@ -223,6 +224,30 @@ class SilenceListView(DashboardRequiredMixin, TemplateView):
         )
         messages.success(request, f"Silenced {silence} until {silence.ends_at:%Y-%m-%d %H:%M} UTC.")
         return redirect("incidents:silences")
+
+
+SILENCE_START_WINDOW = timedelta(days=365)
+
+
+def _start_time(text: str, errors: list[str]) -> datetime:
+    """A silence's start: now when empty; else a real date and time within a year of now (30
+    February, 9999-12-31 or 'abc' is a message on the form, never a 500)."""
+    now = timezone.now()
+    if not text.strip():
+        return now
+    try:
+        starts = parse_datetime(text.strip())
+    except ValueError:
+        starts = None
+    if starts is None:
+        errors.append("Start must be a real date and time, e.g. 2026-11-29T18:00Z.")
+        return now
+    if timezone.is_naive(starts):
+        starts = timezone.make_aware(starts, UTC)
+    if abs(starts - now) > SILENCE_START_WINDOW:
+        errors.append("Start must be within a year of now.")
+        return now
+    return starts
 
 
 def parse_matchers(text: str) -> list[dict[str, str]]:

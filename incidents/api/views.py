@@ -52,22 +52,22 @@ class IncidentViewSet(viewsets.ReadOnlyModelViewSet):
 
     @extend_schema(request=TransitionSerializer, responses=IncidentSerializer)
     @action(detail=True, methods=["post"])
-    def acknowledge(self, request: Request, pk: str | None = None) -> Response:
+    def acknowledge(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
         return self._move(request, engine.acknowledge_incident)
 
     @extend_schema(request=TransitionSerializer, responses=IncidentSerializer)
     @action(detail=True, methods=["post"])
-    def mitigate(self, request: Request, pk: str | None = None) -> Response:
+    def mitigate(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
         return self._move(request, engine.mitigate_incident)
 
     @extend_schema(request=TransitionSerializer, responses=IncidentSerializer)
     @action(detail=True, methods=["post"])
-    def resolve(self, request: Request, pk: str | None = None) -> Response:
+    def resolve(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
         return self._move(request, engine.resolve_incident)
 
     @extend_schema(request=NoteSerializer, responses=TimelineEntrySerializer)
     @action(detail=True, methods=["post"])
-    def notes(self, request: Request, pk: str | None = None) -> Response:
+    def notes(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
         serializer = NoteSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         entry = engine.add_note(self.get_object(), text=serializer.validated_data["text"], actor=self._actor(request))
@@ -75,7 +75,7 @@ class IncidentViewSet(viewsets.ReadOnlyModelViewSet):
 
     @extend_schema(request=RoleSerializer, responses=IncidentSerializer)
     @action(detail=True, methods=["post"])
-    def roles(self, request: Request, pk: str | None = None) -> Response:
+    def roles(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
         serializer = RoleSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         incident = engine.assign_role(
@@ -88,7 +88,7 @@ class IncidentViewSet(viewsets.ReadOnlyModelViewSet):
 
     @extend_schema(request=PostmortemSerializer, responses=IncidentSerializer)
     @action(detail=True, methods=["put", "patch"])
-    def postmortem(self, request: Request, pk: str | None = None) -> Response:
+    def postmortem(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
         serializer = PostmortemSerializer(data=request.data, partial=request.method == "PATCH")
         serializer.is_valid(raise_exception=True)
         incident = engine.save_postmortem(self.get_object(), actor=self._actor(request), **serializer.validated_data)

@@ -155,7 +155,8 @@ class TimelineEntry(models.Model):
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
-    actor_label = models.CharField(max_length=100, help_text="Who acted: a username, a detector, alertmanager, system")
+    # Room for "alertmanager (token <100 chars>, site <64 chars>)".
+    actor_label = models.CharField(max_length=200, help_text="Who acted: a username, a detector, alertmanager, system")
     text = models.TextField()
     data = models.JSONField(default=dict, blank=True)
 

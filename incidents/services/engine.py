@@ -48,10 +48,15 @@ class TransitionError(Exception):
 
 @dataclass(frozen=True)
 class Actor:
-    """Who did something: a person, or a named system part (a detector, alertmanager)."""
+    """Who did something: a person, or a named system part (a detector, alertmanager).
+
+    ``ref`` pins a non-person down where its label may be ambiguous (token names need not be
+    unique): it goes into the timeline entry's data as ``actor_ref``.
+    """
 
     label: str
     user: Any = None
+    ref: str = ""
 
     @classmethod
     def person(cls, user: Any) -> Actor:
@@ -80,6 +85,8 @@ def worse(a: str, b: str) -> str:
 def _record(
     incident: Incident, kind: str, text: str, actor: Actor, *, at: datetime | None = None, **data: Any
 ) -> TimelineEntry:
+    if actor.ref:
+        data["actor_ref"] = actor.ref
     return TimelineEntry.objects.create(
         incident=incident,
         kind=kind,
@@ -129,8 +136,11 @@ def raise_finding(
     group_key: str | None = None,
     started_at: datetime | None = None,
     category: str = "",
+    actor: Actor | None = None,
 ) -> Finding:
     """Report that a fault is present. Idempotent: repeating it changes nothing but last_seen.
+
+    ``actor`` is who the timeline names (default: the source); Alertmanager's names its token.
 
     1. Upsert the finding by fingerprint (a repeat only refreshes it; a worse severity escalates).
     2. A finding matched by an active silence is recorded and goes no further.
@@ -138,7 +148,7 @@ def raise_finding(
     """
     now = timezone.now()
     impact = impact or {}
-    actor = Actor.system(source)
+    actor = actor or Actor.system(source)
     with transaction.atomic():
         finding = Finding.objects.select_for_update().filter(fingerprint=fingerprint).first()
         if finding is not None and finding.status == FindingStatus.FIRING:
@@ -197,7 +207,7 @@ def raise_finding(
             _record(
                 incident,
                 TimelineKind.STATE,
-                f"Triggered ({severity}) by {source}: {summary}",
+                f"Triggered ({severity}) by {actor.label}: {summary}",
                 actor,
                 fingerprint=fingerprint,
                 labels=labels,
@@ -287,11 +297,14 @@ def _repeat(
     return finding
 
 
-def clear_finding(fingerprint: str, *, source: str = "api", at: datetime | None = None) -> Finding | None:
+def clear_finding(
+    fingerprint: str, *, source: str = "api", at: datetime | None = None, actor: Actor | None = None
+) -> Finding | None:
     """Report that a fault is gone. Idempotent. When an incident's last finding clears:
-    untouched by people, it resolves after the hold-down; taken by someone, people resolve it."""
+    untouched by people, it resolves after the hold-down; taken by someone, people resolve it.
+    ``actor`` is who the timeline names (default: the source)."""
     now = at or timezone.now()
-    actor = Actor.system(source)
+    actor = actor or Actor.system(source)
     with transaction.atomic():
         finding = Finding.objects.select_for_update().filter(fingerprint=fingerprint).first()
         if finding is None or finding.status != FindingStatus.FIRING:

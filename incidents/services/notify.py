@@ -12,6 +12,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from console import outbound
 from incidents.choices import SEVERITY_RANK, ChannelKind, NotificationStatus, Severity, TimelineKind
 from incidents.models import Incident, Notification, NotificationChannel, TimelineEntry
 from incidents.services.matchers import matches_all
@@ -113,10 +114,20 @@ def deliver(notification_id: int) -> bool | int:
     attempt = notification.attempts + 1
     error = ""
     try:
-        response = requests.post(channel.url, json=payload(notification), timeout=settings.NOTIFICATION_TIMEOUT_SECONDS)
+        # Through the outbound guard: a channel URL is an address someone typed, and must not
+        # reach the console's own network (console.outbound). No redirects are followed.
+        with outbound.session() as session:
+            response = session.post(
+                channel.url,
+                json=payload(notification),
+                timeout=settings.NOTIFICATION_TIMEOUT_SECONDS,
+                allow_redirects=False,
+            )
         if response.status_code >= 300:
             error = f"HTTP {response.status_code}: {response.text[:200]}"
         outcome = f"HTTP {response.status_code}"
+    except outbound.OutboundRefused as exc:
+        error = outcome = str(exc)
     except requests.RequestException as exc:
         error = outcome = f"{exc.__class__.__name__}"
     now = timezone.now()

@@ -49,6 +49,20 @@ def wait_in_page(page: Any, check: Callable[[], bool], what: str) -> None:
         page.wait_for_timeout(100)
 
 
+def wait_until(page: Any, expression: str, timeout: float = LIVE_TIMEOUT_MS) -> None:
+    """Wait until a JavaScript expression is truthy in the page.
+
+    Polled from here with page.evaluate, which runs over the DevTools protocol: Playwright's
+    wait_for_function evaluates its string inside the page, which the console's
+    Content-Security-Policy (no 'unsafe-eval') rightly refuses.
+    """
+    deadline = time.monotonic() + timeout / 1000
+    while not page.evaluate(expression):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout / 1000} s waiting for {expression}")
+        page.wait_for_timeout(100)
+
+
 class BrowserLog:
     """What the page did that the assertions need: errors, fetches of ``counted_path``, frames."""
 

@@ -17,7 +17,7 @@ import requests
 from django.contrib.auth.models import User
 
 from fleet.models import Gpu, GpuState, Site
-from tests.browser.support import ARTIFACTS, LIVE_TIMEOUT_MS, launch, sign_in, wait_for, wait_in_page
+from tests.browser.support import ARTIFACTS, launch, sign_in, wait_for, wait_in_page, wait_until
 from tests.conftest import make_sample
 from tests.stack import Stack
 
@@ -83,8 +83,8 @@ def test_fleet_dashboard_follows_live_telemetry(stack: Stack, viewer_user: User,
             page, log = sign_in(browser, stack, username, "/fleet/", SNAPSHOT_PATH)
 
             # --- the snapshot: table, totals, and a chart with history --------------------------
-            page.wait_for_function(f"{JS_TABLE_ROWS} === 4", timeout=LIVE_TIMEOUT_MS)
-            page.wait_for_function(f"{JS_UTIL_POINTS} >= 0", timeout=LIVE_TIMEOUT_MS)
+            wait_until(page, f"{JS_TABLE_ROWS} === 4")
+            wait_until(page, f"{JS_UTIL_POINTS} >= 0")
             wait_in_page(page, lambda: bool(log.of_type("subscribed")), "the websocket subscription to be confirmed")
             assert log.of_type("subscribed")[-1]["topics"] == ["fleet"]
             points_before = page.evaluate(JS_UTIL_POINTS)
@@ -99,9 +99,9 @@ def test_fleet_dashboard_follows_live_telemetry(stack: Stack, viewer_user: User,
             _post_samples(stack, token_a, _samples(first + second, ages_s=[0], util=90.0))
 
             # --- the page follows over the websocket --------------------------------------------
-            page.wait_for_function(f"{JS_GPU_TOTAL} === '6'", timeout=LIVE_TIMEOUT_MS)
-            page.wait_for_function(f"{JS_TABLE_ROWS} === 6", timeout=LIVE_TIMEOUT_MS)
-            page.wait_for_function(f"{JS_UTIL_POINTS} > {points_before}", timeout=LIVE_TIMEOUT_MS)
+            wait_until(page, f"{JS_GPU_TOTAL} === '6'")
+            wait_until(page, f"{JS_TABLE_ROWS} === 6")
+            wait_until(page, f"{JS_UTIL_POINTS} > {points_before}")
 
             assert page.evaluate("window.__sameDocument === true"), "the page reloaded"
             assert log.fetches == 1, "the page re-fetched its snapshot instead of applying the delta"
@@ -136,12 +136,12 @@ def test_live_socket_stays_up_between_pushes(stack: Stack, viewer_user: User, si
         browser = launch(pw)
         try:
             page, log = sign_in(browser, stack, username, "/fleet/", SNAPSHOT_PATH)
-            page.wait_for_function(f"{JS_TABLE_ROWS} === 2", timeout=LIVE_TIMEOUT_MS)
+            wait_until(page, f"{JS_TABLE_ROWS} === 2")
             wait_in_page(page, lambda: bool(log.of_type("subscribed")), "the websocket subscription to be confirmed")
             page.wait_for_timeout(8_000)  # longer than the layer's 5 s blocking receive
 
             _post_samples(stack, token_a, _samples([*first, (_uuid(10), "gpu-a-002", 0)], ages_s=[0], util=70.0))
-            page.wait_for_function(f"{JS_GPU_TOTAL} === '3'", timeout=LIVE_TIMEOUT_MS)
+            wait_until(page, f"{JS_GPU_TOTAL} === '3'")
             assert (log.sockets_opened, log.sockets_closed) == (1, 0), "the live websocket dropped and reconnected"
             assert log.fetches == 1, "the page re-fetched its snapshot"
             assert len(log.of_type("fleet.delta")) >= 1

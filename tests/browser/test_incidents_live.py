@@ -23,7 +23,7 @@ from django.db import connections
 from fleet.models import GpuState, Site
 from incidents.choices import IncidentState
 from incidents.models import Finding, Incident
-from tests.browser.support import ARTIFACTS, LIVE_TIMEOUT_MS, launch, sign_in, wait_for, wait_in_page
+from tests.browser.support import ARTIFACTS, LIVE_TIMEOUT_MS, launch, sign_in, wait_for, wait_in_page, wait_until
 from tests.conftest import make_sample
 from tests.stack import Stack
 
@@ -122,7 +122,7 @@ def test_incident_list_follows_incidents_live(
 
             # --- the page shows it without a reload ------------------------------------------
             page.wait_for_selector(row, timeout=LIVE_TIMEOUT_MS)
-            page.wait_for_function(f"{JS_OPEN_SEV2} === '1'", timeout=LIVE_TIMEOUT_MS)
+            wait_until(page, f"{JS_OPEN_SEV2} === '1'")
             assert page.evaluate(JS_ROWS) == 1
             assert page.text_content(f"{row} .sev") == "SEV2"
             assert page.get_attribute(f"{row} .sev", "class") == "sev sev-SEV2"
@@ -144,7 +144,7 @@ def test_incident_list_follows_incidents_live(
 
             _off_the_loop(page, resolve, "resolving the incident")
             page.wait_for_selector(row, state="detached", timeout=LIVE_TIMEOUT_MS)
-            page.wait_for_function(f"{JS_OPEN_SEV2} === '0'", timeout=LIVE_TIMEOUT_MS)
+            wait_until(page, f"{JS_OPEN_SEV2} === '0'")
             assert page.evaluate(JS_ROWS) == 0
 
             assert page.evaluate("window.__sameDocument === true"), "the page reloaded"
@@ -193,9 +193,7 @@ def test_the_incident_page_shows_changes_made_elsewhere(
                 )
 
             _off_the_loop(page, acknowledge, "acknowledging the incident")
-            page.wait_for_function(
-                "document.querySelector('.page-head .state').textContent === 'Acknowledged'", timeout=LIVE_TIMEOUT_MS
-            )
+            wait_until(page, "document.querySelector('.page-head .state').textContent === 'Acknowledged'")
             assert "on it from the other screen" in page.text_content(".timeline")
             assert not log.errors, f"the browser reported errors: {log.errors}"
         finally:

@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import copy
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from incidents.api.alertmanager import namespaced
 from incidents.models import Finding, Incident, TimelineEntry
 
 FIXTURE = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "alertmanager-firing.json").read_text())
-FP1, FP2 = "alertmanager:a41f0c2b9d7e6f13", "alertmanager:5be27d90c3a1f448"
+FP1, FP2 = "a41f0c2b9d7e6f13", "5be27d90c3a1f448"
+
+
+@pytest.fixture(autouse=True)
+def _accept_the_fixtures_times(settings) -> None:  # type: ignore[no-untyped-def]
+    """The fixture's alerts started on 2026-11-29: keep them inside the accepted window whatever today is."""
+    age = datetime.now(UTC) - datetime(2026, 11, 29, tzinfo=UTC)
+    settings.ALERTMANAGER_MAX_AGE_SECONDS = max(settings.ALERTMANAGER_MAX_AGE_SECONDS, int(age.total_seconds()) + 86400)
 
 
 def post(client, token, payload):  # type: ignore[no-untyped-def]
@@ -25,11 +34,14 @@ def counts() -> tuple[int, int, int]:
     return Incident.objects.count(), Finding.objects.count(), TimelineEntry.objects.count()
 
 
-def test_the_fixture_becomes_two_findings_grouped_into_one_incident(client, token_a) -> None:
+def test_the_fixture_becomes_two_findings_grouped_into_one_incident(client, token_a, site_a) -> None:
     response = post(client, token_a, FIXTURE)
     assert response.status_code == 200 and response.json() == {"firing": 2, "resolved": 0}
     incident = Incident.objects.get()
-    assert set(incident.findings.values_list("fingerprint", flat=True)) == {FP1, FP2}
+    assert set(incident.findings.values_list("fingerprint", flat=True)) == {
+        namespaced(site_a.pk, FP1),
+        namespaced(site_a.pk, FP2),
+    }
     assert incident.severity == "SEV2"  # severity="page" maps to SEV2
     assert incident.title == "XID 79 on gpu-a-001 GPU 1" and incident.category == "GPUFellOffBus"
     assert incident.labels == {
@@ -38,29 +50,29 @@ def test_the_fixture_becomes_two_findings_grouped_into_one_incident(client, toke
         "severity": "page",
         "cluster": "train-eu-1",
     }
-    finding = Finding.objects.get(fingerprint=FP1)
+    finding = Finding.objects.get(fingerprint=namespaced(site_a.pk, FP1))
     assert finding.description.startswith("The GPU has fallen off the bus")
     assert finding.started_at.isoformat() == "2026-11-29T09:14:05.123000+00:00"
     assert incident.started_at == finding.started_at  # MTTD counts from the fault, not from our receipt
 
 
-def test_alertmanager_repeats_change_nothing(client, token_a) -> None:
+def test_alertmanager_repeats_change_nothing(client, token_a, site_a) -> None:
     post(client, token_a, FIXTURE)
     before = counts()
     for _ in range(5):
         assert post(client, token_a, FIXTURE).status_code == 200
     assert counts() == before
-    assert Finding.objects.get(fingerprint=FP1).times_seen == 6
+    assert Finding.objects.get(fingerprint=namespaced(site_a.pk, FP1)).times_seen == 6
 
 
-def test_a_resolved_alert_clears_only_its_own_finding(client, token_a) -> None:
+def test_a_resolved_alert_clears_only_its_own_finding(client, token_a, site_a) -> None:
     post(client, token_a, FIXTURE)
     resolved = copy.deepcopy(FIXTURE)
     resolved["status"] = "resolved"
     resolved["alerts"] = [dict(resolved["alerts"][0], status="resolved", endsAt="2026-11-29T09:30:00Z")]
     assert post(client, token_a, resolved).json() == {"firing": 0, "resolved": 1}
-    assert Finding.objects.get(fingerprint=FP1).status == "cleared"
-    assert Finding.objects.get(fingerprint=FP2).status == "firing"
+    assert Finding.objects.get(fingerprint=namespaced(site_a.pk, FP1)).status == "cleared"
+    assert Finding.objects.get(fingerprint=namespaced(site_a.pk, FP2)).status == "firing"
     incident = Incident.objects.get()
     assert incident.is_open and incident.auto_resolve_at is None
 

@@ -4,7 +4,7 @@ import contextlib
 import secrets
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -14,6 +14,28 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from console.roles import ADMIN
 from console.runtime import describe_mode
+
+if TYPE_CHECKING:
+    import uvicorn
+
+
+def server_config(host: str, port: int) -> uvicorn.Config:
+    """The demo's uvicorn server, as the production command in the README runs it.
+
+    On SIGTERM or Ctrl-C uvicorn waits for open connections (a dashboard's websocket, a slow
+    upload) and their tasks; after SHUTDOWN_GRACE_SECONDS it cancels what is left and exits.
+    """
+    import uvicorn
+
+    return uvicorn.Config(
+        "console.asgi:application",
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="off",
+        ws_ping_interval=20,
+        timeout_graceful_shutdown=getattr(settings, "SHUTDOWN_GRACE_SECONDS", 10),
+    )
 
 
 class Command(BaseCommand):
@@ -51,18 +73,10 @@ class Command(BaseCommand):
         self.stdout.write(f"  Sign in at {url}/accounts/login/ as {username} / {password}")
         self.stdout.write("  Ctrl-C stops the server, the simulator and the embedded database.\n")
         sys.stdout.flush()
-        config = uvicorn.Config(
-            "console.asgi:application",
-            host=options["host"],
-            port=options["port"],
-            log_level="warning",
-            lifespan="off",
-            ws_ping_interval=20,
-        )
         try:
             # uvicorn re-raises the Ctrl-C it handled; the shutdown below is the clean path.
             with contextlib.suppress(KeyboardInterrupt):
-                uvicorn.Server(config).run()
+                uvicorn.Server(server_config(options["host"], options["port"])).run()
         finally:
             stop.set()
             if simulator is not None:

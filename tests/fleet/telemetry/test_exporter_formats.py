@@ -177,7 +177,7 @@ def test_a_scrape_target_on_a_plain_triton_server_is_up(site_a, settings) -> Non
     from fleet.tasks import scrape_target
     from tests.fleet.telemetry.test_scrape_targets import Exporter
 
-    settings.SCRAPE_ALLOWED_NETWORKS = ["127.0.0.0/8"]  # the stand-in Triton runs on loopback
+    settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.0/8"]  # the stand-in Triton runs on loopback
     server = Exporter()
     try:
         target = ScrapeTarget.objects.create(site=site_a, name="triton", url=server.url("/triton"), kind="triton")

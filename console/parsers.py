@@ -1,0 +1,66 @@
+"""One JSON parser for every DRF write: what no field type catches is refused here, with a 400
+naming the field, instead of a 500 deeper down.
+
+* nesting deeper than MAX_DEPTH (Python's json raises RecursionError near 1,000 levels, and
+  anything past a few levels is not a request this API takes);
+* NUL characters (PostgreSQL text and jsonb cannot hold them);
+* lone UTF-16 surrogates such as "\\ud800" (valid JSON escapes, but not encodable as UTF-8,
+  so the database driver fails on them).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.conf import settings
+from rest_framework.exceptions import ParseError
+from rest_framework.parsers import JSONParser
+
+MAX_DEPTH = 32
+
+
+def find_bad_value(value: Any, path: str = "$", depth: int = 0) -> tuple[str, str] | None:
+    """(path, problem) of the first value no column can hold, or None. Keys are checked too."""
+    if depth > MAX_DEPTH:
+        return path, f"nested deeper than {MAX_DEPTH} levels"
+    if isinstance(value, str):
+        return (path, problem) if (problem := text_problem(value)) else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}" if isinstance(key, str) and key.isidentifier() else f"{path}[{key!r}]"
+            if problem := text_problem(str(key)):
+                return where, f"a key with {problem}"
+            if found := find_bad_value(item, where, depth + 1):
+                return found
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            if found := find_bad_value(item, f"{path}[{index}]", depth + 1):
+                return found
+    return None
+
+
+def text_problem(text: str) -> str | None:
+    if "\x00" in text:
+        return "a NUL character"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "a lone surrogate (not valid Unicode text)"
+    return None
+
+
+class StrictJSONParser(JSONParser):
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: dict[str, Any] | None = None) -> Any:
+        encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
+        try:
+            data = json.loads(stream.read().decode(encoding))
+        except RecursionError:
+            raise ParseError(f"JSON parse error: nested deeper than {MAX_DEPTH} levels.") from None
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ParseError(f"JSON parse error: {exc}") from None
+        if found := find_bad_value(data):
+            path, problem = found
+            field = path.removeprefix("$.").removeprefix("$")
+            raise ParseError({"error": f"{path}: {problem}.", "field": field or None})
+        return data

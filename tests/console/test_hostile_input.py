@@ -1,0 +1,89 @@
+"""Hostile input gets a 400 naming the field (or a 409 naming what depends), never a 500: checked
+once for every DRF write (console.parsers), every query string and form (console.middleware),
+every list (console.api's pagination), and the silence form's dates."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fleet.models import Node, Site
+from incidents.models import Silence
+
+API_WRITE = "/api/v1/fleet/sites/"
+
+
+def post_json(client, url: str, body: str):  # type: ignore[no-untyped-def]
+    return client.post(url, data=body, content_type="application/json")
+
+
+def test_json_nested_100000_deep_is_a_400(admin_client) -> None:
+    body = '{"name": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    response = post_json(admin_client, API_WRITE, body)
+    assert response.status_code == 400 and "nested" in response.json()["detail"]
+    assert not Site.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ('{"name": "ams-9", "region": "eu\\u0000west"}', "region"),
+        ('{"name": "ams-9", "region": "\\ud800"}', "region"),
+        ('{"name": "ams-9", "region\\u0000": "eu"}', "['region\\x00']"),
+    ],
+)
+def test_nul_and_lone_surrogates_in_json_are_a_400_naming_the_field(admin_client, body, field) -> None:
+    response = post_json(admin_client, API_WRITE, body)
+    assert response.status_code == 400, response.content
+    assert response.json()["field"] == field
+    assert not Site.objects.exists()
+
+
+def test_a_nul_in_an_incident_api_note_is_a_400(operator_client) -> None:
+    response = post_json(operator_client, "/api/v1/silences/", json.dumps({"comment": "x\x00y", "matchers": []}))
+    assert response.status_code == 400 and response.json()["field"] == "comment"
+
+
+@pytest.mark.parametrize("query", ["?limit=1e20", "?limit=100000000000000000000", "?offset=-1", "?limit=0"])
+def test_list_bounds_are_a_400_naming_the_parameter(viewer_client, site_a, query) -> None:
+    response = viewer_client.get(f"/api/v1/fleet/sites/{query}")
+    assert response.status_code == 400, response.content
+    assert set(response.json()) <= {"limit", "offset"}
+
+
+def test_a_nul_in_a_query_string_is_a_400(viewer_client) -> None:
+    response = viewer_client.get("/incidents/?q=%00")
+    assert response.status_code == 400 and b"q" in response.content
+
+
+def test_a_nul_in_a_page_form_is_a_400(operator_client) -> None:
+    response = operator_client.post(
+        "/incidents/silences/", {"matchers": 'hostname="a"', "comment": "x\x00", "hours": 1}
+    )
+    assert response.status_code == 400 and b"comment" in response.content
+    assert not Silence.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("starts_at", "2026-02-30T10:00Z"), ("starts_at", "9999-12-31T23:59:59+14:00"), ("starts_at", "abc")],
+)
+def test_the_silence_form_refuses_impossible_dates_with_a_message(operator_client, field, value) -> None:
+    form = {"matchers": 'hostname="gpu-a-001"', "comment": "maintenance", "hours": "2", field: value}
+    response = operator_client.post("/incidents/silences/", form)
+    assert response.status_code == 200 and b"Start must be" in response.content
+    assert not Silence.objects.exists()
+
+
+def test_expiring_a_silence_by_a_non_number_is_a_400(operator_client) -> None:
+    response = operator_client.post("/incidents/silences/", {"expire": "abc"})
+    assert response.status_code == 400
+
+
+def test_deleting_a_site_that_still_has_nodes_is_a_409_naming_them(admin_client, site_a) -> None:
+    Node.objects.create(site=site_a, hostname="gpu-a-001")
+    response = admin_client.delete(f"/api/v1/fleet/sites/{site_a.pk}/")
+    assert response.status_code == 409, response.content
+    assert "gpu-a-001" in response.json()["error"] and "node" in response.json()["error"]
+    assert Site.objects.filter(pk=site_a.pk).exists()
