@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.db import InterfaceError, OperationalError
+from django.db import DataError, InterfaceError, OperationalError
 from django.db.models import ProtectedError, RestrictedError
 from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import LimitOffsetPagination
@@ -30,6 +30,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         return unavailable("The database is unavailable; retry later.")
     if isinstance(exc, (ProtectedError, RestrictedError)):
         return Response({"error": blocked_by(exc)}, status=409)
+    if isinstance(exc, DataError):  # a value the database refused and no field check caught
+        logger.warning("database refused request data: %s", exc)
+        return Response({"error": "The database refused a value in this request."}, status=400)
     return drf_exception_handler(exc, context)
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.contrib.sessions.backends.base import SessionBase
+from django.db import DataError
 
 from console import live, sockets
 from console.permissions import DASHBOARD_PERMISSION
@@ -34,6 +35,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         self.watcher: asyncio.Task[None] | None = None
         try:
             user, code = await self._check(self.scope["session"])
+        except DataError:  # a session cookie no session can have (a NUL, say)
+            await self.close(code=sockets.CLOSE_SIGNED_OUT)
+            return
         except sockets.DATABASE_DOWN:
             logger.warning("websocket refused: the database is unavailable", exc_info=True)
             await sockets.deny_unavailable(self)
@@ -45,6 +49,10 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         self.user_id, self.session_key = user.pk, self.scope["session"].session_key
         self.session_tag = sockets.session_tag(self.session_key or "")
         await self.channel_layer.group_add(sockets.user_group(user.pk), self.channel_name)
+        # A logout between the check and joining the group sent its close to nobody: look again.
+        if (await self._check(sockets.load_session(self.session_key)))[0] is None:
+            await self.close(code=sockets.CLOSE_SIGNED_OUT)
+            return
         await self.accept()
         self.watcher = asyncio.create_task(self._watch_session())
 
@@ -72,8 +80,10 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             await asyncio.sleep(sockets.SESSION_RECHECK_SECONDS)
             try:
                 code = await self._recheck()
-            except sockets.DATABASE_DOWN:
-                # Fail closed: the page reconnects with backoff and gets a 503 until the database is back.
+            except Exception:
+                # Fail closed, whatever went wrong: a watcher that died quietly would leave the
+                # socket open with nobody checking it. The page reconnects with backoff (and gets
+                # a 503 while the database is down).
                 logger.warning("closing a websocket: its session cannot be checked", exc_info=True)
                 code = sockets.CLOSE_TRY_AGAIN_LATER
             if code is not None:

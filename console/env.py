@@ -15,7 +15,7 @@ class ImproperlyConfiguredEnv(Exception):
 
 
 _TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
+_FALSE = {"0", "false", "no", "off"}
 
 
 def env(name: str, default: str | None = None) -> str | None:
@@ -32,7 +32,7 @@ def env(name: str, default: str | None = None) -> str | None:
 
 def envbool(name: str, default: bool) -> bool:
     raw = os.environ.get(name)
-    if raw is None:
+    if raw is None or raw.strip() == "":  # NAME= in an env file means "not set", as for envint
         return default
     lowered = raw.strip().lower()
     if lowered in _TRUE:

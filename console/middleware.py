@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
-from django.db import InterfaceError, OperationalError
+from django.db import DataError, InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
+
+logger = logging.getLogger(__name__)
 
 # Machine routes answer 401 instead of redirecting to the login page; a request carrying an
 # Authorization header is passed through so DRF's token authentication can decide.
@@ -53,6 +56,11 @@ class HostileInputMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         from console.parsers import text_problem
 
+        if problem := text_problem(request.path_info):
+            return bad_request(f"The path has {problem}.", field="path", path=request.path)
+        for name, value in request.COOKIES.items():
+            if problem := text_problem(name) or text_problem(value):
+                return bad_request(f"The cookie {name[:100]!r} has {problem}.", field=name[:100], path=request.path)
         sources = [("query parameter", request.GET)]
         # Page forms only: an API view reads its own body (DRF's parsers, the ingest doors), and
         # reading request.POST here would consume the stream before it.
@@ -89,6 +97,11 @@ class DependencyDownMiddleware:
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         if isinstance(exception, (OperationalError, InterfaceError)):
             return database_unavailable()
+        if isinstance(exception, DataError):
+            # Input the database refused (a value out of its column's range or character set)
+            # that no check before it caught: the request's fault, not the server's.
+            logger.warning("database refused request data on %s: %s", request.path, exception)
+            return bad_request("The database refused a value in this request.", field="", path=request.path)
         return None
 
 

@@ -38,7 +38,19 @@ DEFAULT_ALLOWED_NETWORKS = ["0.0.0.0/0", "::/0"]
 # entry opens an address here only if it lies within the reserved range: 127.0.0.0/8 does,
 # 0.0.0.0/0 does not.
 RESERVED_NETWORKS = [
-    ipaddress.ip_network(n) for n in ("127.0.0.0/8", "::1/128", "169.254.0.0/16", "fe80::/10", "0.0.0.0/8", "::/128")
+    ipaddress.ip_network(n)
+    for n in (
+        "127.0.0.0/8",
+        "::1/128",
+        "169.254.0.0/16",
+        "fe80::/10",
+        "0.0.0.0/8",
+        "::/128",
+        # Cloud metadata services outside link-local: AWS over IPv6, Alibaba, Oracle.
+        "fd00:ec2::254/128",
+        "100.100.100.200/32",
+        "192.0.0.192/32",
+    )
 ]
 SETTING_NAME = "GOODPUT_OUTBOUND_ALLOWED_NETWORKS"
 
@@ -60,8 +72,7 @@ def allowed_networks() -> list[IPNetwork]:
 def is_allowed_address(address: IPAddress, networks: Iterable[IPNetwork]) -> bool:
     """True if some allowed network holds the address; for a reserved address, a network inside
     the reserved range (an explicit opening, never a catch-all)."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped  # ::ffff:127.0.0.1 is 127.0.0.1 on the wire
+    address = embedded_ipv4(address)
     reserved = _reserved_network(address)
     for network in networks:
         if network.version != address.version or address not in network:
@@ -75,11 +86,26 @@ def _reserved_network(address: IPAddress) -> IPNetwork | None:
     return next((r for r in RESERVED_NETWORKS if r.version == address.version and address in r), None)
 
 
-def _parse_address(text: str) -> IPAddress:
-    address = ipaddress.ip_address(text.split("%", 1)[0])  # drop an IPv6 zone (fe80::1%eth0)
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
+
+
+def embedded_ipv4(address: IPAddress) -> IPAddress:
+    """The IPv4 address an IPv6 form carries to the wire, else the address itself: IPv4-mapped
+    (::ffff:127.0.0.1), IPv4-compatible (::127.0.0.1), NAT64 (64:ff9b::7f00:1), 6to4 (2002:7f00:1::)."""
+    if not isinstance(address, ipaddress.IPv6Address):
+        return address
+    if address.ipv4_mapped is not None:
         return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address in _NAT64 or (address in _IPV4_COMPATIBLE and int(address) > 1):
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
     return address
+
+
+def _parse_address(text: str) -> IPAddress:
+    return embedded_ipv4(ipaddress.ip_address(text.split("%", 1)[0]))  # drop an IPv6 zone (fe80::1%eth0)
 
 
 def resolve_allowed(host: str, port: int | None) -> list[str]:

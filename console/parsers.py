@@ -16,6 +16,7 @@ from typing import Any
 from django.conf import settings
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
+from rest_framework.utils.json import strict_constant  # NaN and Infinity are not JSON
 
 MAX_DEPTH = 32
 
@@ -54,7 +55,7 @@ class StrictJSONParser(JSONParser):
     def parse(self, stream: Any, media_type: str | None = None, parser_context: dict[str, Any] | None = None) -> Any:
         encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
         try:
-            data = json.loads(stream.read().decode(encoding))
+            data = json.loads(stream.read().decode(encoding), parse_constant=strict_constant)
         except RecursionError:
             raise ParseError(f"JSON parse error: nested deeper than {MAX_DEPTH} levels.") from None
         except (ValueError, UnicodeDecodeError) as exc:

@@ -270,11 +270,7 @@ REST_FRAMEWORK = {
     ],
     # JSON bodies are checked once for what no field type catches (nesting depth, NUL, lone
     # surrogates): see console.parsers.
-    "DEFAULT_PARSER_CLASSES": [
-        "console.parsers.StrictJSONParser",
-        "rest_framework.parsers.FormParser",
-        "rest_framework.parsers.MultiPartParser",
-    ],
+    "DEFAULT_PARSER_CLASSES": ["console.parsers.StrictJSONParser"],  # the API speaks JSON only
     "DEFAULT_PERMISSION_CLASSES": ["console.permissions.RolePermission"],
     "DEFAULT_FILTER_BACKENDS": [
         "django_filters.rest_framework.DjangoFilterBackend",

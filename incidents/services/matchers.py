@@ -36,7 +36,7 @@ def validate_matchers(matchers: Any, *, allow_empty: bool = False) -> list[dict[
             raise MatcherError(i, "value", "must be a string")
         if op in ("=~", "!~"):
             try:
-                re.compile(value)
+                _regex(value)  # exactly what matching compiles: "(?i)x" is valid alone, not inside it
             except re.error as exc:
                 raise MatcherError(i, "value", f"is not a valid regular expression ({exc})") from None
         clean.append({"name": name, "op": op, "value": value})

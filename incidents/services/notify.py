@@ -124,7 +124,7 @@ def deliver(notification_id: int) -> bool | int:
                 allow_redirects=False,
             )
         if response.status_code >= 300:
-            error = f"HTTP {response.status_code}: {response.text[:200]}"
+            error = f"HTTP {response.status_code}"  # the body is the far end's, never quoted back
         outcome = f"HTTP {response.status_code}"
     except outbound.OutboundRefused as exc:
         error = outcome = str(exc)

@@ -8,6 +8,11 @@
   var dirty = false;
   document.addEventListener("input", function () { dirty = true; });
   var banner = document.getElementById("incident-changed");
+  // A select marked data-autosubmit sends its form on change (a listener, not an inline
+  // onchange: the Content-Security-Policy allows no inline script).
+  document.addEventListener("change", function (event) {
+    if (event.target.matches && event.target.matches("select[data-autosubmit]")) { event.target.form.submit(); }
+  });
 
   function onDelta(msg) {
     if (msg.type !== "incidents.delta") return;
