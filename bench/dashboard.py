@@ -136,6 +136,10 @@ class SampleGenerator:
                     reasons,
                     round(load * 0.45, 3) if g["training"] else round(load * 0.2, 3),
                     round(load * 0.9, 3),
+                    round(load * 0.95, 3),  # gr_engine_active
+                    round(load * 0.5, 3),  # dram_active
+                    None,  # thermal_violation_us: this fleet exports the clocks-event bitmask
+                    None,  # power_violation_us
                 )
             )
         return out
