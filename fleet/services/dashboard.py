@@ -10,11 +10,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import connection
 from django.db.models import Avg, Count, Max, Q, Sum
 from django.utils import timezone
 
-from fleet.models import Gpu, GpuState, Site
+from fleet.models import Gpu, GpuState, Node, Site
 
 RANGES = {"15m": 900, "1h": 3600, "6h": 6 * 3600, "24h": 86400, "7d": 7 * 86400}
 DEFAULT_RANGE = "15m"
@@ -213,16 +214,19 @@ def site_series_from_raw(*, seconds: int, site_id: int | None = None) -> dict[st
     sql = f"""
         WITH per_gpu AS (
             SELECT date_bin(%(bucket)s, s.ts, TIMESTAMPTZ '2000-01-01') AS bucket, n.site_id, s.gpu_id,
-                   avg(s.gpu_util) AS util, avg(s.power_w) AS power, max(s.gpu_temp_c) AS temp
+                   avg(s.gpu_util) AS util, avg(s.power_w) AS power, max(s.gpu_temp_c) AS temp,
+                   max(g.parent_id) AS parent_id
             FROM fleet_gpusample s
-            JOIN fleet_gpu g ON g.id = s.gpu_id AND g.parent_id IS NULL
+            JOIN fleet_gpu g ON g.id = s.gpu_id
             JOIN fleet_node n ON n.id = g.node_id
             WHERE s.ts >= %(since)s AND s.ts < date_bin(%(bucket)s, %(now)s, TIMESTAMPTZ '2000-01-01')
             {site_filter}
             GROUP BY 1, 2, 3
         )
+        -- MIG instances are left out after the per-GPU step, not in the join: a filter there
+        -- changes the planner's row estimates and costs the raw scan its parallel plan.
         SELECT {_bucket_columns("bucket")}, site_id, avg(util), sum(power) / 1000.0, max(temp)
-        FROM per_gpu GROUP BY bucket, site_id ORDER BY bucket, site_id
+        FROM per_gpu WHERE parent_id IS NULL GROUP BY bucket, site_id ORDER BY bucket, site_id
     """
     params = {
         "bucket": timedelta(seconds=bucket),
@@ -302,3 +306,197 @@ def build_fleet_delta(topic: str, watermark: str | None) -> tuple[dict[str, Any]
         "gpus": rows,
     }
     return payload, newest.isoformat() if newest else watermark
+
+
+# --- One GPU's and one node's pages ----------------------------------------------------------
+
+# What a GPU's charts draw, by the key the page reads. A MIG instance has only utilisation and
+# memory of its own (power and temperature are its physical GPU's), and the rollups keep no
+# memory, so a MIG instance's memory is drawn from raw samples (the 15-minute view) only.
+GPU_SERIES_KEYS = ("util", "temp", "power_w", "mem_used_pct")
+MIG_SERIES_KEYS = ("util", "mem_used_pct")
+NODE_SERIES_KEYS = ("util", "temp", "power_w")
+# The newest sample's fields, as live pushes send them (the same keys as the series).
+_STATE_FIELDS = (
+    "gpu_id",
+    "gpu__uuid",
+    "ts",
+    "gpu_util",
+    "gpu_temp_c",
+    "power_w",
+    "fb_used_mib",
+    "fb_free_mib",
+    "updated_at",
+)
+WATCH_SECONDS = 3600
+
+
+def _collect_per_gpu(rows: Any, bucket: int, keys: tuple[str, ...]) -> dict[int, dict[str, list[Any]]]:
+    """Rows of (epoch, ISO time, gpu id, *values in ``keys`` order) into per-GPU series; a gap of
+    more than three buckets gets a None point, so the chart draws a gap, not a straight line."""
+    series: dict[int, dict[str, list[Any]]] = {}
+    last_epoch: dict[int, int] = {}
+    for epoch, iso, gpu_id, *values in rows:
+        s = series.setdefault(gpu_id, {"ts": [], **{k: [] for k in keys}})
+        previous = last_epoch.get(gpu_id)
+        if previous is not None and epoch - previous > 3 * bucket:
+            s["ts"].append(datetime.fromtimestamp(previous + bucket, UTC).isoformat())
+            for key in keys:
+                s[key].append(None)
+        last_epoch[gpu_id] = epoch
+        s["ts"].append(iso)
+        for key, value in zip(keys, values, strict=True):
+            s[key].append(_round(value))
+    return series
+
+
+def _gpu_series(gpu_ids: list[int], *, range_key: str) -> tuple[dict[str, Any], dict[int, dict[str, list[Any]]]]:
+    """Per-GPU series over a range: raw samples for 15 minutes, the GPU rollups beyond (1-minute
+    up to a day, hourly for a week), so no series passes 1,440 points."""
+    seconds, resolution = RANGES[range_key], RESOLUTION[range_key]
+    now = timezone.now()
+    if resolution == "raw":
+        bucket = max(10, seconds // MAX_POINTS)
+        # The newest, still-filling bucket is left out: the live pushes draw it when it is whole.
+        sql = f"""
+            SELECT {_bucket_columns("bucket")}, gpu_id, util, temp, power, mem FROM (
+                SELECT date_bin(%(bucket)s, ts, TIMESTAMPTZ '2000-01-01') AS bucket, gpu_id,
+                       avg(gpu_util) AS util, max(gpu_temp_c) AS temp, avg(power_w) AS power,
+                       avg(100.0 * fb_used_mib / nullif(fb_used_mib + fb_free_mib, 0)) AS mem
+                FROM fleet_gpusample
+                WHERE gpu_id = ANY(%(ids)s) AND ts >= %(since)s
+                  AND ts < date_bin(%(bucket)s, %(now)s, TIMESTAMPTZ '2000-01-01')
+                GROUP BY 1, 2
+            ) b ORDER BY bucket, gpu_id
+        """
+        params: dict[str, Any] = {"bucket": timedelta(seconds=bucket)}
+    else:
+        bucket = BUCKET_SECONDS[resolution]
+        sql = f"""
+            SELECT {_bucket_columns("bucket")}, gpu_id, util_mean, temp_max, power_mean, NULL
+            FROM fleet_gpurollup_{resolution}
+            WHERE gpu_id = ANY(%(ids)s) AND bucket >= %(since)s
+            ORDER BY bucket, gpu_id
+        """
+        params = {}
+    params.update({"ids": gpu_ids, "since": now - timedelta(seconds=seconds), "now": now})
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        series = _collect_per_gpu(cursor.fetchall(), bucket, GPU_SERIES_KEYS)
+    meta = {"range": range_key, "resolution": resolution, "bucket_seconds": bucket, "range_seconds": seconds}
+    return meta, series
+
+
+def _empty(keys: tuple[str, ...]) -> dict[str, list[Any]]:
+    return {"ts": [], **{k: [] for k in keys}}
+
+
+def gpu_series(gpu: Gpu, *, range_key: str = DEFAULT_RANGE) -> dict[str, Any]:
+    """One GPU's page snapshot: its series over the range and the keys it charts."""
+    keys = MIG_SERIES_KEYS if gpu.is_mig_instance else GPU_SERIES_KEYS
+    meta, series = _gpu_series([gpu.pk], range_key=range_key)
+    s = series.get(gpu.pk, _empty(GPU_SERIES_KEYS))
+    return {
+        **meta,
+        "ts": timezone.now().isoformat(),
+        "gpu": {"id": gpu.pk, "uuid": gpu.uuid, "label": gpu.label},
+        "keys": list(keys),
+        "series": {"ts": s["ts"], **{k: s[k] for k in keys}},
+    }
+
+
+def node_series(node: Node, *, range_key: str = DEFAULT_RANGE) -> dict[str, Any]:
+    """A node's page snapshot: one series per physical GPU, side by side on each chart."""
+    gpus = list(Gpu.objects.physical().filter(node=node).order_by("index", "uuid").values("id", "uuid", "index"))
+    meta, series = _gpu_series([g["id"] for g in gpus], range_key=range_key)
+    return {
+        **meta,
+        "ts": timezone.now().isoformat(),
+        "node": {"id": node.pk, "hostname": node.hostname},
+        "keys": list(NODE_SERIES_KEYS),
+        "gpus": [
+            {
+                "id": g["id"],
+                "uuid": g["uuid"],
+                "label": f"gpu{g['index']}",
+                "series": {
+                    k: v for k, v in series.get(g["id"], _empty(GPU_SERIES_KEYS)).items() if k != "mem_used_pct"
+                },
+            }
+            for g in gpus
+        ],
+    }
+
+
+def _point(row: dict[str, Any]) -> dict[str, Any]:
+    used, free = row["fb_used_mib"], row["fb_free_mib"]
+    return {
+        "id": row["gpu_id"],
+        "uuid": row["gpu__uuid"],
+        "ts": row["ts"].isoformat(),
+        "util": _round(row["gpu_util"]),
+        "temp": _round(row["gpu_temp_c"]),
+        "power_w": _round(row["power_w"]),
+        "mem_used_pct": _round(100 * used / (used + free)) if used is not None and free else None,
+    }
+
+
+def watch_topic(topic: str) -> None:
+    """Note that a page follows ``topic`` (its snapshot was just fetched), so ingest requests its pushes.
+
+    Per-GPU and per-node topics are many and mostly unwatched: ingest asks for a push only for
+    the ones a page fetched a snapshot of within the last hour (each push renews the watch).
+    """
+    cache.set_many({f"live:watch:{topic}": 1, "live:watch:any": 1}, timeout=WATCH_SECONDS)
+
+
+def watched_topics(gpu_ids: Any) -> list[str]:
+    """The ``gpu.<id>`` and ``node.<id>`` topics of these GPUs that a page is watching."""
+    if not cache.get("live:watch:any"):  # the common case, nobody on a GPU or node page: one read
+        return []
+    rows = Gpu.objects.filter(pk__in=list(gpu_ids)).values_list("pk", "node_id")
+    candidates = {f"gpu.{pk}" for pk, _ in rows} | {f"node.{node_id}" for _, node_id in rows}
+    if not candidates:
+        return []
+    found = cache.get_many([f"live:watch:{t}" for t in candidates])
+    return sorted(key.removeprefix("live:watch:") for key in found)
+
+
+def _delta(topic: str, watermark: str | None, states: Any) -> tuple[dict[str, Any] | None, str | None]:
+    since = (
+        datetime.fromisoformat(watermark) - WATERMARK_OVERLAP
+        if watermark
+        else timezone.now() - timedelta(seconds=settings.FLEET_STALE_SECONDS)
+    )
+    rows = list(states.filter(updated_at__gt=since).order_by("gpu_id").values(*_STATE_FIELDS))
+    if not rows:
+        return None, watermark
+    cache.touch(f"live:watch:{topic}", WATCH_SECONDS)
+    newest = max(r["updated_at"] for r in rows)
+    payload = {
+        "type": "gpu.delta",
+        "topic": topic,
+        "ts": timezone.now().isoformat(),
+        "points": [_point(r) for r in rows],
+    }
+    return payload, newest.isoformat()
+
+
+def build_gpu_delta(topic: str, watermark: str | None) -> tuple[dict[str, Any] | None, str | None]:
+    """The ``gpu.<id>`` topic's push: the GPU's newest sample, if it changed since the previous push."""
+    return _delta(topic, watermark, GpuState.objects.filter(gpu_id=int(topic.split(".", 1)[1])))
+
+
+def build_node_delta(topic: str, watermark: str | None) -> tuple[dict[str, Any] | None, str | None]:
+    """The ``node.<id>`` topic's push: the newest samples of the node's physical GPUs that changed."""
+    node_id = int(topic.split(".", 1)[1])
+    return _delta(topic, watermark, GpuState.objects.filter(gpu__node_id=node_id, gpu__parent__isnull=True))
+
+
+def node_incidents(node: Node, *, limit: int = 20) -> list[Any]:
+    """Incidents that name this node (by its ``hostname`` label, as alerts do): open ones first."""
+    from incidents.models import Incident
+
+    incidents = Incident.objects.filter(Q(labels__hostname=node.hostname) | Q(labels__node=node.hostname))
+    open_ = list(incidents.open().order_by("-detected_at")[:limit])
+    return open_ + list(incidents.resolved().order_by("-detected_at")[: max(0, limit - len(open_))])
