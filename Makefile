@@ -24,8 +24,10 @@ $(DEV_STAMP): $(STAMP) requirements-dev.lock
 install: $(STAMP)
 install-dev: $(DEV_STAMP)
 
+# `make demo PORT=8001` serves on another port than 8000.
+PORT ?= 8000
 demo: $(STAMP)
-	$(BIN)/python manage.py demo
+	$(BIN)/python manage.py demo --port $(PORT)
 
 # Tests use real PostgreSQL and Redis: DATABASE_URL if set (else the embedded PostgreSQL), and
 # REDIS_URL (default: database 15 of the local Redis, which the suite flushes).

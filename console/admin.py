@@ -6,7 +6,7 @@ from django.contrib import admin, messages
 from django.http import HttpRequest
 from django.utils import timezone
 
-from console.models import AgentToken
+from console.models import AgentToken, PersonalToken
 
 
 @admin.register(AgentToken)
@@ -35,4 +35,25 @@ class AgentTokenAdmin(admin.ModelAdmin):
     @admin.action(description="Revoke selected tokens")
     def revoke(self, request: HttpRequest, queryset: Any) -> None:
         count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        self.message_user(request, f"Revoked {count} token(s).")
+
+
+@admin.register(PersonalToken)
+class PersonalTokenAdmin(admin.ModelAdmin):
+    """An Admin sees everyone's personal tokens and revokes them; only their owner makes them."""
+
+    list_display = ["name", "user", "key_id", "created_at", "last_used_at", "revoked_at", "revoked_by"]
+    list_filter = [("revoked_at", admin.EmptyFieldListFilter)]
+    list_select_related = ["user", "revoked_by"]
+    search_fields = ["name", "key_id", "user__username"]
+    fields = readonly_fields = ["user", "name", "key_id", "created_at", "last_used_at", "revoked_at", "revoked_by"]
+    actions = ["revoke"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # a token made by someone else for a user would be impersonation
+
+    @admin.action(description="Revoke selected tokens", permissions=["change"])
+    def revoke(self, request: HttpRequest, queryset: Any) -> None:
+        # One by one, so each revocation writes its own history entry and log line.
+        count = sum(token.revoke(actor=request.user) for token in queryset.active().select_related("user"))
         self.message_user(request, f"Revoked {count} token(s).")

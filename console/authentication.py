@@ -1,4 +1,5 @@
-"""Agent-token authentication for machine clients (NVML agent, scripts, exporters' pushers)."""
+"""Token authentication: agent tokens for machine clients (NVML agent, exporters' pushers) on the
+ingest doors, personal tokens for people's scripts on the rest of the API."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from django.utils import timezone
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
-from console.models import AgentToken
+from console.models import PERSONAL_TOKEN_PREFIX, AgentToken, PersonalToken
 
 
 class AgentPrincipal:
@@ -54,6 +55,39 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
             AgentToken.objects.filter(pk=token.pk).update(last_used_at=now)
             token.last_used_at = now  # the cached token must not write again on the next request
         return AgentPrincipal(token), token
+
+    def authenticate_header(self, request: Request) -> str:
+        return f'{self.keyword} realm="goodput"'
+
+
+class PersonalTokenAuthentication(authentication.BaseAuthentication):
+    """A person's token (``Authorization: Bearer gpt_...``): the request acts as that user, so the
+    user's role decides what it may do, exactly as for their browser session.
+
+    No CSRF check: a token is not sent by the browser on its own, as a cookie is. The agent doors
+    do not list this class, so a personal token never pushes telemetry.
+    """
+
+    keyword = "Bearer"
+
+    def authenticate(self, request: Request) -> tuple[Any, PersonalToken] | None:
+        header = authentication.get_authorization_header(request).decode("latin-1")
+        scheme, _, plain = header.partition(" ")
+        if scheme.lower() != self.keyword.lower():
+            return None  # no header, or another scheme: the session (if any) decides
+        plain = plain.strip()
+        if not plain.startswith(f"{PERSONAL_TOKEN_PREFIX}_"):
+            # Refused here rather than passed on: a bearer token that is not a person's must not
+            # fall back to a session cookie sent with it.
+            raise exceptions.AuthenticationFailed(
+                "This route takes a personal API token (Authorization: Bearer gpt_...); "
+                "agent tokens are accepted only by the ingest routes and the Alertmanager webhook."
+            )
+        token = PersonalToken.authenticate(plain)
+        if token is None:
+            raise exceptions.AuthenticationFailed("Invalid or revoked personal token.")
+        token.touch()
+        return token.user, token
 
     def authenticate_header(self, request: Request) -> str:
         return f'{self.keyword} realm="goodput"'

@@ -89,6 +89,15 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             if code is not None:
                 await self.close(code=code)
                 return
+            await self._renew_watches(self.topics)
+
+    async def _renew_watches(self, topics: set[str]) -> None:
+        """Keep the page's watched topics (gpu.<id>, node.<id>) pushed while this socket follows them;
+        ingest stops asking for their pushes a little after the last socket lets go."""
+        try:
+            await database_sync_to_async(live.renew_watches)(sorted(topics))
+        except Exception:  # a missed renewal costs a few pushes until the next; the socket stays
+            logger.warning("could not renew the watches of a websocket's topics", exc_info=True)
 
     async def disconnect(self, code: int) -> None:
         if getattr(self, "watcher", None) is not None:
@@ -144,6 +153,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             for topic in topics:
                 await self.channel_layer.group_add(live.group_name(topic), self.channel_name)
             self.topics |= set(topics)
+            await self._renew_watches(set(topics))
         else:
             for topic in topics:
                 await self.channel_layer.group_discard(live.group_name(topic), self.channel_name)

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -25,12 +25,13 @@ from django.db import connections
 logger = logging.getLogger(__name__)
 
 # Topics clients may subscribe to. Group names are built from these by code, never from raw input.
-TOPIC_PATTERN = re.compile(r"^(fleet|incidents|power|(site|job|endpoint)\.\d{1,12})$")
+TOPIC_PATTERN = re.compile(r"^(fleet|incidents|power|(site|job|endpoint|gpu|node)\.\d{1,12})$")
 MESSAGE_TYPE = "live.message"
 
 # A builder takes (topic, watermark of the previous push) and returns (payload, new watermark).
 TopicBuilder = Callable[[str, Any], tuple[dict[str, Any] | None, Any]]
 _builders: dict[str, TopicBuilder] = {}
+_watchers: dict[str, Callable[[str], None]] = {}
 
 # The ASGI server's event loop, when this process serves websockets. The in-memory channel
 # layer (embedded mode) lives on that loop, so pushes made from worker threads are handed to it.
@@ -49,6 +50,19 @@ def _server_loop() -> asyncio.AbstractEventLoop | None:
 def register_topic_builder(prefix: str, builder: TopicBuilder) -> None:
     """Apps register how to build a push for their topics (``fleet``, ``site`` for ``site.<id>``...)."""
     _builders[prefix] = builder
+
+
+def register_topic_watcher(prefix: str, watcher: Callable[[str], None]) -> None:
+    """Apps whose topics are pushed only while watched (``gpu.<id>``...) say how to renew a watch."""
+    _watchers[prefix] = watcher
+
+
+def renew_watches(topics: Iterable[str]) -> None:
+    """Renew the watch of each of these topics that has a watcher (the others are always pushed)."""
+    for topic in topics:
+        watcher = _watchers.get(topic.split(".", 1)[0])
+        if watcher is not None:
+            watcher(topic)
 
 
 def is_valid_topic(topic: str) -> bool:

@@ -1,18 +1,23 @@
-"""Cross-cutting models: agent tokens and the console's own permissions."""
+"""Cross-cutting models: agent tokens, personal API tokens and the console's own permissions."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import secrets
 import time
+from datetime import timedelta
+from typing import Any
 
-from django.db import models
+from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
+from django.db import models, transaction
 from django.utils import timezone
 
 TOKEN_PREFIX = "gp"
 TOKEN_CACHE_SECONDS = 30
 _verified: dict[str, tuple[AgentToken, float]] = {}
+logger = logging.getLogger(__name__)
 
 
 def forget_verified_tokens() -> None:
@@ -108,3 +113,108 @@ class ConsolePermissions(models.Model):
 
     def __str__(self) -> str:
         return "console permissions"
+
+
+PERSONAL_TOKEN_PREFIX = "gpt"  # not the agent tokens' "gp": the two kinds are told apart by prefix alone
+LAST_USED_RESOLUTION_SECONDS = 60
+
+
+class PersonalTokenQuerySet(models.QuerySet["PersonalToken"]):
+    def active(self) -> PersonalTokenQuerySet:
+        return self.filter(revoked_at__isnull=True)
+
+
+class PersonalToken(models.Model):
+    """A person's API token for scripts: it acts as its user, with that user's role, on /api/v1/.
+
+    Hashed at rest; the plain token (``gpt_<key_id>_<secret>``) is shown once, when it is made. Only
+    its owner makes one (an Admin making a token for someone else would be impersonation); the owner
+    or an Admin revokes it. Never accepted on the agent doors (ingest, the Alertmanager webhook).
+    """
+
+    user = models.ForeignKey("auth.User", on_delete=models.CASCADE, related_name="personal_tokens")
+    name = models.CharField(max_length=100, help_text="What the token is for, e.g. 'ack script on bastion'.")
+    key_id = models.CharField(max_length=16, unique=True, editable=False)
+    secret_hash = models.CharField(max_length=64, editable=False)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_by = models.ForeignKey(
+        "auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", editable=False
+    )
+
+    objects = PersonalTokenQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.user}, {self.display_prefix})"
+
+    @property
+    def display_prefix(self) -> str:
+        """The public part of the token, enough to recognise it in a list or a log."""
+        return f"{PERSONAL_TOKEN_PREFIX}_{self.key_id}_…"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+    @classmethod
+    def issue(cls, *, user: Any, name: str) -> tuple[PersonalToken, str]:
+        """Create a token for ``user`` and return it with its plain text, which is never stored."""
+        key_id = secrets.token_hex(8)
+        secret = secrets.token_urlsafe(32)
+        with transaction.atomic():
+            token = cls.objects.create(user=user, name=name, key_id=key_id, secret_hash=hash_secret(secret))
+            _audit(token, actor=user, flag=ADDITION, message="Issued personal API token.")
+        logger.info("personal token %s (%r) issued to %s", token.display_prefix, name, user)
+        return token, f"{PERSONAL_TOKEN_PREFIX}_{key_id}_{secret}"
+
+    def revoke(self, *, actor: Any) -> bool:
+        """Revoke the token at once; False if it was already revoked (nothing is written then).
+
+        A conditional UPDATE, so two revocations at the same moment record one.
+        """
+        now = timezone.now()
+        with transaction.atomic():
+            changed = type(self).objects.active().filter(pk=self.pk).update(revoked_at=now, revoked_by=actor)
+            if not changed:
+                return False
+            self.revoked_at, self.revoked_by = now, actor
+            _audit(self, actor=actor, flag=CHANGE, message="Revoked personal API token.")
+        logger.info("personal token %s of %s revoked by %s", self.display_prefix, self.user, actor)
+        return True
+
+    @classmethod
+    def authenticate(cls, plain: str) -> PersonalToken | None:
+        """Return the active token of an active user matching ``plain``, or None.
+
+        Unlike agent tokens, nothing is cached: scripts call far less often than agents push, and a
+        cached token would carry its user's cached permissions, so a revocation or a role taken
+        away would lag. One indexed read per request buys both taking effect at once.
+        """
+        parts = plain.split("_", 2)
+        if len(parts) != 3 or parts[0] != PERSONAL_TOKEN_PREFIX:
+            return None
+        token = cls.objects.active().select_related("user").filter(key_id=parts[1], user__is_active=True).first()
+        if token is None or not hmac.compare_digest(token.secret_hash, hash_secret(parts[2])):
+            return None
+        return token
+
+    def touch(self) -> None:
+        """Record a use, at most once a minute: a write per API call would be pure overhead."""
+        now = timezone.now()
+        stale = now - timedelta(seconds=LAST_USED_RESOLUTION_SECONDS)
+        if self.last_used_at is not None and self.last_used_at > stale:
+            return
+        type(self).objects.filter(pk=self.pk).filter(
+            models.Q(last_used_at__isnull=True) | models.Q(last_used_at__lte=stale)
+        ).update(last_used_at=now)
+        self.last_used_at = now
+
+
+def _audit(token: PersonalToken, *, actor: Any, flag: int, message: str) -> None:
+    # There is no general audit log yet: the admin's history is where an Admin looks for who did what.
+    # (log_actions takes any iterable of objects; a list spares re-reading the row.)
+    LogEntry.objects.log_actions(user_id=actor.pk, queryset=[token], action_flag=flag, change_message=message)  # type: ignore[arg-type]

@@ -13,3 +13,15 @@ class AgentTokenScheme(OpenApiAuthenticationExtension):
             "scheme": "bearer",
             "description": "Agent token from `manage.py create_agent_token --site NAME`, scoped to one site.",
         }
+
+
+class PersonalTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "console.authentication.PersonalTokenAuthentication"
+    name = "personalToken"
+
+    def get_security_definition(self, auto_schema):  # type: ignore[no-untyped-def]
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "Personal API token from /accounts/tokens/: acts as its user, with that user's role.",
+        }

@@ -266,6 +266,7 @@ OPEN_PATHS = ("/healthz", "/readyz", "/accounts/login/")
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        "console.authentication.PersonalTokenAuthentication",  # first: unauthenticated API calls get 401
         "rest_framework.authentication.SessionAuthentication",
     ],
     # JSON bodies are checked once for what no field type catches (nesting depth, NUL, lone
@@ -310,9 +311,12 @@ STATICFILES_FINDERS = [
     "console.staticfiles.PlotlyFinder",
 ]
 WHITENOISE_USE_FINDERS = True  # no collectstatic step needed to run the console
+# Files served at the site's root, to anyone: /favicon.ico, which browsers and tools ask for.
+WHITENOISE_ROOT = BASE_DIR / "static" / "root"
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    # Plotly's 4.8 MB bundle under a content-hashed name, gzip'd and cached for good (console.staticfiles).
+    "staticfiles": {"BACKEND": "console.staticfiles.ConsoleStaticFilesStorage"},
 }
 
 LANGUAGE_CODE = "en-gb"
@@ -377,6 +381,10 @@ INCIDENT_HOLD_DOWN_SECONDS = envint("GOODPUT_INCIDENT_HOLD_DOWN_SECONDS", 300, m
 # Findings of the same group (node, job, endpoint, Alertmanager group) join an open incident
 # opened within this window.
 INCIDENT_GROUP_WINDOW_SECONDS = envint("GOODPUT_INCIDENT_GROUP_WINDOW_SECONDS", 7200, minimum=60)
+# A finding that fires and clears more than FINDING_FLAP_LIMIT times within this window is
+# flapping: held firing on its incident (not re-triggered) until it stays away that long.
+FINDING_FLAP_LIMIT = envint("GOODPUT_FINDING_FLAP_LIMIT", 4, minimum=1)
+FINDING_FLAP_WINDOW_SECONDS = envint("GOODPUT_FINDING_FLAP_WINDOW_SECONDS", 3600, minimum=60)
 DETECTOR_INTERVAL_SECONDS = envint("GOODPUT_DETECTOR_INTERVAL_SECONDS", 15, minimum=1)
 # How often agents and scrapes report; a GPU silent for 3 intervals is a finding.
 FLEET_SAMPLE_INTERVAL_SECONDS = envint("GOODPUT_FLEET_SAMPLE_INTERVAL_SECONDS", 15, minimum=1)

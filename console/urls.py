@@ -26,6 +26,8 @@ urlpatterns = [
     path("metrics", MetricsView.as_view(), name="metrics"),
     path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/tokens/", views.PersonalTokenListView.as_view(), name="personal_tokens"),
+    path("accounts/tokens/<int:pk>/revoke/", views.PersonalTokenRevokeView.as_view(), name="personal_token_revoke"),
     path("fleet/", include("fleet.urls")),
     path("incidents/", include("incidents.urls")),
     path("api/v1/", include((api_v1, "api"))),

@@ -7,13 +7,17 @@ class FleetConfig(AppConfig):
 
     def ready(self) -> None:
         from console import live, metrics, overview, queues
-        from fleet import detectors  # noqa: F401  (registers the GPU-health detectors)
+        from fleet import detectors, silence  # noqa: F401  (register the GPU-health and silence detectors)
         from fleet import metrics as fleet_metrics
         from fleet.services import dashboard, ingest_stream
 
         metrics.register_collector(fleet_metrics.collect)
         queues.register_stream(ingest_stream.STREAM)
         live.register_topic_builder("fleet", dashboard.build_fleet_delta)
+        live.register_topic_builder("gpu", dashboard.build_gpu_delta)
+        live.register_topic_builder("node", dashboard.build_node_delta)
+        live.register_topic_watcher("gpu", dashboard.watch_topic)
+        live.register_topic_watcher("node", dashboard.watch_topic)
         overview.register_section(
             overview.Section(
                 name="fleet",

@@ -7,11 +7,12 @@ from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
+from django.urls import reverse
 from django.views.generic import TemplateView
 
 from console.permissions import DashboardRequiredMixin
 from fleet.forms import ScrapeTargetForm
-from fleet.models import Gpu, GpuSample, Node, ScrapeTarget
+from fleet.models import Gpu, Node, ScrapeTarget
 from fleet.services import dashboard
 from fleet.telemetry_fields import GPU_SAMPLE_FIELDS, MIG_INSTANCE_FIELDS, Field
 from fleet.xid import describe_throttle, describe_xid
@@ -61,17 +62,13 @@ class GpuDetailView(DashboardRequiredMixin, TemplateView):
         ]
         context["instances"] = list(gpu.mig_instances.select_related("state").order_by("mig_instance_id", "uuid"))
         context["state"] = state
-        recent = (
-            GpuSample.objects.filter(gpu=gpu)
-            .order_by("-ts")
-            .values("ts", "gpu_util", "power_w", "gpu_temp_c")[: dashboard.MAX_POINTS]
-        )
-        points = list(reversed(recent))
-        context["series"] = {
-            "ts": [p["ts"].isoformat() for p in points],
-            "util": [p["gpu_util"] for p in points],
-            "power_w": [p["power_w"] for p in points],
-            "temp": [p["gpu_temp_c"] for p in points],
+        context["ranges"] = list(dashboard.RANGES)
+        context["default_range"] = dashboard.DEFAULT_RANGE
+        # What gpu.js needs: where the snapshot is, which topic to follow, which charts to draw.
+        context["page_config"] = {
+            "series_url": reverse("api:fleet-api:gpu-series", args=[gpu.uuid]),
+            "topic": f"gpu.{gpu.pk}",
+            "mig": gpu.is_mig_instance,
         }
         return context
 
@@ -88,6 +85,13 @@ class NodeDetailView(DashboardRequiredMixin, TemplateView):
         for gpu in physical:  # MIG instances listed under their GPU
             gpu.instances = [g for g in gpus if g.parent_id == gpu.pk]
         context["gpus"] = physical
+        context["incidents"] = dashboard.node_incidents(node)
+        context["ranges"] = list(dashboard.RANGES)
+        context["default_range"] = dashboard.DEFAULT_RANGE
+        context["page_config"] = {
+            "series_url": reverse("api:fleet-api:node-series", args=[node.hostname]),
+            "topic": f"node.{node.pk}",
+        }
         return context
 
 

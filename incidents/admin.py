@@ -1,6 +1,15 @@
 from django.contrib import admin
 
-from incidents.models import ActionItem, Finding, Incident, NotificationChannel, Silence, TimelineEntry
+from incidents.models import (
+    ActionItem,
+    Finding,
+    Incident,
+    MaintenanceWindow,
+    NotificationChannel,
+    RunbookLink,
+    Silence,
+    TimelineEntry,
+)
 
 
 class ReadOnlyTimeline(admin.TabularInline):
@@ -61,3 +70,17 @@ class NotificationChannelAdmin(admin.ModelAdmin):
 class ActionItemAdmin(admin.ModelAdmin):
     list_display = ["title", "incident", "owner", "due_date", "state"]
     list_filter = ["state"]
+
+
+@admin.register(MaintenanceWindow)
+class MaintenanceWindowAdmin(admin.ModelAdmin):
+    list_display = ["__str__", "starts_at", "ends_at", "created_by", "comment"]
+    list_filter = ["scope"]
+
+
+@admin.register(RunbookLink)
+class RunbookLinkAdmin(admin.ModelAdmin):
+    """Category -> runbook URL, shown on the incident page of that category."""
+
+    list_display = ["category", "title", "url"]
+    search_fields = ["category", "title"]

@@ -65,3 +65,19 @@ class MatchOp(models.TextChoices):
     NEQ = "!=", "does not equal"
     RE = "=~", "matches regex"
     NRE = "!~", "does not match regex"
+
+
+class MaintenanceScope(models.TextChoices):
+    """What a maintenance window covers, and the finding label it matches."""
+
+    NODE = "node", "Node"
+    RACK = "rack", "Rack"
+    SITE = "site", "Site"
+
+
+# The finding labels that name each scope (a node is "hostname" on GPU findings, "node" elsewhere).
+MAINTENANCE_LABELS = {
+    MaintenanceScope.NODE: ("hostname", "node"),
+    MaintenanceScope.RACK: ("rack",),
+    MaintenanceScope.SITE: ("site",),
+}

@@ -2,6 +2,11 @@
 present now. A beat task runs them all; each run is reconciled with what that detector reported
 before (new fingerprints raise, vanished ones clear), so a detector only says what is wrong now.
 A detector that fails is logged and reported as its own finding while the others run.
+
+A finding clears only on evidence of health. A fingerprint can vanish from a detector's answer
+because the fault is gone, or because the data to judge it stopped (a GPU that fell off the bus
+sends nothing more): a detector registered with ``judged`` says which is which, and a finding it
+cannot judge now stays firing.
 """
 
 from __future__ import annotations
@@ -34,12 +39,23 @@ class FindingSpec:
 
 
 Detector = Callable[[datetime], Iterable[FindingSpec]]
+# (now, a firing finding's labels) -> whether the detector has data to judge it now.
+Judged = Callable[[datetime, dict[str, Any]], bool]
 _detectors: dict[str, Detector] = {}
+_judged: dict[str, Judged] = {}
 
 
-def register(name: str) -> Callable[[Detector], Detector]:
+def register(name: str, *, judged: Judged | None = None) -> Callable[[Detector], Detector]:
+    """Register a detector. ``judged`` (optional) tells whether a finding that vanished from the
+    detector's answer was judged healthy (it clears) or could not be judged (it stays firing);
+    without it, a vanished finding clears."""
+
     def decorate(fn: Detector) -> Detector:
         _detectors[name] = fn
+        if judged is not None:
+            _judged[name] = judged
+        else:
+            _judged.pop(name, None)
         return fn
 
     return decorate
@@ -82,7 +98,8 @@ def run_detectors(*, now: datetime | None = None, only: Iterable[str] | None = N
         for spec in specs:
             raise_finding(
                 spec.fingerprint,
-                spec.labels,
+                # Like Alertmanager's alertname: one matcher (detector="...") silences one detector.
+                {**spec.labels, "detector": name},
                 spec.severity,
                 spec.summary,
                 spec.description,
@@ -94,9 +111,15 @@ def run_detectors(*, now: datetime | None = None, only: Iterable[str] | None = N
         gone = (
             Finding.objects.filter(source=source, status=FindingStatus.FIRING)
             .exclude(fingerprint__in=present)
-            .values_list("fingerprint", flat=True)
+            .values_list("fingerprint", "labels")
         )
-        for fingerprint in list(gone):
-            clear_finding(fingerprint, source=source)
-        report[name] = {"firing": len(present)}
+        judged = _judged.get(name)
+        held = 0
+        for fingerprint, labels in list(gone):
+            if judged is not None and not judged(now, labels):
+                held += 1  # no data to judge it by: missing data is not health
+                continue
+            # Cleared as of this run: MTTR counts to when the condition was seen gone.
+            clear_finding(fingerprint, source=source, at=now)
+        report[name] = {"firing": len(present)} | ({"held": held} if held else {})
     return report

@@ -17,12 +17,13 @@ from django.utils.dateparse import parse_datetime
 from django.views.generic import TemplateView
 
 from console.permissions import DashboardRequiredMixin
-from incidents.choices import ActionItemState, IncidentRole, IncidentState, Severity
+from incidents.choices import ActionItemState, IncidentRole, IncidentState, MaintenanceScope, Severity
 from incidents.filtersets import IncidentFilterSet
-from incidents.models import ActionItem, Incident, Silence
-from incidents.services import engine, views_data
+from incidents.models import ActionItem, Finding, Incident, MaintenanceWindow, RunbookLink, Silence
+from incidents.services import actions, engine, views_data
 from incidents.services.engine import Actor, TransitionError
 from incidents.services.matchers import MatcherError, validate_matchers
+from incidents.services.silences import DuplicateSilence, create_silence
 
 User = get_user_model()
 
@@ -74,6 +75,10 @@ class IncidentDetailView(DashboardRequiredMixin, TemplateView):
         ]
         context["postmortem"] = {name: getattr(incident, name) for name, _ in context["postmortem_fields"]}
         context["live"] = {"id": incident.pk, "updated_at": incident.updated_at.isoformat()}
+        context["severities"] = Severity.choices
+        context["runbook"] = RunbookLink.objects.filter(category=incident.category).first()
+        context["merged_from"] = incident.merged_from.order_by("pk")
+        context["today"] = timezone.localdate()
         return context
 
 
@@ -86,6 +91,10 @@ DONE = {
     "postmortem": "Postmortem saved.",
     "add_item": "Action item added.",
     "item_state": "Action item updated.",
+    "reopen": "Reopened.",
+    "severity": "Severity changed.",
+    "merge": "Merged.",
+    "postmortem_draft": "Postmortem drafted from the timeline; edit it below.",
 }
 
 
@@ -102,6 +111,10 @@ class IncidentActionView(DashboardRequiredMixin, TemplateView):
         "note": "incidents.add_timelineentry",
         "add_item": "incidents.add_actionitem",
         "item_state": "incidents.change_actionitem",
+        "reopen": "incidents.change_incident",
+        "severity": "incidents.change_incident",
+        "merge": "incidents.change_incident",
+        "postmortem_draft": "incidents.change_incident",
     }
 
     def post(self, request: HttpRequest, pk: int) -> HttpResponse:
@@ -147,6 +160,24 @@ class IncidentActionView(DashboardRequiredMixin, TemplateView):
                     messages.error(request, "Unknown action item state.")
                     return redirect(incident)
                 engine.update_action_item(item, actor=actor, state=data["state"])
+            elif action == "reopen":
+                actions.reopen_incident(incident, actor=actor, note=data.get("note", "").strip())
+            elif action == "severity":
+                if data.get("severity") not in Severity.values:
+                    messages.error(request, "Choose a severity.")
+                    return redirect(incident)
+                actions.change_severity(incident, severity=data["severity"], actor=actor)
+            elif action == "merge":
+                raw = data.get("into", "").strip().lstrip("#")
+                target = Incident.objects.filter(pk=int(raw)).first() if raw.isascii() and raw.isdigit() else None
+                if target is None or len(raw) > 18:
+                    messages.error(request, "Give the number of the incident to merge into.")
+                    return redirect(incident)
+                target = actions.merge_incidents(incident, into=target, actor=actor)
+                messages.success(request, f"Merged #{incident.pk} into this incident.")
+                return redirect(target)
+            elif action == "postmortem_draft":
+                actions.draft_postmortem(incident, actor=actor)
         except TransitionError as exc:
             messages.error(request, str(exc))
         except ValueError as exc:
@@ -182,8 +213,33 @@ class SilenceListView(DashboardRequiredMixin, TemplateView):
         context["expired"] = Silence.objects.filter(ends_at__lte=now).select_related("created_by")[:50]
         context["upcoming"] = Silence.objects.filter(starts_at__gt=now)
         context["can_edit"] = self.request.user.has_perm("incidents.add_silence")
-        context.setdefault("form", {"matchers": "", "hours": "2", "comment": ""})
+        context.setdefault("form", self._initial_form())
+        if "preview" not in context:
+            context["preview"] = self._preview(context["form"]["matchers"])
         return context
+
+    def _initial_form(self) -> dict[str, str]:
+        """Blank, or pre-filled from an incident's labels ("Silence this incident")."""
+        form = {"matchers": "", "hours": "2", "comment": ""}
+        raw = self.request.GET.get("incident", "")
+        if raw.isascii() and raw.isdigit() and len(raw) < 19:
+            incident = Incident.objects.filter(pk=int(raw)).first()
+            if incident is not None:
+                form["matchers"] = format_matchers(actions.silence_matchers_for(incident))
+                form["comment"] = f"Incident #{incident.pk}: {incident.title}"[:300]
+                form["incident"] = str(incident.pk)
+        return form
+
+    @staticmethod
+    def _preview(text: str) -> dict[str, Any] | None:
+        """The findings firing now that these matchers would silence (None: nothing to preview)."""
+        if not text.strip():
+            return None
+        try:
+            matchers = validate_matchers(parse_matchers(text))
+        except MatcherError as exc:
+            return {"error": str(exc), "findings": []}
+        return {"error": "", "findings": actions.silence_preview(matchers)}
 
     def post(self, request: HttpRequest) -> HttpResponse:
         if not request.user.has_perm("incidents.add_silence"):
@@ -196,7 +252,9 @@ class SilenceListView(DashboardRequiredMixin, TemplateView):
             Silence.objects.filter(pk=silence.pk).update(ends_at=timezone.now())
             messages.success(request, f"Silence {silence} expired.")
             return redirect("incidents:silences")
-        form = {k: request.POST.get(k, "") for k in ("matchers", "hours", "comment", "starts_at")}
+        form = {k: request.POST.get(k, "") for k in ("matchers", "hours", "comment", "starts_at", "incident")}
+        if "preview" in request.POST:
+            return self.render_to_response(self.get_context_data(form=form))
         errors = []
         try:
             matchers = validate_matchers(parse_matchers(form["matchers"]))
@@ -215,15 +273,96 @@ class SilenceListView(DashboardRequiredMixin, TemplateView):
             for error in errors:
                 messages.error(request, error)
             return self.render_to_response(self.get_context_data(form=form))
-        silence = Silence.objects.create(
-            matchers=matchers,
+        raw = form["incident"]
+        incident = (
+            Incident.objects.filter(pk=int(raw)).first() if raw.isascii() and raw.isdigit() and len(raw) < 19 else None
+        )
+        try:
+            if incident is not None:  # "Silence this incident": the silence and its note, together
+                silence = actions.silence_incident(
+                    incident,
+                    matchers=matchers,
+                    hours=hours,
+                    comment=form["comment"].strip(),
+                    actor=Actor.person(request.user),
+                    starts_at=starts,
+                )
+            else:
+                silence = create_silence(
+                    matchers=matchers,
+                    starts_at=starts,
+                    ends_at=starts + timedelta(hours=hours),
+                    comment=form["comment"].strip(),
+                    created_by=request.user,
+                )
+        except DuplicateSilence as exc:
+            messages.error(request, str(exc))
+            return self.render_to_response(self.get_context_data(form=form))
+        messages.success(request, f"Silenced {silence} until {silence.ends_at:%Y-%m-%d %H:%M} UTC.")
+        return redirect(incident) if incident is not None else redirect("incidents:silences")
+
+
+class MaintenanceView(DashboardRequiredMixin, TemplateView):
+    """Maintenance windows per node, rack or site, and the findings they hold out of incidents."""
+
+    template_name = "incidents/maintenance.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        now = timezone.now()
+        context["active"] = MaintenanceWindow.objects.active(now).select_related("created_by")
+        context["upcoming"] = MaintenanceWindow.objects.filter(starts_at__gt=now).select_related("created_by")
+        context["held"] = (
+            Finding.objects.firing()
+            .filter(in_maintenance__starts_at__lte=now, in_maintenance__ends_at__gt=now)
+            .select_related("in_maintenance")[:200]
+        )
+        context["scopes"] = MaintenanceScope.choices
+        context["can_edit"] = self.request.user.has_perm("incidents.add_silence")
+        context.setdefault("form", {"scope": "node", "value": "", "hours": "2", "comment": ""})
+        return context
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        if not request.user.has_perm("incidents.add_silence"):
+            raise PermissionDenied("Maintenance windows need the Operator role.")
+        if "end" in request.POST:
+            raw = request.POST["end"]
+            if not raw.isascii() or not raw.isdigit() or len(raw) > 18:
+                return HttpResponseBadRequest("end must be a window id.", content_type="text/plain")
+            window = get_object_or_404(MaintenanceWindow, pk=int(raw))
+            MaintenanceWindow.objects.filter(pk=window.pk).update(ends_at=timezone.now())
+            messages.success(request, f"Maintenance of {window} ended.")
+            return redirect("incidents:maintenance")
+        form = {k: request.POST.get(k, "").strip() for k in ("scope", "value", "hours", "comment", "starts_at")}
+        errors: list[str] = []
+        if form["scope"] not in MaintenanceScope.values:
+            errors.append("Choose a node, rack or site.")
+        if not form["value"] or len(form["value"]) > 200:
+            errors.append("Name the node, rack or site (at most 200 characters).")
+        try:
+            hours = float(form["hours"])
+            if not 0 < hours <= 24 * 90:
+                raise ValueError
+        except ValueError:
+            hours = 0
+            errors.append("Duration must be between a few minutes and 90 days (in hours).")
+        starts = _start_time(form["starts_at"], errors)
+        if not form["comment"]:
+            errors.append("Say why: a maintenance window needs a comment.")
+        if errors:
+            for error in errors:
+                messages.error(request, error)
+            return self.render_to_response(self.get_context_data(form=form))
+        window = MaintenanceWindow.objects.create(
+            scope=form["scope"],
+            value=form["value"],
             starts_at=starts,
             ends_at=starts + timedelta(hours=hours),
-            comment=form["comment"].strip(),
+            comment=form["comment"],
             created_by=request.user,
         )
-        messages.success(request, f"Silenced {silence} until {silence.ends_at:%Y-%m-%d %H:%M} UTC.")
-        return redirect("incidents:silences")
+        messages.success(request, f"{window} in maintenance until {window.ends_at:%Y-%m-%d %H:%M} UTC.")
+        return redirect("incidents:maintenance")
 
 
 SILENCE_START_WINDOW = timedelta(days=365)
@@ -248,6 +387,11 @@ def _start_time(text: str, errors: list[str]) -> datetime:
         errors.append("Start must be within a year of now.")
         return now
     return starts
+
+
+def format_matchers(matchers: list[dict[str, str]]) -> str:
+    """The inverse of parse_matchers: [{"name": "site", "op": "=", "value": "ams-1"}] -> 'site="ams-1"'."""
+    return ", ".join(f'{m["name"]}{m["op"]}"{m["value"]}"' for m in matchers)
 
 
 def parse_matchers(text: str) -> list[dict[str, str]]:

@@ -4,6 +4,7 @@ from django.db.models import Count, Q
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import viewsets
+from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -26,6 +27,19 @@ from fleet.filtersets import (
 )
 from fleet.models import Endpoint, Gpu, Node, Rack, ScrapeTarget, Site
 from fleet.services import dashboard
+
+RANGE_PARAMETER = OpenApiParameter(
+    "range", OpenApiTypes.STR, enum=list(dashboard.RANGES), default=dashboard.DEFAULT_RANGE
+)
+
+
+def _range_key(request: Request) -> str | None:
+    range_key = request.query_params.get("range", dashboard.DEFAULT_RANGE)
+    return range_key if range_key in dashboard.RANGES else None
+
+
+def _bad_range() -> Response:
+    return Response({"range": f"Use one of {', '.join(dashboard.RANGES)}."}, status=400)
 
 
 class SiteViewSet(viewsets.ModelViewSet):
@@ -50,6 +64,17 @@ class NodeViewSet(viewsets.ModelViewSet):
     lookup_field = "hostname"
     lookup_value_regex = r"[A-Za-z0-9.-]+"
 
+    @extend_schema(parameters=[RANGE_PARAMETER], responses=OpenApiTypes.OBJECT)
+    @action(detail=True, methods=["get"])
+    def series(self, request: Request, hostname: str | None = None, format: str | None = None) -> Response:
+        """The node page's snapshot: one series per physical GPU over the range."""
+        range_key = _range_key(request)
+        if range_key is None:
+            return _bad_range()
+        node = self.get_object()
+        dashboard.watch_topic(f"node.{node.pk}")
+        return Response(dashboard.node_series(node, range_key=range_key))
+
 
 class GpuViewSet(viewsets.ModelViewSet):
     queryset = Gpu.objects.select_related("node__site", "state", "parent").prefetch_related("mig_instances")
@@ -58,6 +83,17 @@ class GpuViewSet(viewsets.ModelViewSet):
     lookup_field = "uuid"
     lookup_value_regex = r"[A-Za-z0-9-]+"
     http_method_names = ["get", "patch", "delete", "head", "options"]  # GPUs are registered by ingest
+
+    @extend_schema(parameters=[RANGE_PARAMETER], responses=OpenApiTypes.OBJECT)
+    @action(detail=True, methods=["get"])
+    def series(self, request: Request, uuid: str | None = None, format: str | None = None) -> Response:
+        """The GPU page's snapshot: the GPU's series over the range (raw for 15 m, rollups beyond)."""
+        range_key = _range_key(request)
+        if range_key is None:
+            return _bad_range()
+        gpu = self.get_object()
+        dashboard.watch_topic(f"gpu.{gpu.pk}")
+        return Response(dashboard.gpu_series(gpu, range_key=range_key))
 
 
 class EndpointViewSet(viewsets.ReadOnlyModelViewSet):
@@ -85,9 +121,9 @@ class FleetOverviewView(APIView):
         responses=OpenApiTypes.OBJECT,
     )
     def get(self, request: Request) -> Response:
-        range_key = request.query_params.get("range", dashboard.DEFAULT_RANGE)
-        if range_key not in dashboard.RANGES:
-            return Response({"range": f"Use one of {', '.join(dashboard.RANGES)}."}, status=400)
+        range_key = _range_key(request)
+        if range_key is None:
+            return _bad_range()
         site = request.query_params.get("site")
         if site is not None and not site.isdigit():
             return Response({"site": "Must be a site id."}, status=400)

@@ -328,7 +328,9 @@ _STATE_FIELDS = (
     "fb_free_mib",
     "updated_at",
 )
-WATCH_SECONDS = 3600
+# A watch lasts a little longer than the live socket's renewal period (it renews the watches of
+# its gpu./node. topics every SESSION_RECHECK_SECONDS, 60 s), so one late renewal drops nothing.
+WATCH_SECONDS = 90
 
 
 def _collect_per_gpu(rows: Any, bucket: int, keys: tuple[str, ...]) -> dict[int, dict[str, list[Any]]]:
@@ -442,10 +444,12 @@ def _point(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def watch_topic(topic: str) -> None:
-    """Note that a page follows ``topic`` (its snapshot was just fetched), so ingest requests its pushes.
+    """Note that a page follows ``topic``, so ingest requests its pushes for the next WATCH_SECONDS.
 
     Per-GPU and per-node topics are many and mostly unwatched: ingest asks for a push only for
-    the ones a page fetched a snapshot of within the last hour (each push renews the watch).
+    the ones a page is on. Only the page renews a watch: fetching the snapshot, subscribing, and
+    the socket's periodic renewal while it stays subscribed (console.consumers). A push must not
+    renew it, or a topic would be pushed for as long as its GPU reports, long after the page closed.
     """
     cache.set_many({f"live:watch:{topic}": 1, "live:watch:any": 1}, timeout=WATCH_SECONDS)
 
@@ -471,7 +475,6 @@ def _delta(topic: str, watermark: str | None, states: Any) -> tuple[dict[str, An
     rows = list(states.filter(updated_at__gt=since).order_by("gpu_id").values(*_STATE_FIELDS))
     if not rows:
         return None, watermark
-    cache.touch(f"live:watch:{topic}", WATCH_SECONDS)
     newest = max(r["updated_at"] for r in rows)
     payload = {
         "type": "gpu.delta",

@@ -15,7 +15,7 @@ from msgspec.structs import astuple
 
 from console import counters, live
 from fleet.models import Gpu, IngestBatch, Node
-from fleet.services import directory, partitions
+from fleet.services import dashboard, directory, partitions
 from fleet.services.ingest import METRICS_END, METRICS_START
 from fleet.telemetry_fields import GPU_SAMPLE_FIELDS, METRIC_NAMES
 
@@ -82,7 +82,8 @@ def _store(batches: list[PendingBatch]) -> int:
         _copy_samples(gpu_ids, samples)
         _upsert_latest_state(gpu_ids, samples)
         mark_dirty_minutes(s.ts for s in samples)
-        transaction.on_commit(lambda: live.request_push("fleet"))
+        # The fleet page always; a GPU's or node's page only while one is watching (one cache read).
+        transaction.on_commit(lambda: live.request_push("fleet", *dashboard.watched_topics(gpu_ids.values())))
     return len(samples)
 
 

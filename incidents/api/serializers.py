@@ -6,8 +6,17 @@ from django.contrib.auth import get_user_model
 from rest_framework import serializers
 
 from console.outbound import OutboundRefused, check_url
-from incidents.choices import IncidentRole
-from incidents.models import ActionItem, Finding, Incident, NotificationChannel, Silence, TimelineEntry
+from incidents.choices import IncidentRole, Severity
+from incidents.models import (
+    ActionItem,
+    Finding,
+    Incident,
+    MaintenanceWindow,
+    NotificationChannel,
+    RunbookLink,
+    Silence,
+    TimelineEntry,
+)
 from incidents.services.matchers import MatcherError, validate_matchers
 
 User = get_user_model()
@@ -32,6 +41,7 @@ class FindingSerializer(serializers.ModelSerializer):
             "last_seen",
             "cleared_at",
             "times_seen",
+            "in_maintenance",
         ]
 
 
@@ -40,6 +50,7 @@ class IncidentSerializer(serializers.ModelSerializer):
     scribe = serializers.SlugRelatedField(slug_field="username", read_only=True)
     communications = serializers.SlugRelatedField(slug_field="username", read_only=True)
     gpu_hours = serializers.SerializerMethodField()
+    runbook_url = serializers.SerializerMethodField()
     findings = FindingSerializer(many=True, read_only=True)
 
     class Meta:
@@ -69,12 +80,21 @@ class IncidentSerializer(serializers.ModelSerializer):
             "pm_timeline",
             "pm_went_well",
             "pm_went_badly",
+            "merged_into",
+            "runbook_url",
             "findings",
         ]
         read_only_fields = fields
 
     def get_gpu_hours(self, incident: Incident) -> float:
         return round(incident.current_gpu_hours(), 3)
+
+    def get_runbook_url(self, incident: Incident) -> str | None:
+        # One query per response, not per incident: the links are few and shared by a whole list.
+        runbooks = self.context.setdefault("_runbooks", None)
+        if runbooks is None:
+            runbooks = self.context["_runbooks"] = dict(RunbookLink.objects.values_list("category", "url"))
+        return runbooks.get(incident.category)
 
 
 class NoteSerializer(serializers.Serializer):
@@ -83,6 +103,34 @@ class NoteSerializer(serializers.Serializer):
 
 class TransitionSerializer(serializers.Serializer):
     note = serializers.CharField(max_length=2_000, required=False, allow_blank=True, default="")
+
+
+class SeveritySerializer(serializers.Serializer):
+    severity = serializers.ChoiceField(choices=Severity.choices)
+    note = serializers.CharField(max_length=2_000, required=False, allow_blank=True, default="")
+
+
+class MergeSerializer(serializers.Serializer):
+    into = serializers.PrimaryKeyRelatedField(queryset=Incident.objects.all(), help_text="The incident that stays")
+
+
+class SilenceFromIncidentSerializer(serializers.Serializer):
+    """Matchers default to the incident's labels (see GET on the same route)."""
+
+    matchers = serializers.JSONField(required=False)
+    hours = serializers.FloatField(min_value=0.05, max_value=24 * 90, default=2)
+    comment = serializers.CharField(max_length=2_000)
+
+    def validate_matchers(self, value: Any) -> Any:
+        try:
+            return validate_matchers(value)
+        except MatcherError as exc:
+            raise serializers.ValidationError(str(exc)) from None
+
+
+class SilencePreviewSerializer(serializers.Serializer):
+    matchers = serializers.ListField(child=serializers.DictField())
+    findings = FindingSerializer(many=True)
 
 
 class RoleSerializer(serializers.Serializer):
@@ -111,8 +159,10 @@ class ActionItemSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ActionItem
-        fields = ["id", "incident", "title", "owner", "due_date", "state", "created_at"]
-        read_only_fields = ["created_at"]
+        fields = ["id", "incident", "title", "owner", "due_date", "state", "created_at", "overdue"]
+        read_only_fields = ["created_at", "overdue"]
+
+    overdue = serializers.BooleanField(source="is_overdue", read_only=True)
 
 
 class MatchersField(serializers.JSONField):
@@ -130,6 +180,22 @@ class SilenceSerializer(serializers.ModelSerializer):
     class Meta:
         model = Silence
         fields = ["id", "matchers", "starts_at", "ends_at", "comment", "created_by", "created_at"]
+        read_only_fields = ["created_by", "created_at"]
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        starts = attrs.get("starts_at", getattr(self.instance, "starts_at", None))
+        ends = attrs.get("ends_at", getattr(self.instance, "ends_at", None))
+        if starts and ends and ends <= starts:
+            raise serializers.ValidationError({"ends_at": "Must be after starts_at."})
+        return attrs
+
+
+class MaintenanceWindowSerializer(serializers.ModelSerializer):
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = MaintenanceWindow
+        fields = ["id", "scope", "value", "starts_at", "ends_at", "comment", "created_by", "created_at"]
         read_only_fields = ["created_by", "created_at"]
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ router.register("incidents", views.IncidentViewSet)
 router.register("timeline-entries", views.TimelineEntryViewSet)
 router.register("action-items", views.ActionItemViewSet)
 router.register("silences", views.SilenceViewSet)
+router.register("maintenance-windows", views.MaintenanceWindowViewSet)
 router.register("notification-channels", views.NotificationChannelViewSet)
 
 urlpatterns = router.urls

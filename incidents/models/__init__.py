@@ -1,4 +1,14 @@
-from incidents.models.incident import ActionItem, Finding, Incident, TimelineEntry
-from incidents.models.routing import Notification, NotificationChannel, Silence
+from incidents.models.incident import ActionItem, Finding, Incident, RunbookLink, TimelineEntry
+from incidents.models.routing import MaintenanceWindow, Notification, NotificationChannel, Silence
 
-__all__ = ["ActionItem", "Finding", "Incident", "Notification", "NotificationChannel", "Silence", "TimelineEntry"]
+__all__ = [
+    "ActionItem",
+    "Finding",
+    "Incident",
+    "MaintenanceWindow",
+    "Notification",
+    "NotificationChannel",
+    "RunbookLink",
+    "Silence",
+    "TimelineEntry",
+]

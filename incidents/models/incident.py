@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.urls import reverse
 from django.utils import timezone
@@ -76,6 +77,9 @@ class Incident(models.Model):
     pm_timeline = models.TextField(blank=True)
     pm_went_well = models.TextField(blank=True)
     pm_went_badly = models.TextField(blank=True)
+    # Set when a person merged this incident into another: its findings, action items and a copy of
+    # its timeline went there, and it is closed (resolved) with this link.
+    merged_into = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="merged_from")
     updated_at = models.DateTimeField(auto_now=True)
 
     objects = IncidentQuerySet.as_manager()
@@ -93,6 +97,11 @@ class Incident(models.Model):
     @property
     def is_open(self) -> bool:
         return self.state in OPEN_STATES
+
+    @property
+    def flapping(self) -> bool:
+        """A finding of it is held firing because it fires and clears too often."""
+        return self.findings.firing().filter(flapping_since__isnull=False).exists()
 
     @property
     def duration(self) -> timedelta:
@@ -131,11 +140,19 @@ class Finding(models.Model):
     silenced_by = models.ForeignKey(
         "incidents.Silence", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # Recorded and shown, but held out of incidents and notifications by a maintenance window.
+    in_maintenance = models.ForeignKey(
+        "incidents.MaintenanceWindow", null=True, blank=True, on_delete=models.SET_NULL, related_name="findings"
+    )
     started_at = models.DateTimeField()
     first_seen = models.DateTimeField(default=timezone.now)
     last_seen = models.DateTimeField(default=timezone.now)
     cleared_at = models.DateTimeField(null=True, blank=True)
     times_seen = models.PositiveIntegerField(default=1)
+    # Flapping (engine.clear_finding): when it cleared within the flap window, and since when it
+    # is held firing because it cleared too often.
+    flap_clears = ArrayField(models.DateTimeField(), default=list, blank=True)
+    flapping_since = models.DateTimeField(null=True, blank=True)
 
     objects = FindingQuerySet.as_manager()
 
@@ -188,3 +205,23 @@ class ActionItem(models.Model):
 
     def __str__(self) -> str:
         return self.title
+
+    @property
+    def is_overdue(self) -> bool:
+        """Still open after its due date (in the console's time zone)."""
+        return self.state == ActionItemState.OPEN and self.due_date is not None and self.due_date < timezone.localdate()
+
+
+class RunbookLink(models.Model):
+    """Where the runbook for a category of incident lives (an incident's category: a detector's
+    name, an Alertmanager alertname). Shown on the incident page; managed in the admin."""
+
+    category = models.CharField(max_length=64, unique=True)
+    url = models.URLField(max_length=500)
+    title = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["category"]
+
+    def __str__(self) -> str:
+        return f"{self.category} -> {self.url}"

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from incidents.choices import ChannelKind, NotificationStatus, Severity
+from incidents.choices import MAINTENANCE_LABELS, ChannelKind, MaintenanceScope, NotificationStatus, Severity
 
 
 class SilenceQuerySet(models.QuerySet["Silence"]):
@@ -83,3 +85,33 @@ class Notification(models.Model):
 
     def __str__(self) -> str:
         return f"{self.incident_id} {self.event} -> {self.channel}"
+
+
+class MaintenanceWindowQuerySet(models.QuerySet["MaintenanceWindow"]):
+    def active(self, at=None) -> MaintenanceWindowQuerySet:  # type: ignore[no-untyped-def]
+        at = at or timezone.now()
+        return self.filter(starts_at__lte=at, ends_at__gt=at)
+
+
+class MaintenanceWindow(models.Model):
+    """Planned work on a node, rack or site. Findings about it are recorded and shown, marked
+    "in maintenance", but open no incident and notify nobody while the window lasts."""
+
+    scope = models.CharField(max_length=8, choices=MaintenanceScope.choices)
+    value = models.CharField(max_length=200, help_text="The node's hostname, the rack's or the site's name")
+    starts_at = models.DateTimeField(default=timezone.now)
+    ends_at = models.DateTimeField()
+    comment = models.TextField()
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = MaintenanceWindowQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-starts_at"]
+
+    def __str__(self) -> str:
+        return f"{self.get_scope_display()} {self.value}"
+
+    def covers(self, labels: dict[str, Any]) -> bool:
+        return any(str(labels.get(name, "")) == self.value for name in MAINTENANCE_LABELS[MaintenanceScope(self.scope)])

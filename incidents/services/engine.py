@@ -20,7 +20,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F
+from django.db.models import F, Max
 from django.utils import timezone
 
 from console import live
@@ -152,7 +152,16 @@ def raise_finding(
     with transaction.atomic():
         finding = Finding.objects.select_for_update().filter(fingerprint=fingerprint).first()
         if finding is not None and finding.status == FindingStatus.FIRING:
-            return _repeat(finding, severity=severity, summary=summary, impact=impact, now=now, actor=actor)
+            return _repeat(
+                finding,
+                severity=severity,
+                summary=summary,
+                impact=impact,
+                now=now,
+                actor=actor,
+                group_key=group_key,
+                category=category or source,
+            )
         if finding is None:
             try:
                 with transaction.atomic():
@@ -168,7 +177,16 @@ def raise_finding(
                     )
             except IntegrityError:  # raised at the same moment elsewhere: take theirs
                 finding = Finding.objects.select_for_update().get(fingerprint=fingerprint)
-                return _repeat(finding, severity=severity, summary=summary, impact=impact, now=now, actor=actor)
+                return _repeat(
+                    finding,
+                    severity=severity,
+                    summary=summary,
+                    impact=impact,
+                    now=now,
+                    actor=actor,
+                    group_key=group_key,
+                    category=category or source,
+                )
         else:  # fired before, cleared, and fires again
             finding.status, finding.cleared_at, finding.incident = FindingStatus.FIRING, None, None
             finding.labels, finding.severity, finding.summary = labels, severity, summary[:500]
@@ -180,44 +198,59 @@ def raise_finding(
             finding.save()
             logger.info("finding %s silenced by silence %s", fingerprint, silence.pk)
             return finding
-        key = group_key or default_group_key(labels, fingerprint)
-        _lock_group(key)
-        window = now - timedelta(seconds=settings.INCIDENT_GROUP_WINDOW_SECONDS)
-        incident = (
-            Incident.objects.select_for_update()
-            .filter(group_key=key, state__in=OPEN_STATES, detected_at__gte=window)
-            .order_by("-detected_at")
-            .first()
-        )
-        if incident is None:
-            incident = Incident.objects.create(
-                title=summary[:300],
-                severity=severity,
-                group_key=key,
-                labels=labels,
-                category=category or source,
-                started_at=finding.started_at,
-                detected_at=now,
-                affected_gpus=count_affected_gpus([(fingerprint, impact)]),
-                gpu_hours_lost=float(impact.get("gpu_hours", 0)),
-                error_budget_burned=float(impact.get("error_budget", 0)),
-            )
-            finding.incident = incident
+        from incidents.services.maintenance import active_maintenance
+
+        finding.in_maintenance = active_maintenance(labels, now)
+        if finding.in_maintenance is not None:  # recorded and shown, but no incident, no page
             finding.save()
-            _record(
-                incident,
-                TimelineKind.STATE,
-                f"Triggered ({severity}) by {actor.label}: {summary}",
-                actor,
-                fingerprint=fingerprint,
-                labels=labels,
-            )
-            _after_commit(incident.pk, "triggered")
             return finding
+        _open_or_join(finding, group_key=group_key, category=category or source, now=now, actor=actor)
+        return finding
+
+
+def _open_or_join(finding: Finding, *, group_key: str | None, category: str, now: datetime, actor: Actor) -> None:
+    """Route a firing finding that is neither silenced nor in maintenance: it joins the open
+    incident of its group (within the window) or opens one. Saves the finding. Called under the
+    finding's row lock, by a first raise and by a repeat whose silence or window has ended."""
+    labels, fingerprint, severity, summary = finding.labels, finding.fingerprint, finding.severity, finding.summary
+    impact = finding.impact or {}
+    key = group_key or default_group_key(labels, fingerprint)
+    _lock_group(key)
+    window = now - timedelta(seconds=settings.INCIDENT_GROUP_WINDOW_SECONDS)
+    incident = (
+        Incident.objects.select_for_update()
+        .filter(group_key=key, state__in=OPEN_STATES, detected_at__gte=window)
+        .order_by("-detected_at")
+        .first()
+    )
+    if incident is None:
+        incident = Incident.objects.create(
+            title=summary[:300],
+            severity=severity,
+            group_key=key,
+            labels=labels,
+            category=category,
+            started_at=finding.started_at,
+            detected_at=now,
+            affected_gpus=count_affected_gpus([(fingerprint, impact)]),
+            gpu_hours_lost=float(impact.get("gpu_hours", 0)),
+            error_budget_burned=float(impact.get("error_budget", 0)),
+        )
         finding.incident = incident
         finding.save()
-        _join(incident, finding, actor=actor, now=now)
-        return finding
+        _record(
+            incident,
+            TimelineKind.STATE,
+            f"Triggered ({severity}) by {actor.label}: {summary}",
+            actor,
+            fingerprint=fingerprint,
+            labels=labels,
+        )
+        _after_commit(incident.pk, "triggered")
+        return
+    finding.incident = incident
+    finding.save()
+    _join(incident, finding, actor=actor, now=now)
 
 
 def _join(incident: Incident, finding: Finding, *, actor: Actor, now: datetime) -> None:
@@ -273,12 +306,35 @@ def count_affected_gpus(impacts: Iterable[tuple[str, dict[str, Any] | None]]) ->
 
 
 def _repeat(
-    finding: Finding, *, severity: str, summary: str, impact: dict[str, Any], now: datetime, actor: Actor
+    finding: Finding,
+    *,
+    severity: str,
+    summary: str,
+    impact: dict[str, Any],
+    now: datetime,
+    actor: Actor,
+    group_key: str | None = None,
+    category: str = "",
 ) -> Finding:
     Finding.objects.filter(pk=finding.pk).update(
         last_seen=now, times_seen=F("times_seen") + 1, impact=impact or finding.impact
     )
     incident = finding.incident
+    if incident is None:
+        # Held out by a silence or maintenance window when it first fired. Once neither holds it
+        # any more it must page like any fault: route it now rather than leave it firing unseen.
+        from incidents.services.maintenance import active_maintenance
+
+        finding.refresh_from_db()
+        finding.silenced_by = active_silence(finding.labels, now)
+        finding.in_maintenance = None if finding.silenced_by else active_maintenance(finding.labels, now)
+        if finding.silenced_by is not None or finding.in_maintenance is not None:
+            finding.save(update_fields=["silenced_by", "in_maintenance"])
+            return finding
+        finding.severity = worse(finding.severity, severity)
+        _open_or_join(finding, group_key=group_key, category=category or finding.source, now=now, actor=actor)
+        finding.refresh_from_db()
+        return finding
     if incident is not None and incident.is_open:
         escalated = worse(incident.severity, severity)
         if escalated != incident.severity:
@@ -302,15 +358,22 @@ def clear_finding(
 ) -> Finding | None:
     """Report that a fault is gone. Idempotent. When an incident's last finding clears:
     untouched by people, it resolves after the hold-down; taken by someone, people resolve it.
-    ``actor`` is who the timeline names (default: the source)."""
+    ``actor`` is who the timeline names (default: the source); ``at`` when the fault was seen gone.
+
+    A finding that fires and clears more than FINDING_FLAP_LIMIT times within
+    FINDING_FLAP_WINDOW_SECONDS is flapping: it is held firing on its incident (so it neither
+    resolves nor pages again each time it returns) until it has stayed away for the window.
+    """
     now = at or timezone.now()
     actor = actor or Actor.system(source)
     with transaction.atomic():
         finding = Finding.objects.select_for_update().filter(fingerprint=fingerprint).first()
         if finding is None or finding.status != FindingStatus.FIRING:
             return finding
+        if _held_flapping(finding, now=now, actor=actor):
+            return finding
         finding.status, finding.cleared_at = FindingStatus.CLEARED, now
-        finding.save(update_fields=["status", "cleared_at"])
+        finding.save(update_fields=["status", "cleared_at", "flap_clears", "flapping_since"])
         incident = finding.incident
         if incident is None or not incident.is_open:
             return finding
@@ -338,17 +401,120 @@ def clear_finding(
     return finding
 
 
-def auto_resolve_due(*, now: datetime | None = None) -> list[int]:
-    """Resolve untouched incidents whose findings stayed cleared through the hold-down."""
+def _held_flapping(finding: Finding, *, now: datetime, actor: Actor) -> bool:
+    """Count this clear; return True where the finding is (or now becomes) held as flapping.
+
+    Called under the finding's row lock. A held finding is released (and clears) once nothing
+    raised it for the flap window; its clears are counted afresh from then.
+    """
+    window = timedelta(seconds=settings.FINDING_FLAP_WINDOW_SECONDS)
+    incident = finding.incident
+    if finding.flapping_since is not None:
+        if now - finding.last_seen < window:
+            return True
+        finding.flapping_since, finding.flap_clears = None, []
+        if incident is not None and incident.is_open:
+            _record(
+                incident,
+                TimelineKind.FINDING,
+                f"Stopped flapping: not seen for {window.total_seconds() / 60:.0f} min: {finding.summary}",
+                actor,
+                fingerprint=finding.fingerprint,
+            )
+        return False
+    finding.flap_clears = [t for t in finding.flap_clears if now - t < window] + [now]
+    if len(finding.flap_clears) <= settings.FINDING_FLAP_LIMIT:
+        return False
+    finding.flapping_since = now
+    finding.save(update_fields=["flap_clears", "flapping_since"])
+    if incident is not None:
+        _record(
+            incident,
+            TimelineKind.FINDING,
+            f"Flapping: fired and cleared {len(finding.flap_clears)} times in "
+            f"{window.total_seconds() / 60:.0f} min; held firing on this incident until it stays away "
+            f"that long: {finding.summary}",
+            actor,
+            fingerprint=finding.fingerprint,
+            flapping=True,
+        )
+        _after_commit(incident.pk)
+    return True
+
+
+def _stop_flapping(finding: Finding, *, why: str, actor: Actor) -> None:
+    """Clear a held (flapping) finding as of when it was last seen. Called under its row lock."""
+    finding.status, finding.cleared_at = FindingStatus.CLEARED, finding.last_seen
+    finding.flapping_since, finding.flap_clears = None, []
+    finding.save(update_fields=["status", "cleared_at", "flapping_since", "flap_clears"])
+    if finding.incident_id is not None:
+        _record(
+            finding.incident, TimelineKind.FINDING, f"{why}: {finding.summary}", actor, fingerprint=finding.fingerprint
+        )
+
+
+def release_stale_flapping(*, now: datetime | None = None) -> list[int]:
+    """Clear held (flapping) findings nothing raised for the flap window.
+
+    A held finding is otherwise released only by its next clear, which a fault that simply went
+    away never sends: it would hold its incident open for ever. An incident left with no firing
+    finding, untouched by people, becomes due to auto-resolve now (the fault ended long before
+    the hold-down); one people took stays open until they resolve it, as in ``clear_finding``.
+    """
     now = now or timezone.now()
+    window = timedelta(seconds=settings.FINDING_FLAP_WINDOW_SECONDS)
+    stale = Finding.objects.filter(
+        status=FindingStatus.FIRING, flapping_since__isnull=False, last_seen__lt=now - window
+    ).values_list("pk", flat=True)
+    released = []
+    for pk in list(stale):
+        with transaction.atomic():
+            finding = (
+                Finding.objects.select_for_update()
+                .filter(pk=pk, status=FindingStatus.FIRING, flapping_since__isnull=False, last_seen__lt=now - window)
+                .first()
+            )
+            if finding is None:
+                continue  # raised or cleared meanwhile
+            _stop_flapping(
+                finding, why=f"Stopped flapping: not seen for {window.total_seconds() / 60:.0f} min", actor=SYSTEM
+            )
+            released.append(pk)
+            incident = finding.incident
+            if incident is None or not incident.is_open or incident.findings.firing().exists():
+                continue
+            if incident.state == IncidentState.TRIGGERED:
+                Incident.objects.filter(pk=incident.pk, state=IncidentState.TRIGGERED).update(auto_resolve_at=now)
+            else:
+                _record(
+                    incident,
+                    TimelineKind.STATE,
+                    "All findings cleared; the incident stays open until a person resolves it",
+                    SYSTEM,
+                )
+            _after_commit(incident.pk)
+    return released
+
+
+def auto_resolve_due(*, now: datetime | None = None) -> list[int]:
+    """Resolve untouched incidents whose findings stayed cleared through the hold-down.
+
+    The incident is resolved as of its last finding's clearing, the moment the fault ended: the
+    hold-down is our caution, not part of the time to recover (MTTR).
+    """
+    now = now or timezone.now()
+    release_stale_flapping(now=now)
     resolved = []
     due = Incident.objects.filter(state=IncidentState.TRIGGERED, auto_resolve_at__lte=now).values_list("pk", flat=True)
     for pk in list(due):
         with transaction.atomic():
             if Finding.objects.filter(incident_id=pk, status=FindingStatus.FIRING).exists():
                 continue
+            # When its last finding cleared (never before it was detected: a reopened incident).
+            ended = Finding.objects.filter(incident_id=pk).aggregate(t=Max("cleared_at"))["t"] or now
+            detected = Incident.objects.filter(pk=pk).values_list("detected_at", flat=True).first() or now
             claimed = Incident.objects.filter(pk=pk, state=IncidentState.TRIGGERED, auto_resolve_at__lte=now).update(
-                state=IncidentState.RESOLVED, resolved_at=now, auto_resolve_at=None
+                state=IncidentState.RESOLVED, resolved_at=min(max(ended, detected), now), auto_resolve_at=None
             )
             if not claimed:
                 continue  # a person acted, or another worker resolved it
@@ -399,7 +565,16 @@ def mitigate_incident(incident: Incident, *, actor: Actor, note: str = "") -> In
 
 
 def resolve_incident(incident: Incident, *, actor: Actor, note: str = "") -> Incident:
-    return _transition(incident, IncidentState.RESOLVED, actor=actor, note=note)
+    """Resolve; findings held firing as flapping clear with it (else they would hold on to a
+    closed incident, and their next raise would not page)."""
+    with transaction.atomic():
+        incident = _transition(incident, IncidentState.RESOLVED, actor=actor, note=note)
+        held = Finding.objects.select_for_update().filter(
+            incident=incident, status=FindingStatus.FIRING, flapping_since__isnull=False
+        )
+        for finding in held:
+            _stop_flapping(finding, why=f"Flapping finding cleared on resolution by {actor.label}", actor=actor)
+    return incident
 
 
 def assign_role(incident: Incident, *, role: str, user: Any, actor: Actor) -> Incident:

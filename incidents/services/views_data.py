@@ -60,9 +60,12 @@ def overview_context() -> dict[str, Any]:
 
 def mttx_by_severity_and_month(since: datetime) -> list[dict[str, Any]]:
     """MTTD (fault start to detection), MTTA (detection to acknowledgement) and MTTR (detection to
-    resolution) in minutes, by severity and month of detection."""
+    resolution) in minutes, by severity and month of detection.
+
+    Here and below, an incident merged into another is not counted: its fault lives on in the
+    target (whose start it took), and its closing time is the merge, not a recovery."""
     rows: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: {"mttd": [], "mtta": [], "mttr": []})
-    for incident in Incident.objects.filter(detected_at__gte=since).only(
+    for incident in Incident.objects.filter(detected_at__gte=since, merged_into__isnull=True).only(
         "severity", "started_at", "detected_at", "acknowledged_at", "resolved_at"
     ):
         key = (incident.detected_at.strftime("%Y-%m"), incident.severity)
@@ -86,7 +89,7 @@ def mttx_by_severity_and_month(since: datetime) -> list[dict[str, Any]]:
 
 def by_category(since: datetime) -> list[dict[str, Any]]:
     return list(
-        Incident.objects.filter(detected_at__gte=since)
+        Incident.objects.filter(detected_at__gte=since, merged_into__isnull=True)
         .values("category")
         .annotate(count=Count("pk"))
         .order_by("-count", "category")
@@ -95,6 +98,6 @@ def by_category(since: datetime) -> list[dict[str, Any]]:
 
 def gpu_hours_by_month(since: datetime) -> list[dict[str, Any]]:
     totals: dict[str, float] = defaultdict(float)
-    for incident in Incident.objects.filter(detected_at__gte=since):
+    for incident in Incident.objects.filter(detected_at__gte=since, merged_into__isnull=True):
         totals[incident.detected_at.strftime("%Y-%m")] += incident.current_gpu_hours()
     return [{"month": m, "gpu_hours": round(v, 2)} for m, v in sorted(totals.items())]

@@ -7,6 +7,11 @@
   var bucketMs = 10000;
   var windowPoints = 90;
   var lastPointMs = 0;
+  // Deltas extend the charts only once the current range's snapshot has drawn them: a delta that
+  // arrives first (the socket opens before the snapshot returns, or the range just changed) would
+  // extend a chart Plotly has not drawn ("gd.data must be an array"), and the snapshot includes it.
+  var chartsDrawn = false;
+  var snapshotSeq = 0;
   var TABLE_LIMIT = 1000;
   var CHARTS = [
     { id: "chart-util", key: "util", siteKey: "mean_util", range: [0, 100] },
@@ -121,9 +126,11 @@
       if (chart.range) layout.yaxis.range = chart.range;
       Plotly.react(chart.id, traces, layout, CONFIG);
     });
+    chartsDrawn = true;
   }
 
   function extendCharts(ts, sites) {
+    if (!chartsDrawn) return;
     if (Date.parse(ts) - lastPointMs < bucketMs) return;  // this bucket already has its point
     lastPointMs = Date.parse(ts);
     var bySite = {};
@@ -138,6 +145,7 @@
       }
     });
     var indices = siteOrder.map(function (_, i) { return i; });
+    if (!indices.length) return;
     CHARTS.forEach(function (chart) {
       var xs = siteOrder.map(function (id) { return bySite[id] && bySite[id].reporting ? [ts] : []; });
       var ys = siteOrder.map(function (id) { return bySite[id] && bySite[id].reporting ? [bySite[id][chart.siteKey]] : []; });
@@ -148,9 +156,12 @@
   function stamp(ts) { el("last-update").textContent = "updated " + fmtTime(ts); }
 
   function loadSnapshot() {
+    var seq = ++snapshotSeq;
+    chartsDrawn = false;
     return fetch("/api/v1/fleet/overview/?range=" + encodeURIComponent(rangeKey()), { credentials: "same-origin" })
       .then(function (r) { if (!r.ok) throw new Error("snapshot " + r.status); return r.json(); })
       .then(function (snap) {
+        if (seq !== snapshotSeq) return;  // a newer snapshot (another range, a reconnect) is on its way
         gpus.clear();
         snap.gpus.forEach(function (g) { gpus.set(g.uuid, g); });
         renderSites(snap.sites);

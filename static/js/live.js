@@ -1,8 +1,17 @@
 // The live hub client: one websocket per page, topic subscriptions, reconnect with backoff.
 // After every (re)connect the page's onSnapshot runs first: channel layers may drop messages,
 // so a fresh HTTP snapshot is the source of truth and deltas only move it forward.
+//
+// The page says plainly what state it is in (#live-banner, above the content):
+// - socket down: "Live updates paused since HH:MM:SS UTC", while it reconnects with backoff;
+// - session gone (close 4401, or a refused handshake whose page now answers 401/403 or a redirect
+//   to sign in): it stops reconnecting and links to the sign-in page.
 (function () {
   "use strict";
+
+  var LOGIN_URL = "/accounts/login/";
+  var SIGNED_OUT = 4401;
+  var FORBIDDEN = 4403;
 
   function LiveClient(opts) {
     this.topics = opts.topics;
@@ -10,7 +19,26 @@
     this.onSnapshot = opts.onSnapshot;
     this.statusEl = document.getElementById("live-status");
     this.attempt = 0;
+    this.pausedSince = null;
+    this.stopped = false;
     this.connect();
+  }
+
+  // Times on the console are UTC (the footer says so).
+  function clock(date) {
+    return date.toISOString().slice(11, 19);
+  }
+
+  function banner() {
+    var el = document.getElementById("live-banner");
+    if (!el) {
+      el = document.createElement("div");
+      el.id = "live-banner";
+      el.setAttribute("role", "status");
+      var main = document.querySelector("main") || document.body;
+      main.insertBefore(el, main.firstChild);
+    }
+    return el;
   }
 
   LiveClient.prototype.setStatus = function (state, title) {
@@ -19,14 +47,71 @@
     this.statusEl.title = title;
   };
 
+  LiveClient.prototype.connected = function () {
+    this.pausedSince = null;
+    this.setStatus("on", "Live: connected");
+    var el = document.getElementById("live-banner");
+    if (el) { el.hidden = true; el.textContent = ""; }
+  };
+
+  LiveClient.prototype.paused = function () {
+    if (!this.pausedSince) this.pausedSince = new Date();
+    var text = "Live updates paused since " + clock(this.pausedSince) + " UTC";
+    this.setStatus("off", text + "; reconnecting…");
+    var el = banner();
+    el.className = "live-banner paused";
+    el.textContent = text + ": what you see is as of then. Reconnecting…";
+    el.hidden = false;
+  };
+
+  LiveClient.prototype.signedOut = function (code) {
+    this.stopped = true;
+    var text = code === FORBIDDEN
+      ? "Your account no longer has access to this page, so it has stopped updating."
+      : "Your session has ended, so this page has stopped updating.";
+    this.setStatus("off", text);
+    var el = banner();
+    el.className = "live-banner gone";
+    el.textContent = text + " ";
+    var link = document.createElement("a");
+    link.href = LOGIN_URL + "?next=" + encodeURIComponent(window.location.pathname + window.location.search);
+    link.textContent = "Sign in again";
+    el.appendChild(link);
+    el.hidden = false;
+  };
+
+  // A refused handshake reaches the page as a bare failed connect: ask the page itself over
+  // HTTP whether the session still holds. Anything else (server down, 5xx) is a pause.
+  LiveClient.prototype.checkSession = function () {
+    var self = this;
+    return fetch(window.location.pathname + window.location.search, {
+      method: "HEAD", credentials: "same-origin", redirect: "manual", cache: "no-store",
+    }).then(function (response) {
+      if (response.type === "opaqueredirect" || response.status === 401) return SIGNED_OUT;
+      if (response.status === 403) return FORBIDDEN;
+      return null;
+    }, function () { return null; }).then(function (code) {
+      if (code) self.signedOut(code);
+      return code;
+    });
+  };
+
+  LiveClient.prototype.retry = function () {
+    var self = this;
+    var delay = Math.min(10000, 500 * Math.pow(2, this.attempt++)) * (0.75 + Math.random() / 2);
+    setTimeout(function () { if (!self.stopped) self.connect(); }, delay);
+  };
+
   LiveClient.prototype.connect = function () {
     var self = this;
     var scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
     var ws = new WebSocket(scheme + window.location.host + "/ws/live/");
+    var opened = false;
     this.ws = ws;
     ws.onopen = function () {
+      opened = true;
       self.attempt = 0;
-      self.setStatus("on", "Live: connected");
+      self.connected();
       ws.send(JSON.stringify({ action: "subscribe", topics: self.topics }));
       Promise.resolve(self.onSnapshot()).catch(function (err) { console.error("snapshot failed", err); });
     };
@@ -37,13 +122,16 @@
       if (msg.type !== "subscribed") self.onMessage(msg);
     };
     ws.onclose = function (event) {
-      if (event.code === 4401 || event.code === 4403) {
-        self.setStatus("off", "Live updates refused: sign in again");
+      if (event.code === SIGNED_OUT || event.code === FORBIDDEN) {
+        self.signedOut(event.code);
         return;
       }
-      self.setStatus("off", "Live: reconnecting…");
-      var delay = Math.min(10000, 500 * Math.pow(2, self.attempt++)) * (0.75 + Math.random() / 2);
-      setTimeout(function () { self.connect(); }, delay);
+      self.paused();
+      if (opened) {
+        self.retry();
+        return;
+      }
+      self.checkSession().then(function (code) { if (!code) self.retry(); });
     };
   };
 

@@ -35,9 +35,10 @@ from django.utils import timezone
 
 from console import roles
 from console.asgi import application
+from console.models import PersonalToken
 from console.routing import websocket_urlpatterns
 from fleet.models import Endpoint, Gpu, Node, Rack, ScrapeTarget, Site
-from incidents.models import ActionItem, Incident, NotificationChannel, Silence
+from incidents.models import ActionItem, Incident, MaintenanceWindow, NotificationChannel, Silence
 from incidents.services.engine import raise_finding
 from tests.conftest import _make_user
 
@@ -50,6 +51,8 @@ VIEWER = "viewer"
 NO_ROLE = "no-role"
 ANONYMOUS = "anonymous"
 AGENT = "agent-token(other site)"
+VIEWER_TOKEN = "personal-token(viewer)"
+OPERATOR_TOKEN = "personal-token(operator)"
 
 EVERY_ROLE = frozenset({ADMIN, OPERATOR, COMPLIANCE, VIEWER})
 OPERATORS = frozenset({ADMIN, OPERATOR})
@@ -60,7 +63,8 @@ ADMINS = frozenset({ADMIN})
 class Persona:
     name: str
     user: User | None = None
-    headers: dict[str, str] = field(default_factory=dict)  # the agent's Authorization header
+    headers: dict[str, str] = field(default_factory=dict)  # a token's Authorization header
+    acts_as: str | None = None  # a personal token: the role persona whose permissions it carries
 
     @property
     def is_staff(self) -> bool:
@@ -86,13 +90,21 @@ def personas(
         Persona(ANONYMOUS),
         # The objects live at site B (see `targets`); the token is site A's.
         Persona(AGENT, headers={"HTTP_AUTHORIZATION": f"Bearer {token_a}"}),
-        # personal token: add when issue 10 lands (a person's API token, with that person's role)
         Persona(NO_ROLE, norole_user),
+        # A person's API token, with that person's role: no user here, so no session.
+        Persona(VIEWER_TOKEN, headers=_bearer(PersonalToken.issue(user=viewer_user, name="matrix")[1]), acts_as=VIEWER),
         Persona(VIEWER, viewer_user),
         Persona(COMPLIANCE, _make_user("cora", roles.COMPLIANCE_OFFICER)),
+        Persona(
+            OPERATOR_TOKEN, headers=_bearer(PersonalToken.issue(user=operator_user, name="matrix")[1]), acts_as=OPERATOR
+        ),
         Persona(OPERATOR, operator_user),
         Persona(ADMIN, admin_user),
     ]
+
+
+def _bearer(token: str) -> dict[str, str]:
+    return {"HTTP_AUTHORIZATION": f"Bearer {token}"}
 
 
 # --- the routes, from the resolver -------------------------------------------------------------
@@ -250,8 +262,12 @@ RULES: dict[str, Rule] = {
     "incidents:list": page(),
     "incidents:metrics": page(),
     "incidents:silences": page(post=OPERATORS),  # incidents.add_silence
+    "incidents:maintenance": page(post=OPERATORS),  # incidents.add_silence
     "incidents:detail": page(target="incident"),
     "incidents:act": page(read=None, post=OPERATORS, target="incident"),
+    # a person's own API tokens: any role makes and revokes its own (someone else's is a 404)
+    "personal_tokens": page(post=EVERY_ROLE),
+    "personal_token_revoke": page(read=None, post=EVERY_ROLE, target="personal_token"),
     # the console's own metrics
     "metrics": Rule(Kind.METRICS, {"GET": EVERY_ROLE}),
     # REST API, fleet: sites, racks and nodes are the Admin's inventory; operators change nodes and
@@ -264,8 +280,10 @@ RULES: dict[str, Rule] = {
     "api:fleet-api:rack-detail": api(patch=ADMINS, delete=ADMINS, target="rack"),
     "api:fleet-api:node-list": api(post=ADMINS),
     "api:fleet-api:node-detail": api(patch=OPERATORS, delete=ADMINS, target="node"),
+    "api:fleet-api:node-series": api(target="node"),  # the node page's snapshot
     "api:fleet-api:gpu-list": api(),  # GPUs are registered by ingest
     "api:fleet-api:gpu-detail": api(patch=OPERATORS, delete=ADMINS, target="gpu"),
+    "api:fleet-api:gpu-series": api(target="gpu"),  # the GPU page's snapshot
     "api:fleet-api:endpoint-list": api(),
     "api:fleet-api:endpoint-detail": api(target="endpoint"),
     "api:fleet-api:scrapetarget-list": api(post=OPERATORS),
@@ -284,12 +302,20 @@ RULES: dict[str, Rule] = {
     "api:incidents-api:incident-notes": incident_action(),
     "api:incidents-api:incident-roles": incident_action(),
     "api:incidents-api:incident-postmortem": incident_action("PATCH"),
+    "api:incidents-api:incident-reopen": incident_action(),
+    "api:incidents-api:incident-severity": incident_action(),
+    "api:incidents-api:incident-merge": incident_action(),
+    "api:incidents-api:incident-postmortem-draft": incident_action(),
+    # GET: the matchers from the incident's labels and what they would silence now (a read)
+    "api:incidents-api:incident-silence": Rule(Kind.API, {"GET": EVERY_ROLE, "POST": OPERATORS}, "incident"),
     "api:incidents-api:timelineentry-list": api(),  # append-only: notes go through incident-notes
     "api:incidents-api:timelineentry-detail": api(target="timeline_entry"),
     "api:incidents-api:actionitem-list": api(post=OPERATORS),
     "api:incidents-api:actionitem-detail": api(patch=OPERATORS, target="action_item"),
     "api:incidents-api:silence-list": api(post=OPERATORS),
     "api:incidents-api:silence-detail": api(patch=OPERATORS, delete=OPERATORS, target="silence"),
+    "api:incidents-api:maintenancewindow-list": api(post=OPERATORS),
+    "api:incidents-api:maintenancewindow-detail": api(patch=OPERATORS, delete=OPERATORS, target="maintenance_window"),
     # Channels hold webhook URLs and PagerDuty routing keys: settings, the Admin's alone (no other
     # role holds incidents.view_notificationchannel).
     "api:incidents-api:notificationchannel-list": api(read=ADMINS, post=ADMINS),
@@ -377,6 +403,11 @@ def expected(rule: Rule, persona: Persona, method: str) -> Expect:
         if rule.kind is Kind.METRICS:
             return OK
         return NOT_A_PERSON if rule.kind in PEOPLE_KINDS else REFUSED
+    if persona.acts_as is not None:
+        # A personal token: the API with its user's role; never a page, an agent door or /metrics.
+        if rule.kind is Kind.API:
+            return (OK if method == "GET" else PERMITTED) if persona.acts_as in allowed else FORBIDDEN
+        return TO_LOGIN if rule.kind in PEOPLE_KINDS else REFUSED
     # A signed-in person from here on.
     if rule.kind is Kind.AGENT_ONLY:
         # Intended 403; DRF answers 401 (with WWW-Authenticate: Bearer) when the only authenticator
@@ -425,7 +456,7 @@ class Matrix:
 
 
 @pytest.fixture
-def targets(site_a: Site, site_b: Site) -> dict[str, Any]:
+def targets(site_a: Site, site_b: Site, admin_user: User) -> dict[str, Any]:
     """One of each object a detail route needs, at site B (the agent persona's token is site A's)."""
     rack = Rack.objects.create(site=site_b, name="row-1")
     node = Node.objects.create(site=site_b, rack=rack, hostname="gpu-b-001")
@@ -448,6 +479,11 @@ def targets(site_a: Site, site_b: Site) -> dict[str, Any]:
             ends_at=timezone.now() + timedelta(hours=1),
             comment="maintenance",
         ),
+        "maintenance_window": MaintenanceWindow.objects.create(
+            scope="node", value="gpu-b-002", ends_at=timezone.now() + timedelta(hours=1), comment="firmware"
+        ),
+        # The Admin's: revoking it (the Admin) or not finding it (everyone else) leaves the personas' own.
+        "personal_token": PersonalToken.issue(user=admin_user, name="matrix target")[0],
         "notification_channel": NotificationChannel.objects.create(
             name="hook", kind="webhook", url="http://127.0.0.1:9/hook", enabled=False
         ),

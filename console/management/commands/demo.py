@@ -54,7 +54,7 @@ class Command(BaseCommand):
         self.stdout.write(describe_mode())
         self.stdout.write("Applying migrations…")
         call_command("migrate", interactive=False, verbosity=0)
-        username, password = self._ensure_admin()
+        _, sign_in_as = self._ensure_admin()
         url = f"http://{options['host']}:{options['port']}"
 
         stop = threading.Event()
@@ -70,7 +70,7 @@ class Command(BaseCommand):
             simulator.start()
 
         self.stdout.write(self.style.SUCCESS(f"\nGoodput is starting at {url}/"))
-        self.stdout.write(f"  Sign in at {url}/accounts/login/ as {username} / {password}")
+        self.stdout.write(f"  Sign in at {url}/accounts/login/ {sign_in_as}")
         self.stdout.write("  Ctrl-C stops the server, the simulator and the embedded database.\n")
         sys.stdout.flush()
         try:
@@ -84,26 +84,40 @@ class Command(BaseCommand):
             self.stdout.write("Stopped. The data stays under var/; `make demo` again picks it up.")
 
     def _ensure_admin(self) -> tuple[str, str]:
-        """The demo admin: DEMO_PASSWORD if set, else a generated password kept under var/."""
+        """The demo admin, and a line saying how to sign in as it.
+
+        A new admin gets DEMO_PASSWORD if set, else a generated password kept under var/. An
+        existing admin keeps its password: setting it again on every start would rotate the
+        session hash and sign out every open page (django.contrib.auth ties sessions to it).
+        """
         from console.env import env
 
         User = get_user_model()
         username = "admin"
-        password = env("DEMO_PASSWORD")
         password_file = settings.DATA_DIR / "demo_admin_password"
-        if not password:
-            if password_file.exists():
-                password = password_file.read_text().strip()
-            else:
-                password = secrets.token_urlsafe(12)
+        user = User.objects.filter(username=username).first()
+        if user is None:
+            password = env("DEMO_PASSWORD")
+            if not password:
+                password = password_file.read_text().strip() if password_file.exists() else secrets.token_urlsafe(12)
                 password_file.write_text(password)
                 password_file.chmod(0o600)
-        user, _ = User.objects.get_or_create(username=username, defaults={"email": "admin@localhost"})
-        user.is_staff = user.is_superuser = True
-        user.set_password(password)
-        user.save()
+            user = User.objects.create_user(username=username, email="admin@localhost", password=password)
+            hint = f"as {username} / {password}"
+        else:
+            saved = password_file.read_text().strip() if password_file.exists() else ""
+            if saved and user.check_password(saved):
+                hint = f"as {username} / {saved}"
+            else:
+                hint = (
+                    f"as {username} with the password you set (forgotten? "
+                    f"`.venv/bin/python manage.py changepassword {username}`)"
+                )
+        if not (user.is_staff and user.is_superuser):
+            user.is_staff = user.is_superuser = True
+            user.save(update_fields=["is_staff", "is_superuser"])
         user.groups.add(Group.objects.get(name=ADMIN))
-        return username, password
+        return username, hint
 
     def _run_simulator(self, url: str, options: dict[str, Any], stop: threading.Event) -> None:
         try:

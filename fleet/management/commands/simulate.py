@@ -1,16 +1,19 @@
 from __future__ import annotations
 
+import hmac
+import json
 import statistics
 import threading
 import time
 from typing import Any
 
 import requests
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import ProgrammingError, close_old_connections, transaction
 from django.utils import timezone
 
-from console.models import AgentToken
+from console.models import AgentToken, hash_secret
 from fleet.choices import Interconnect
 from fleet.models import Node, Rack, Site
 from fleet.simulator import DEFAULT_SEED, DEFAULT_SITES, FleetSimulator, Poster, build_fleet, utcnow
@@ -103,8 +106,18 @@ class Command(BaseCommand):
             self.stdout.write(f"tick {tick}: posted {posted} samples, median POST {p50:.0f} ms")
 
     def _prepare_inventory(self, fleet: dict[str, list[Any]], *, seed: int) -> dict[str, str]:
-        """Sites, racks and nodes as an operator would have entered them, and one fresh token per site."""
+        """Sites, racks and nodes as an operator would have entered them, and one token per site.
+
+        The plain tokens are kept under var/ (mode 600, like the demo's admin password), so a
+        restarted simulator reuses them instead of adding a token per site on every start.
+        """
         tokens: dict[str, str] = {}
+        saved_path = settings.DATA_DIR / f"simulator_tokens_{seed}.json"
+        try:
+            saved = json.loads(saved_path.read_text()) if saved_path.exists() else {}
+        except ValueError:
+            saved = {}
+        settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
         with transaction.atomic():
             for spec in DEFAULT_SITES:
                 if not fleet.get(spec.name):
@@ -130,15 +143,29 @@ class Command(BaseCommand):
                             else Interconnect.PCIE,
                         },
                     )
-                # Old simulator tokens are revoked: only this run's tokens can write.
-                # This simulator's old tokens are revoked: only this run's can write. Another
-                # simulator (another seed) keeps its own.
-                name = f"{TOKEN_PREFIX}-{seed}"
-                AgentToken.objects.filter(site=site, name=name, revoked_at__isnull=True).update(
+                tokens[spec.name] = self._site_token(site, name=f"{TOKEN_PREFIX}-{seed}", saved=saved.get(spec.name))
+            saved_path.write_text(json.dumps({**saved, **tokens}))
+            saved_path.chmod(0o600)
+        return tokens
+
+    @staticmethod
+    def _site_token(site: Site, *, name: str, saved: str | None) -> str:
+        """The simulator's saved token for ``site`` if it is still active, else a new one.
+
+        The database decides, not AgentToken.authenticate: its per-process cache could still
+        accept a token an admin has just revoked. A new token revokes this simulator's old ones
+        (another seed, another simulator, keeps its own).
+        """
+        parts = (saved or "").split("_", 2)
+        if len(parts) == 3:
+            token = AgentToken.objects.active().filter(site=site, name=name, key_id=parts[1]).first()
+            if token is not None and hmac.compare_digest(token.secret_hash, hash_secret(parts[2])):
+                AgentToken.objects.active().filter(site=site, name=name).exclude(pk=token.pk).update(
                     revoked_at=timezone.now()
                 )
-                _, tokens[spec.name] = AgentToken.issue(site=site, name=name)
-        return tokens
+                return saved
+        AgentToken.objects.active().filter(site=site, name=name).update(revoked_at=timezone.now())
+        return AgentToken.issue(site=site, name=name)[1]
 
     def _wait_for_console(self, url: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout

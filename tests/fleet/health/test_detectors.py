@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.utils import timezone
 
-from fleet.models import Gpu, GpuState, Node, Site
+from fleet.models import Gpu, GpuState, IngestBatch, Node, Rack, Site
 from fleet.services.telemetry import store_gpu_samples
 from incidents import detectors
 from incidents.detectors import run_detectors
@@ -56,6 +56,7 @@ def test_a_critical_xid_opens_one_incident_not_one_per_sample_and_resolves_when_
         "gpu_index": "1",
         "model": "NVIDIA H100 80GB HBM3",
         "xid": "79",
+        "detector": "critical-xid",
     }
     assert incident.affected_gpus == 7  # XID 79 drains the node: all of its GPUs are out
     finding = Finding.objects.get()
@@ -217,9 +218,14 @@ def test_pcie_replay_rate(site_a) -> None:
 
 
 def test_a_gpu_silent_for_three_intervals(site_a, settings) -> None:
+    # Silence is judged against the GPU's own node: its sibling reports, it does not.
     settings.FLEET_SAMPLE_INTERVAL_SECONDS = 10
+    for seconds_ago in range(300, 0, -10):  # the console has been receiving all along
+        IngestBatch.objects.create(
+            key=f"history-{seconds_ago}", site=site_a, samples=1, received_at=now() - timedelta(seconds=seconds_ago)
+        )
     put(site_a, gpu_sample(45))
-    put(site_a, sample(gpu_uuid="GPU-44444444-0000", hostname="gpu-a-004", ts=now()))
+    put(site_a, sample(gpu_uuid="GPU-44444444-0000", hostname="gpu-a-001", gpu_index=4, ts=now()))
     run_detectors(only=["gpu-silent"])
     finding = Finding.objects.get()
     assert finding.fingerprint == f"silent:{GPU}" and finding.labels["hostname"] == "gpu-a-001"
@@ -260,3 +266,57 @@ def test_mttd_counts_from_the_first_sample_carrying_the_xid(site_a) -> None:
     run_detectors(only=["critical-xid"])
     incident = Incident.objects.get()
     assert 115 <= (incident.detected_at - incident.started_at).total_seconds() <= 130
+
+
+def test_findings_for_a_gpu_on_a_racked_node_carry_its_rack(site_a) -> None:
+    # A rack-scope maintenance window or silence matches on the rack label.
+    rack = Rack.objects.create(site=site_a, name="r12")
+    Node.objects.create(site=site_a, hostname="gpu-a-001", rack=rack)
+    put(site_a, gpu_sample(xid=74))
+    run_detectors(only=["critical-xid"])
+    assert Finding.objects.get().labels["rack"] == "r12"
+
+
+def test_findings_for_a_gpu_on_an_unracked_node_carry_no_rack(site_a) -> None:
+    put(site_a, gpu_sample(xid=74))
+    run_detectors(only=["critical-xid"])
+    assert "rack" not in Finding.objects.get().labels
+
+
+def test_a_gpu_quiet_for_longer_than_the_silent_horizon_is_decommissioned_and_its_findings_clear(site_a) -> None:
+    put(site_a, gpu_sample(xid=79))
+    run_detectors(only=["critical-xid"])
+    finding = Finding.objects.get()
+
+    # Quiet for a day less a minute: off the bus, still in service; its finding holds.
+    GpuState.objects.update(
+        ts=now() - timedelta(hours=23, minutes=59), updated_at=now() - timedelta(hours=23, minutes=59)
+    )
+    run_detectors(only=["critical-xid"])
+    finding.refresh_from_db()
+    assert finding.status == "firing"
+
+    GpuState.objects.update(ts=now() - timedelta(hours=25), updated_at=now() - timedelta(hours=25))
+    run_detectors(only=["critical-xid"])
+    finding.refresh_from_db()
+    assert finding.status == "cleared"
+
+
+def test_a_deleted_gpus_findings_clear(site_a) -> None:
+    put(site_a, gpu_sample(xid=79))
+    run_detectors(only=["critical-xid"])
+    Gpu.objects.filter(uuid=GPU).delete()
+    run_detectors(only=["critical-xid"])
+    assert Finding.objects.get().status == "cleared"
+
+
+def test_a_condition_that_ended_and_came_back_started_when_it_came_back(site_a) -> None:
+    put(
+        site_a,
+        gpu_sample(500, throttle_reasons=0x40),
+        gpu_sample(400, throttle_reasons=0),  # healthy in between
+        *[gpu_sample(s, throttle_reasons=0x40) for s in (300, 200, 100, 0)],
+    )
+    run_detectors(only=["thermal-throttling"])
+    finding = Finding.objects.get()
+    assert 295 <= (finding.last_seen - finding.started_at).total_seconds() <= 310

@@ -96,7 +96,7 @@ BAD_BATCHES = [
     ("utilisation over 100", {"samples": [make_sample(gpu_util=100.5)]}, 400, 0, "gpu_util", "<= 100"),
     (
         "future timestamp",
-        {"samples": [make_sample(), make_sample(ts=(datetime.now(UTC) + timedelta(minutes=6)).isoformat())]},
+        {"samples": [make_sample(), make_sample(ts=(datetime.now(UTC) + timedelta(hours=2)).isoformat())]},
         400,
         1,
         "ts",

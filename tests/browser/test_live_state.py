@@ -1,0 +1,118 @@
+"""An open dashboard says what state it is in when the console restarts (static/js/live.js).
+
+The server is stopped and started again on the same port under an open /fleet/ page: while it is
+down the page says "Live updates paused since HH:MM:SS UTC" and comes back live by itself; when it
+comes back with the page's session gone, the handshake is refused, and the page says plainly that
+the session has ended, links to sign in, and stops knocking.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import threading
+from typing import Any
+
+import pytest
+import requests
+from django.contrib.auth.models import User
+from django.contrib.sessions.models import Session
+from django.db import connections
+
+from tests.browser.support import launch, sign_in, wait_until
+from tests.stack import Stack
+
+pytestmark = [pytest.mark.browser]
+
+JS_DOT = "document.getElementById('live-status').className"
+JS_BANNER = "document.getElementById('live-banner')"
+
+
+def _uvicorn(stack: Stack) -> subprocess.Popen[bytes]:
+    return next(p for p in stack.procs if "uvicorn" in p.args and p.poll() is None)  # type: ignore[operator]
+
+
+def _stop_server(stack: Stack) -> None:
+    proc = _uvicorn(stack)
+    proc.kill()  # a crash, or a restart that does not wait: the page sees the socket drop
+    proc.wait(timeout=10)
+
+
+def _start_server_again(stack: Stack) -> None:
+    """uvicorn on the same port as before, so the open page can find it again."""
+    port = stack.base_url.rsplit(":", 1)[1]
+    args = [sys.executable, "-m", "uvicorn", "console.asgi:application", "--host", "127.0.0.1", "--port", port]
+    proc = stack._spawn(f"uvicorn-{len(stack.procs)}", [*args, "--lifespan", "off", "--log-level", "warning"])
+    stack._wait(lambda: requests.get(stack.base_url + "/healthz", timeout=1).ok, "uvicorn", proc)
+
+
+def _delete_sessions() -> None:
+    """Outside Playwright's event loop, where Django refuses queries (see test_incidents_live)."""
+
+    def work() -> None:
+        try:
+            Session.objects.all().delete()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join(timeout=30)
+
+
+def _banner(page: Any) -> dict[str, Any]:
+    return page.evaluate(
+        f"""(() => {{ const b = {JS_BANNER}; const a = b.querySelector('a');
+            return {{hidden: b.hidden, cls: b.className, text: b.textContent,
+                     href: a && a.getAttribute('href')}}; }})()"""
+    )
+
+
+def test_a_restart_pauses_the_page_and_a_lost_session_says_sign_in(stack: Stack, viewer_user: User) -> None:
+    username = viewer_user.username
+
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = launch(pw)
+        try:
+            page, log = sign_in(browser, stack, username, "/fleet/", "/api/v1/fleet/overview/")
+            wait_until(page, f"{JS_DOT} === 'live-dot on'")
+            assert _banner(page)["hidden"] is True
+            page.evaluate("window.__sameDocument = true")
+
+            # --- the console goes down: the page says since when it is paused -------------------
+            _stop_server(stack)
+            wait_until(page, f"!{JS_BANNER}.hidden")
+            banner = _banner(page)
+            assert re.fullmatch(
+                r"Live updates paused since \d\d:\d\d:\d\d UTC: what you see is as of then\. Reconnecting…",
+                banner["text"],
+            ), banner
+            assert page.evaluate(JS_DOT) == "live-dot off"
+
+            # --- it comes back: the page reconnects by itself and says nothing more --------------
+            _start_server_again(stack)
+            wait_until(page, f"{JS_DOT} === 'live-dot on'")
+            assert _banner(page)["hidden"] is True
+            assert page.evaluate("window.__sameDocument === true"), "the page reloaded"
+
+            # --- it comes back, but the session is gone: say so, link to sign in, stop ---------
+            _stop_server(stack)
+            wait_until(page, f"!{JS_BANNER}.hidden")
+            _delete_sessions()
+            _start_server_again(stack)
+            wait_until(page, f"{JS_BANNER}.className.includes('gone')")
+            banner = _banner(page)
+            assert banner["text"].startswith("Your session has ended"), banner
+            assert banner["href"] == "/accounts/login/?next=%2Ffleet%2F"
+            opened = log.sockets_opened
+            page.wait_for_timeout(4_000)  # longer than two backoff steps
+            assert log.sockets_opened == opened, "the page kept knocking with a dead session"
+
+            page.click("#live-banner a")
+            page.wait_for_load_state()
+            assert page.url.startswith(stack.base_url + "/accounts/login/")
+        finally:
+            browser.close()
