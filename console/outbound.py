@@ -214,3 +214,14 @@ def session() -> requests.Session:
     session.mount("http://", CheckedAdapter())
     session.mount("https://", CheckedAdapter())
     return session
+
+
+def validate_url(url: str) -> None:
+    """A model-field validator: the URL's host is, or resolves to, only addresses the console may
+    reach. On the field, it holds for every form, the admin and the API alike."""
+    from django.core.exceptions import ValidationError
+
+    try:
+        check_url(url)
+    except OutboundRefused as exc:
+        raise ValidationError(str(exc), code="outbound_refused") from None

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 from django import forms
 
-from console.outbound import OutboundRefused, check_url
 from fleet.models import ScrapeTarget
 
 
@@ -16,11 +15,3 @@ class ScrapeTargetForm(forms.ModelForm):
             "hostname": forms.TextInput(attrs={"placeholder": "only if the exporter has no hostname label"}),
             "endpoint_name": forms.TextInput(attrs={"placeholder": "default: the model label"}),
         }
-
-    def clean_url(self) -> str:
-        url = self.cleaned_data["url"]
-        try:
-            check_url(url)
-        except OutboundRefused as exc:
-            raise forms.ValidationError(str(exc)) from None
-        return url

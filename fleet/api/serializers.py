@@ -2,7 +2,6 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from console.outbound import OutboundRefused, check_url
 from fleet.models import Endpoint, Gpu, GpuState, Node, Rack, ScrapeTarget, Site
 from fleet.telemetry_fields import METRIC_NAMES
 
@@ -120,10 +119,3 @@ class ScrapeTargetSerializer(serializers.ModelSerializer):
             "last_error",
             "next_scrape_at",
         ]
-
-    def validate_url(self, url: str) -> str:
-        try:
-            check_url(url)
-        except OutboundRefused as exc:
-            raise serializers.ValidationError(str(exc)) from None
-        return url

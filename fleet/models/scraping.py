@@ -6,6 +6,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator, URLVali
 from django.db import models
 from django.utils import timezone
 
+from console.outbound import validate_url
 from fleet.choices import ScrapeHealth, ScrapeKind
 
 
@@ -17,7 +18,7 @@ class ScrapeTargetQuerySet(models.QuerySet["ScrapeTarget"]):
 class ScrapeTarget(models.Model):
     site = models.ForeignKey("fleet.Site", on_delete=models.CASCADE, related_name="scrape_targets")
     name = models.CharField(max_length=100)
-    url = models.CharField(max_length=500, validators=[URLValidator(schemes=["http", "https"])])
+    url = models.CharField(max_length=500, validators=[URLValidator(schemes=["http", "https"]), validate_url])
     kind = models.CharField(max_length=16, choices=ScrapeKind.choices, default=ScrapeKind.AUTO)
     endpoint_name = models.CharField(
         max_length=200, blank=True, help_text="Serving endpoint to file metrics under (default: the model label)"

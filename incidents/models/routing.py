@@ -8,6 +8,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from console.outbound import validate_url
 from incidents.choices import MAINTENANCE_LABELS, ChannelKind, MaintenanceScope, NotificationStatus, Severity
 
 
@@ -50,7 +51,9 @@ class NotificationChannel(models.Model):
 
     name = models.CharField(max_length=100, unique=True)
     kind = models.CharField(max_length=16, choices=ChannelKind.choices)
-    url = models.URLField(max_length=500, help_text="Webhook URL (PagerDuty: the Events API v2 enqueue URL)")
+    url = models.URLField(
+        max_length=500, validators=[validate_url], help_text="Webhook URL (PagerDuty: the Events API v2 enqueue URL)"
+    )
     routing_key = models.CharField(max_length=200, blank=True, help_text="PagerDuty integration key")
     min_severity = models.CharField(
         max_length=4, choices=Severity.choices, default=Severity.SEV4, help_text="Notify for this severity and worse"

@@ -296,3 +296,21 @@ def test_a_closed_port_and_a_filtered_one_read_the_same(site_a, settings, monkey
     monkeypatch.setattr(outbound.urllib3_connection, "create_connection", silent)
     ScrapeTarget.objects.all().delete()
     assert _scraped(site_a, "http://10.0.0.7:9400/metrics").last_error == "connection failed"
+
+
+def test_the_admin_refuses_loopback_too(admin_client, site_a) -> None:
+    """The check is the model field's validator, so the admin's own form applies it as well."""
+    response = admin_client.post(
+        "/admin/fleet/scrapetarget/add/",
+        {
+            "site": site_a.pk,
+            "name": "sneaky",
+            "url": "http://127.0.0.1:8000/healthz",
+            "kind": "dcgm",
+            "interval_seconds": 15,
+            "timeout_seconds": 5,
+            "enabled": "on",
+        },
+    )
+    assert response.status_code == 200 and b"not in the allowed networks" in response.content
+    assert not ScrapeTarget.objects.filter(name="sneaky").exists()
