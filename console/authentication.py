@@ -91,3 +91,23 @@ class PersonalTokenAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request: Request) -> str:
         return f'{self.keyword} realm="goodput"'
+
+
+class AgentOrPersonalTokenAuthentication(authentication.BaseAuthentication):
+    """For routes both machines and people write (training jobs and their events): a ``gpt_``
+    token is a person's and acts with their role; any other bearer token must be an agent token,
+    scoped to its site by the view's permission."""
+
+    keyword = "Bearer"
+
+    def authenticate(self, request: Request) -> tuple[Any, Any] | None:
+        header = authentication.get_authorization_header(request).decode("latin-1")
+        scheme, _, plain = header.partition(" ")
+        if scheme.lower() != self.keyword.lower():
+            return None
+        if plain.strip().startswith(f"{PERSONAL_TOKEN_PREFIX}_"):
+            return PersonalTokenAuthentication().authenticate(request)
+        return AgentTokenAuthentication().authenticate(request)
+
+    def authenticate_header(self, request: Request) -> str:
+        return f'{self.keyword} realm="goodput"'

@@ -213,6 +213,9 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(envint("GOODPUT_DETECTOR_INTERVAL_SECONDS", 15, minimum=1)),
     },
     "resolve-held-down-incidents": {"task": "incidents.tasks.resolve_held_down_incidents", "schedule": 10.0},
+    # Training goodput: jobs with new events, and jobs holding GPUs (their time accrues with or
+    # without events), get their hourly accounts recomputed.
+    "refresh-training-accounts": {"task": "fleet.tasks.refresh_training_accounts", "schedule": 15.0},
 }
 
 if REDIS_URL:

@@ -15,6 +15,7 @@ admin.site.site_header = "Goodput administration"
 api_v1 = [
     path("fleet/", include("fleet.api.urls")),
     path("ingest/", include("fleet.api.ingest_urls")),
+    path("training/", include("fleet.api.training_urls")),
     path("alertmanager", AlertmanagerWebhookView.as_view(), name="alertmanager"),
     path("", include("incidents.api.urls")),
 ]

@@ -35,3 +35,52 @@ class ScrapeHealth(models.TextChoices):
     UNKNOWN = "unknown", "Unknown"
     UP = "up", "Up"
     DOWN = "down", "Down"
+
+
+class TrainingFramework(models.TextChoices):
+    PYTORCH = "pytorch", "PyTorch"
+    LIGHTNING = "lightning", "PyTorch Lightning"
+    HF = "huggingface", "Hugging Face Transformers"
+    MEGATRON = "megatron", "Megatron-LM / NeMo"
+    DEEPSPEED = "deepspeed", "DeepSpeed"
+    JAX = "jax", "JAX"
+    OTHER = "other", "Other"
+
+
+class Scheduler(models.TextChoices):
+    KUEUE = "kueue", "Kueue"
+    VOLCANO = "volcano", "Volcano"
+    SLURM = "slurm", "Slurm"
+    OTHER = "other", "Other"
+
+
+class PriorityTier(models.TextChoices):
+    """The capacity tiers a reservation or a job runs in (REFERENCE.md, capacity and quota)."""
+
+    RESERVED = "reserved", "Reserved"
+    ON_DEMAND = "on-demand", "On-demand"
+    PREEMPTIBLE = "preemptible", "Preemptible"
+
+
+class JobState(models.TextChoices):
+    PENDING = "pending", "Pending"  # registered, no GPUs yet
+    ALLOCATED = "allocated", "Allocated"  # GPUs held, program not started
+    RUNNING = "running", "Running"
+    FAILED = "failed", "Failed"  # the attempt died; GPUs held until released or restarted
+    PREEMPTED = "preempted", "Preempted"  # GPUs taken back by the scheduler
+    COMPLETED = "completed", "Completed"
+    RELEASED = "released", "Released"
+
+
+class JobEventKind(models.TextChoices):
+    ALLOCATED = "allocated", "GPUs allocated"
+    STARTED = "started", "Program started"
+    STEP = "step", "Training step"
+    CHECKPOINT_STARTED = "checkpoint_started", "Checkpoint started"
+    CHECKPOINT_SAVED = "checkpoint_saved", "Checkpoint saved"
+    RESTORED = "restored", "Restored from a checkpoint"
+    FAILED = "failed", "Failed"
+    PREEMPTED = "preempted", "Preempted"
+    RESUMED = "resumed", "Resumed"
+    RELEASED = "released", "GPUs released"
+    COMPLETED = "completed", "Completed"

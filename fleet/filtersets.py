@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import django_filters
 
-from fleet.models import Endpoint, Gpu, Node, Rack, ScrapeTarget, Site
+from fleet.models import Endpoint, Gpu, Job, Node, Rack, ScrapeTarget, Site
 
 
 class SiteFilterSet(django_filters.FilterSet):
@@ -59,3 +59,12 @@ class ScrapeTargetFilterSet(django_filters.FilterSet):
     class Meta:
         model = ScrapeTarget
         fields = ["site", "kind", "health", "enabled"]
+
+
+class JobFilterSet(django_filters.FilterSet):
+    site = django_filters.CharFilter(field_name="site__name")
+    node = django_filters.CharFilter(field_name="nodes__hostname", distinct=True, help_text="Jobs on this node")
+
+    class Meta:
+        model = Job
+        fields = ["site", "cluster", "team", "state", "scheduler", "scheduler_id", "priority_tier", "node"]

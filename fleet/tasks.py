@@ -97,3 +97,11 @@ def scrape_target(target_id: int) -> int:
     from fleet.services.scraping import scrape
 
     return scrape(target_id)
+
+
+@shared_task(ignore_result=True, acks_late=False)
+def refresh_training_accounts() -> int:
+    """Recompute the goodput accounts of jobs with new events or still holding GPUs."""
+    from fleet.services import goodput_accounts
+
+    return goodput_accounts.refresh_job_accounts()

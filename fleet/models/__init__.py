@@ -12,6 +12,7 @@ from fleet.models.telemetry import (
     PartitionDrop,
     RollupDirty,
 )
+from fleet.models.training import Job, JobAccount, JobEvent
 
 __all__ = [
     "Endpoint",
@@ -23,6 +24,9 @@ __all__ = [
     "GroupRollup1h",
     "GroupRollup1m",
     "IngestBatch",
+    "Job",
+    "JobAccount",
+    "JobEvent",
     "Node",
     "PartitionDrop",
     "Rack",

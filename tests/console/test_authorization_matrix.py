@@ -37,7 +37,7 @@ from console import roles
 from console.asgi import application
 from console.models import PersonalToken
 from console.routing import websocket_urlpatterns
-from fleet.models import Endpoint, Gpu, Node, Rack, ScrapeTarget, Site
+from fleet.models import Endpoint, Gpu, Job, Node, Rack, ScrapeTarget, Site
 from incidents.models import ActionItem, Incident, MaintenanceWindow, NotificationChannel, Silence
 from incidents.services.engine import raise_finding
 from tests.conftest import _make_user
@@ -202,6 +202,10 @@ class Kind(enum.Enum):
     PAGE = "a page: a session with a role"
     API = "REST API: a session with the model permission"
     AGENT_ONLY = "an agent token only, never a session"
+    # Training jobs and events: people by role; an agent token POSTs for its own site's jobs only
+    # (the persona's token is site A's and the objects are site B's: refused, but a POST to a
+    # list, which registers a job at the token's own site, is let through).
+    API_AND_AGENT = "REST API for people; an agent token writes its own site's"
     METRICS = "a session with a role, or an agent token"
     STAFF = "staff only"
     ADMIN_LOGIN = "the admin's login form, for signed-in users only"
@@ -322,6 +326,12 @@ RULES: dict[str, Rule] = {
     "api:incidents-api:notificationchannel-detail": api(
         read=ADMINS, patch=ADMINS, delete=ADMINS, target="notification_channel"
     ),
+    # REST API, training: jobs and their events are written by training clients (an agent token of
+    # the job's site) and by operators; any role reads them.
+    "api:training-api:api-root": api(),
+    "api:training-api:job-list": Rule(Kind.API_AND_AGENT, {"GET": EVERY_ROLE, "POST": OPERATORS}),
+    "api:training-api:job-detail": api(patch=OPERATORS, delete=ADMINS, target="job"),
+    "api:training-api:job-events": Rule(Kind.API_AND_AGENT, {"POST": OPERATORS}, "job"),
     # the schema and its docs need a role, like the API they describe
     "schema": api(),
     "api-docs": api(),
@@ -400,12 +410,14 @@ def expected(rule: Rule, persona: Persona, method: str) -> Expect:
     if persona.name == AGENT:
         if rule.kind is Kind.AGENT_ONLY:
             return PERMITTED
+        if rule.kind is Kind.API_AND_AGENT:
+            return PERMITTED if method == "POST" and rule.target is None else REFUSED
         if rule.kind is Kind.METRICS:
             return OK
         return NOT_A_PERSON if rule.kind in PEOPLE_KINDS else REFUSED
     if persona.acts_as is not None:
         # A personal token: the API with its user's role; never a page, an agent door or /metrics.
-        if rule.kind is Kind.API:
+        if rule.kind in (Kind.API, Kind.API_AND_AGENT):
             return (OK if method == "GET" else PERMITTED) if persona.acts_as in allowed else FORBIDDEN
         return TO_LOGIN if rule.kind in PEOPLE_KINDS else REFUSED
     # A signed-in person from here on.
@@ -484,6 +496,7 @@ def targets(site_a: Site, site_b: Site, admin_user: User) -> dict[str, Any]:
         ),
         # The Admin's: revoking it (the Admin) or not finding it (everyone else) leaves the personas' own.
         "personal_token": PersonalToken.issue(user=admin_user, name="matrix target")[0],
+        "job": Job.objects.create(site=site_b, name="llama", team="research", gang_size=8, scheduler_id="matrix"),
         "notification_channel": NotificationChannel.objects.create(
             name="hook", kind="webhook", url="http://127.0.0.1:9/hook", enabled=False
         ),
