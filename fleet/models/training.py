@@ -60,6 +60,7 @@ class Job(models.Model):
     last_checkpoint_at = models.DateTimeField(null=True, blank=True)
     last_checkpoint_step = models.BigIntegerField(null=True, blank=True)
     failures = models.PositiveIntegerField(default=0)
+    events_seen = models.BigIntegerField(default=0, help_text="Events stored so far (the next event's seq)")
     accounts_dirty_at = models.DateTimeField(
         null=True, blank=True, help_text="Events arrived since the accounts were last refreshed"
     )
@@ -91,6 +92,9 @@ class JobEvent(models.Model):
     pk = models.CompositePrimaryKey("job", "event_id")
     job = models.ForeignKey("fleet.Job", on_delete=models.CASCADE, related_name="events")
     event_id = models.CharField(max_length=100)
+    # Arrival order within the job: events of one timestamp (allocated and started in the same
+    # second) are read back in the order they were sent.
+    seq = models.BigIntegerField()
     ts = models.DateTimeField()
     kind = models.CharField(max_length=24, choices=JobEventKind.choices)
     step = models.BigIntegerField(null=True, help_text="The step reached, saved, or restored from")
@@ -106,7 +110,7 @@ class JobEvent(models.Model):
 
     class Meta:
         db_table = "fleet_jobevent"
-        indexes = [models.Index(fields=["job", "ts"], name="jobevent_job_ts_idx")]
+        indexes = [models.Index(fields=["job", "ts", "seq"], name="jobevent_job_ts_idx")]
 
     def __str__(self) -> str:
         return f"{self.job_id}:{self.event_id} {self.kind} at {self.ts:%Y-%m-%d %H:%M:%S}"

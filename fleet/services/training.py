@@ -299,6 +299,7 @@ def record_job_events(job_id: int, events: list[JobEventIn], *, now: datetime | 
 _COLUMNS = (
     "job_id",
     "event_id",
+    "seq",
     "ts",
     "kind",
     "step",
@@ -310,7 +311,21 @@ _COLUMNS = (
     "reason",
     "node",
 )
-_TYPES = ["int8", "text", "timestamptz", "text", "int8", "int8", "float8", "float8", "float8", "int8", "text", "text"]
+_TYPES = [
+    "int8",
+    "text",
+    "int8",
+    "timestamptz",
+    "text",
+    "int8",
+    "int8",
+    "float8",
+    "float8",
+    "float8",
+    "int8",
+    "text",
+    "text",
+]
 
 
 def store_job_events(job: Job, events: list[JobEventIn]) -> int:
@@ -329,11 +344,12 @@ def store_job_events(job: Job, events: list[JobEventIn]) -> int:
         raw.execute("TRUNCATE goodput_jobevent_in")
         with raw.copy(f"COPY goodput_jobevent_in ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
             copy.set_types(_TYPES)
-            for e in events:
+            for offset, e in enumerate(events):
                 copy.write_row(
                     (
                         job.pk,
                         e.id,
+                        job.events_seen + offset,
                         e.ts,
                         e.kind,
                         e.step,
@@ -352,6 +368,7 @@ def store_job_events(job: Job, events: list[JobEventIn]) -> int:
         )
         written = raw.rowcount
     apply_events(job, events)
+    job.events_seen += len(events)
     job.accounts_dirty_at = timezone.now()
     job.save(
         update_fields=[
@@ -367,6 +384,7 @@ def store_job_events(job: Job, events: list[JobEventIn]) -> int:
             "last_checkpoint_at",
             "last_checkpoint_step",
             "failures",
+            "events_seen",
             "accounts_dirty_at",
         ]
     )
