@@ -11,6 +11,7 @@ NAV = [
     ("Overview", "home"),
     ("Fleet", "fleet:dashboard"),
     ("Targets", "fleet:targets"),
+    ("Training", "training:dashboard"),
     ("Incidents", "incidents:list"),
 ]
 

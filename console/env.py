@@ -6,6 +6,7 @@ instead of quietly falling back to a default the operator did not ask for.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -54,6 +55,19 @@ def envint(name: str, default: int, *, minimum: int | None = None, maximum: int 
         raise ImproperlyConfiguredEnv(f"{name}={value} is below the minimum of {minimum}")
     if maximum is not None and value > maximum:
         raise ImproperlyConfiguredEnv(f"{name}={value} is above the maximum of {maximum}")
+    return value
+
+
+def envfloat(name: str, default: float, *, minimum: float | None = None) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise ImproperlyConfiguredEnv(f"{name}={raw!r} is not a number") from exc
+    if not math.isfinite(value) or (minimum is not None and value < minimum):
+        raise ImproperlyConfiguredEnv(f"{name}={raw!r} must be a finite number of at least {minimum}")
     return value
 
 

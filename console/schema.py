@@ -25,3 +25,16 @@ class PersonalTokenScheme(OpenApiAuthenticationExtension):
             "scheme": "bearer",
             "description": "Personal API token from /accounts/tokens/: acts as its user, with that user's role.",
         }
+
+
+class AgentOrPersonalTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "console.authentication.AgentOrPersonalTokenAuthentication"
+    name = "agentOrPersonalToken"
+
+    def get_security_definition(self, auto_schema):  # type: ignore[no-untyped-def]
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "An agent token of the job's site (a training client), or a personal API token "
+            "acting with its user's role.",
+        }

@@ -19,7 +19,7 @@ from pathlib import Path
 import dj_database_url
 import plotly
 
-from console.env import ImproperlyConfiguredEnv, env, envbool, envint, envlist
+from console.env import ImproperlyConfiguredEnv, env, envbool, envfloat, envint, envlist
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env("GOODPUT_DATA_DIR", str(BASE_DIR / "var")) or BASE_DIR / "var")
@@ -298,7 +298,10 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     # One name for the severity choices wherever they appear (incidents, channels' minimum).
-    "ENUM_NAME_OVERRIDES": {"SeverityEnum": "incidents.choices.Severity"},
+    "ENUM_NAME_OVERRIDES": {
+        "SeverityEnum": "incidents.choices.Severity",
+        "JobStateEnum": "fleet.choices.JobState",
+    },
 }
 
 # --- static files --------------------------------------------------------------------------
@@ -389,6 +392,9 @@ INCIDENT_GROUP_WINDOW_SECONDS = envint("GOODPUT_INCIDENT_GROUP_WINDOW_SECONDS", 
 FINDING_FLAP_LIMIT = envint("GOODPUT_FINDING_FLAP_LIMIT", 4, minimum=1)
 FINDING_FLAP_WINDOW_SECONDS = envint("GOODPUT_FINDING_FLAP_WINDOW_SECONDS", 3600, minimum=60)
 DETECTOR_INTERVAL_SECONDS = envint("GOODPUT_DETECTOR_INTERVAL_SECONDS", 15, minimum=1)
+# The checkpoint advisor's per-GPU mean time between failures while a cluster has no failures of
+# its own on record: Meta's ~7.9 h for a 1,024-GPU job, i.e. about 8,090 GPU-hours per failure.
+ASSUMED_GPU_MTBF_HOURS = envfloat("GOODPUT_ASSUMED_GPU_MTBF_HOURS", 7.9 * 1024, minimum=1.0)
 # How often agents and scrapes report; a GPU silent for 3 intervals is a finding.
 FLEET_SAMPLE_INTERVAL_SECONDS = envint("GOODPUT_FLEET_SAMPLE_INTERVAL_SECONDS", 15, minimum=1)
 NOTIFICATION_TIMEOUT_SECONDS = envint("GOODPUT_NOTIFICATION_TIMEOUT_SECONDS", 5, minimum=1)

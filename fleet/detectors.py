@@ -2,7 +2,10 @@
 
 Registered with the incident engine's registry (incidents.detectors); the engine raises new
 findings and clears vanished ones. Each finding carries site, hostname and GPU labels, so
-findings of one node group into one incident.
+findings of one node group into one incident. A fault that takes GPUs out (a critical XID,
+double-bit ECC, remapped rows) on a GPU or node a training job runs on also carries the job's
+labels and cost (fleet.training_detectors.link_to_jobs): it joins the job's incident, so the
+job's lost GPU-hours show on the GPU fault that caused them.
 
 Counters are read as Prometheus increase() reads them (a decrease is a reset); a finding's
 started_at is the first sample that showed its condition (MTTD counts from the fault); and a GPU
@@ -22,6 +25,7 @@ from django.db import connection
 from django.db.models import F, Max, Q
 
 from fleet.models import Gpu, GpuState
+from fleet.training_detectors import link_to_jobs
 from fleet.xid import DRAIN, XID_MEANINGS
 from incidents.choices import Severity
 from incidents.detectors import FindingSpec, register
@@ -279,7 +283,7 @@ def critical_xids(now: datetime) -> list[FindingSpec]:
                 started_at=first_seen.get(state["gpu_id"]),
             )
         )
-    return specs
+    return link_to_jobs(now, specs)
 
 
 def _xid_first_seen(now: datetime, xids: dict[int, int]) -> dict[int, datetime]:
@@ -344,18 +348,21 @@ def double_bit_ecc(now: datetime) -> list[FindingSpec]:
         specs.append(
             _gpu_finding(gpu, "ecc-dbe", severity=Severity.SEV2, summary=summary, started_at=began.get(gpu_id))
         )
-    return specs
+    return link_to_jobs(now, specs)
 
 
 @register("remapped-rows", judged=_gpu_judged)
 def remapped_rows_rising(now: datetime) -> list[FindingSpec]:
-    return _counter_rising(
+    return link_to_jobs(
         now,
-        "remap",
-        "remapped_rows_uncorrectable",
-        name="remap-unc",
-        severity=Severity.SEV3,
-        what="Uncorrectable remapped rows rising",
+        _counter_rising(
+            now,
+            "remap",
+            "remapped_rows_uncorrectable",
+            name="remap-unc",
+            severity=Severity.SEV3,
+            what="Uncorrectable remapped rows rising",
+        ),
     )
 
 
@@ -390,16 +397,19 @@ def row_remap_failure(now: datetime) -> list[FindingSpec]:
     states = list(_fresh_states(now).filter(row_remap_failure__gt=0).values_list("gpu_id", flat=True))
     gpus = _gpu_rows(states)
     began = _first_bad_sample(now, gpus, "row_remap_failure > 0")
-    return [
-        _gpu_finding(
-            g,
-            "remap-failure",
-            severity=Severity.SEV2,
-            summary=f"Row remapping failed on {g['hostname']} GPU {g['index']}: the GPU needs replacing",
-            started_at=began.get(g["id"]),
-        )
-        for g in gpus.values()
-    ]
+    return link_to_jobs(
+        now,
+        [
+            _gpu_finding(
+                g,
+                "remap-failure",
+                severity=Severity.SEV2,
+                summary=f"Row remapping failed on {g['hostname']} GPU {g['index']}: the GPU needs replacing",
+                started_at=began.get(g["id"]),
+            )
+            for g in gpus.values()
+        ],
+    )
 
 
 @register("thermal-throttling", judged=_gpu_judged)

@@ -156,6 +156,10 @@ class FleetSimulator:
         # Probability that a healthy GPU starts a fault on one tick.
         self.fault_p = fault_rate_per_gpu_hour * interval / 3600
         self.events: list[str] = []
+        # Per-GPU overrides a workload simulator sets (fleet.simulator_training): by GPU UUID,
+        # "gpu_util" (%) and "sm_active" (0-1) to report instead of the workload's own figures,
+        # so a hung job's GPUs spin at 100 % and a starved one's idle.
+        self.overrides: dict[str, dict[str, float]] = {}
 
     def _diurnal(self, gpu: SimGpu, now: datetime) -> float:
         local_hour = (now.hour + now.minute / 60 + gpu.utc_offset_h) % 24
@@ -193,6 +197,9 @@ class FleetSimulator:
                 util = rng.uniform(5, 30)
         else:
             util = max(0.0, min(100.0, 100 * self._diurnal(gpu, now) + rng.gauss(0, 6)))
+        override = self.overrides.get(gpu.uuid, {})
+        if "gpu_util" in override:
+            util = max(0.0, min(100.0, override["gpu_util"] + rng.gauss(0, 1.5)))
         load = util / 100
         power = m.idle_w + (m.tdp_w - m.idle_w) * load * rng.uniform(0.85, 0.98)
         target_temp = 32 + 48 * load + rng.gauss(0, 1)
@@ -241,7 +248,12 @@ class FleetSimulator:
             "tensor_active": round(load * rng.uniform(0.3, 0.6), 3)
             if gpu.workload == "training"
             else round(load * 0.2, 3),
-            "sm_active": round(load * 0.9, 3),
+            "sm_active": round(
+                max(0.0, min(1.0, override["sm_active"] + rng.gauss(0, 0.02)))
+                if "sm_active" in override
+                else load * 0.9,
+                3,
+            ),
         }
 
     def batches(self, now: datetime) -> dict[str, list[dict[str, Any]]]:
@@ -260,17 +272,25 @@ class Poster:
         max_attempts: int = 5,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self.url = base_url.rstrip("/") + "/api/v1/ingest/gpu-samples"
+        self.base_url = base_url.rstrip("/")
+        self.url = self.base_url + "/api/v1/ingest/gpu-samples"
         self.tokens = tokens
         self.session = requests.Session()
         self.max_attempts = max_attempts
         self.sleep = sleep
 
     def post(self, site: str, samples: list[dict[str, Any]]) -> requests.Response | None:
+        return self.send(site, self.url, {"samples": samples})
+
+    def send(self, site: str, url: str, body: dict[str, Any]) -> requests.Response | None:
+        """POST ``body`` as JSON to ``url`` (absolute, or a path under the base URL) with the
+        site's token; the response, or None when every attempt failed."""
+        if url.startswith("/"):
+            url = self.base_url + url
         headers = {"Authorization": f"Bearer {self.tokens[site]}", "Idempotency-Key": str(uuid.uuid4())}
         for attempt in range(self.max_attempts):
             try:
-                response = self.session.post(self.url, json={"samples": samples}, headers=headers, timeout=10)
+                response = self.session.post(url, json=body, headers=headers, timeout=10)
             except requests.RequestException:
                 response = None
             if response is not None and response.status_code < 500 and response.status_code != 429:

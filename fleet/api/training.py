@@ -133,8 +133,14 @@ class JobSerializer(serializers.ModelSerializer):
         if site is None:
             raise serializers.ValidationError({"site": "This field is required."})
         attrs["site"] = site
-        if self.instance is not None and site.pk != self.instance.site_id:
-            raise serializers.ValidationError({"site": "A job cannot move to another site."})
+        if self.instance is not None:
+            if site.pk != self.instance.site_id:
+                raise serializers.ValidationError({"site": "A job cannot move to another site."})
+            for name in ("scheduler", "scheduler_id"):
+                if name in attrs and attrs[name] != getattr(self.instance, name):
+                    raise serializers.ValidationError(
+                        {name: "A job's scheduler identity cannot change; register the other run as a new job."}
+                    )
         hostnames = attrs.get("nodes")
         if hostnames:
             elsewhere = sorted(
@@ -154,14 +160,20 @@ class JobSerializer(serializers.ModelSerializer):
         return attrs
 
     def save_job(self) -> tuple[Job, bool]:
-        """Create the job, or update the one with this scheduler id; return it and whether it is new."""
+        """Create the job, or update the one with this scheduler id; return it and whether it is new.
+
+        The row is locked and only the fields this request sets are written: the event writer keeps
+        the job's state columns current, and a save of every column from a copy read before a batch
+        landed would undo that batch.
+        """
         attrs = dict(self.validated_data)
         hostnames = attrs.pop("nodes", None)
         uuids = attrs.pop("gpus", None)
         with transaction.atomic():
-            job = self.instance
             created = False
-            if job is None:
+            if self.instance is not None:
+                job = Job.objects.select_for_update().get(pk=self.instance.pk)
+            else:
                 job, created = Job.objects.select_for_update().get_or_create(
                     site=attrs["site"],
                     scheduler=attrs.get("scheduler", Job._meta.get_field("scheduler").default),
@@ -169,15 +181,36 @@ class JobSerializer(serializers.ModelSerializer):
                     defaults=attrs,
                 )
             if not created:
-                for name, value in attrs.items():
-                    setattr(job, name, value)
-                job.save()
+                if "gang_size" in attrs and attrs["gang_size"] != job.gang_size and job.first_allocated_at:
+                    # Every hour already accounted is priced at the gang size: changing it would re-price them.
+                    raise serializers.ValidationError(
+                        {
+                            "gang_size": f"The job has run with {job.gang_size} GPUs; register a run with another "
+                            "gang size as a new job (another scheduler_id)."
+                        }
+                    )
+                changed = [name for name, value in attrs.items() if getattr(job, name) != value]
+                for name in changed:
+                    setattr(job, name, attrs[name])
+                if changed:
+                    job.save(update_fields=changed)
+            self.unknown_nodes: list[str] = []
             if hostnames is not None:
-                Node.objects.bulk_create([Node(site=job.site, hostname=h) for h in hostnames], ignore_conflicts=True)
-                job.nodes.set(Node.objects.filter(site=job.site, hostname__in=hostnames))
+                # Existing nodes only: a trainer in a pod knows its pod's name, which is not a node.
+                nodes = list(Node.objects.filter(site=job.site, hostname__in=hostnames))
+                self.unknown_nodes = sorted(set(hostnames) - {n.hostname for n in nodes})
+                job.nodes.set(nodes)
             if uuids is not None:
                 job.gpus.set(Gpu.objects.filter(uuid__in=uuids))
+        self.instance = job  # what the response shows: the row as written, not the copy read before
         return job, created
+
+    @property
+    def data(self) -> Any:
+        data = super().data
+        if getattr(self, "unknown_nodes", None):
+            data["unknown_nodes"] = self.unknown_nodes  # named, not stored: not nodes of this site's fleet
+        return data
 
 
 class JobViewSet(TrainingAPIMixin, mixins.UpdateModelMixin, mixins.DestroyModelMixin, viewsets.ReadOnlyModelViewSet):
@@ -202,10 +235,8 @@ class JobViewSet(TrainingAPIMixin, mixins.UpdateModelMixin, mixins.DestroyModelM
             if existing is not None:
                 self.check_object_permissions(request, existing)
         job, created = serializer.save_job()
-        job = self.get_queryset().get(pk=job.pk)
-        return Response(
-            self.get_serializer(job).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK
-        )
+        serializer.instance = self.get_queryset().get(pk=job.pk)
+        return Response(serializer.data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     def perform_update(self, serializer: JobSerializer) -> None:  # type: ignore[override]
         serializer.save_job()

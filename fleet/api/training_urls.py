@@ -1,7 +1,7 @@
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from fleet.api import training
+from fleet.api import training, training_dashboard
 
 app_name = "training-api"
 
@@ -11,5 +11,8 @@ router.register("jobs", training.JobViewSet)
 urlpatterns = [
     # No trailing slash, like the ingest doors: training clients post here at step rate.
     path("jobs/<int:pk>/events", training.JobEventsView.as_view(), name="job-events"),
+    # The training pages' snapshots (read-only; the live pushes move them forward).
+    path("overview", training_dashboard.TrainingOverviewView.as_view(), name="overview"),
+    path("jobs/<int:pk>/snapshot", training_dashboard.JobSnapshotView.as_view(), name="job-snapshot"),
     *router.urls,
 ]

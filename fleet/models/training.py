@@ -110,7 +110,11 @@ class JobEvent(models.Model):
 
     class Meta:
         db_table = "fleet_jobevent"
-        indexes = [models.Index(fields=["job", "ts", "seq"], name="jobevent_job_ts_idx")]
+        indexes = [
+            models.Index(fields=["job", "ts", "seq"], name="jobevent_job_ts_idx"),
+            # The job page's live push reads "events after seq N".
+            models.Index(fields=["job", "seq"], name="jobevent_job_seq_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.job_id}:{self.event_id} {self.kind} at {self.ts:%Y-%m-%d %H:%M:%S}"

@@ -29,7 +29,11 @@ from fleet.models.training import HOLDING_STATES
 from fleet.services.ingest import HOSTNAME_PATTERN, IngestError
 
 EVENT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,99}$"
-_BIG = 2**62
+# Bounds that keep every sum the accounts and pages take inside a bigint: 2**53 steps (exact in a
+# double), 2**40 tokens (a trillion) in one step, 8 PiB in one checkpoint.
+_MAX_STEP = 2**53
+_MAX_TOKENS = 2**40
+_MAX_BYTES = 2**53
 _WEEK_S = 7 * 86400.0
 
 EventKind = Literal[
@@ -51,13 +55,14 @@ class JobEventIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     id: Annotated[str, msgspec.Meta(pattern=EVENT_ID_PATTERN)]
     ts: Annotated[datetime, msgspec.Meta(tz=True)]
     kind: EventKind
-    step: Annotated[int, msgspec.Meta(ge=0, le=_BIG)] | None = None
-    tokens: Annotated[int, msgspec.Meta(ge=0, le=_BIG)] | None = None
+    step: Annotated[int, msgspec.Meta(ge=0, le=_MAX_STEP)] | None = None
+    tokens: Annotated[int, msgspec.Meta(ge=0, le=_MAX_TOKENS)] | None = None
     step_time_s: Annotated[float, msgspec.Meta(gt=0, le=_WEEK_S)] | None = None
     data_wait_s: Annotated[float, msgspec.Meta(ge=0, le=_WEEK_S)] | None = None
     duration_s: Annotated[float, msgspec.Meta(ge=0, le=_WEEK_S)] | None = None
-    bytes: Annotated[int, msgspec.Meta(ge=0, le=_BIG)] | None = None
-    reason: Annotated[str, msgspec.Meta(max_length=500)] | None = None
+    bytes: Annotated[int, msgspec.Meta(ge=0, le=_MAX_BYTES)] | None = None
+    # No NUL: PostgreSQL text cannot hold one (an exception's text can).
+    reason: Annotated[str, msgspec.Meta(max_length=500, pattern=r"^[^\x00]*$")] | None = None
     node: Annotated[str, msgspec.Meta(max_length=253, pattern=HOSTNAME_PATTERN)] | None = None
 
 
@@ -222,6 +227,7 @@ def check_job_events(job: Job, events: list[JobEventIn], *, now: datetime | None
     state = job.state
     last_ts = job.last_event_at
     last_step = job.last_step
+    saved: set[int] = set()  # checkpoint steps saved earlier in this batch
     for index, event in fresh:
         if event.ts > newest:
             raise _event_error(
@@ -265,11 +271,38 @@ def check_job_events(job: Job, events: list[JobEventIn], *, now: datetime | None
                     "(send a restored event with the checkpoint's step first).",
                 )
             last_step = event.step
+        elif event.kind == JobEventKind.CHECKPOINT_SAVED:
+            if event.step > (last_step or 0):  # type: ignore[operator]
+                raise _event_error(
+                    index,
+                    event.id,
+                    "step",
+                    f"a checkpoint of step {event.step}, but the job has reached step {last_step or 0}.",
+                )
+            saved.add(event.step)  # type: ignore[arg-type]
         elif event.kind == JobEventKind.RESTORED:
+            if event.step and event.step not in saved and event.step not in _saved_steps(job.pk, event.step):
+                raise _event_error(
+                    index,
+                    event.id,
+                    "step",
+                    f"no checkpoint of step {event.step} was saved for this job; restore from a saved "
+                    "checkpoint's step, or 0 for a fresh start.",
+                )
             last_step = event.step
         state = next_state(state, event.kind)
         last_ts = event.ts
     return [e for _, e in fresh]
+
+
+def _saved_steps(job_id: int, step: int) -> set[int]:
+    """{step} when the job has a stored checkpoint of that step, else the empty set."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT 1 FROM fleet_jobevent WHERE job_id = %s AND kind = %s AND step = %s LIMIT 1",
+            [job_id, JobEventKind.CHECKPOINT_SAVED, step],
+        )
+        return {step} if cursor.fetchone() else set()
 
 
 def _stored_ids(job_id: int, ids: list[str]) -> set[str]:

@@ -21,7 +21,7 @@ from django.contrib.auth.models import User
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from rest_framework.views import APIView
 
-from fleet.models import GpuState, Site
+from fleet.models import GpuState, Job, Site
 from incidents.services.engine import raise_finding
 from tests.browser.support import ARTIFACTS, BrowserLog, launch, wait_for, wait_until
 from tests.conftest import PASSWORD, make_sample
@@ -80,6 +80,13 @@ def _page_kwargs(incident_id: int) -> dict[str, dict[str, Any]]:
         "fleet:gpu_detail": {"uuid": GPU_UUID},
         "fleet:node_detail": {"hostname": HOSTNAME},
         "incidents:detail": {"pk": incident_id},
+        "training:job_detail": {
+            "pk": Job.objects.get_or_create(
+                site=Site.objects.order_by("pk").first(),
+                scheduler_id="every-page",
+                defaults={"name": "every-page", "team": "qa", "gang_size": 8},
+            )[0].pk
+        },
     }
 
 

@@ -263,6 +263,8 @@ RULES: dict[str, Rule] = {
     "fleet:targets": page(post=OPERATORS),  # fleet.add_scrapetarget
     "fleet:gpu_detail": page(target="gpu"),
     "fleet:node_detail": page(target="node"),
+    "training:dashboard": page(),
+    "training:job_detail": page(target="job"),
     "incidents:list": page(),
     "incidents:metrics": page(),
     "incidents:silences": page(post=OPERATORS),  # incidents.add_silence
@@ -332,6 +334,9 @@ RULES: dict[str, Rule] = {
     "api:training-api:job-list": Rule(Kind.API_AND_AGENT, {"GET": EVERY_ROLE, "POST": OPERATORS}),
     "api:training-api:job-detail": api(patch=OPERATORS, delete=ADMINS, target="job"),
     "api:training-api:job-events": Rule(Kind.API_AND_AGENT, {"POST": OPERATORS}, "job"),
+    # the training pages' snapshots: reads for any role
+    "api:training-api:overview": api(),
+    "api:training-api:job-snapshot": api(target="job"),
     # the schema and its docs need a role, like the API they describe
     "schema": api(),
     "api-docs": api(),

@@ -46,6 +46,9 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=8000)
         parser.add_argument("--gpus", type=int, default=None, help="Limit the simulated fleet (default 384 GPUs)")
         parser.add_argument("--interval", type=float, default=5.0, help="Seconds between simulated samples")
+        parser.add_argument(
+            "--jobs", type=int, default=8, help="Simulated training jobs (default 8; 0 turns training off)"
+        )
         parser.add_argument("--no-simulator", action="store_true", help="Serve the console without the simulator")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -126,6 +129,7 @@ class Command(BaseCommand):
                 url=url,
                 gpus=options["gpus"],
                 interval=options["interval"],
+                jobs=options["jobs"],
                 quiet=True,
                 stop_event=stop,
                 stdout=self.stdout,

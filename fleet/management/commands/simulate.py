@@ -17,6 +17,7 @@ from console.models import AgentToken, hash_secret
 from fleet.choices import Interconnect
 from fleet.models import Node, Rack, Site
 from fleet.simulator import DEFAULT_SEED, DEFAULT_SITES, FleetSimulator, Poster, build_fleet, utcnow
+from fleet.simulator_training import TrainingSimulator
 
 TOKEN_PREFIX = "simulator"
 NODES_PER_RACK = 4
@@ -39,6 +40,19 @@ class Command(BaseCommand):
             default=0.05,
             help="Faults per GPU-hour (XID 79, double-bit ECC, thermal throttling); default 0.05",
         )
+        parser.add_argument(
+            "--jobs",
+            type=int,
+            default=8,
+            help="Training jobs on the training nodes, with a scripted hang, data-loader stall, straggler "
+            "and preemption (default 8; 0 turns training off)",
+        )
+        parser.add_argument(
+            "--job-failure-rate",
+            type=float,
+            default=0.01,
+            help="Training job failures per GPU-hour of a job's gang (default 0.01)",
+        )
         parser.add_argument("--duration", type=float, default=None, help="Stop after this many seconds")
         parser.add_argument("--ticks", type=int, default=None, help="Stop after this many sampling rounds")
         parser.add_argument(
@@ -54,6 +68,8 @@ class Command(BaseCommand):
         self.stop_event: threading.Event = options.get("stop_event") or threading.Event()
         if options["interval"] <= 0:
             raise CommandError("--interval must be positive")
+        if options["jobs"] < 0:
+            raise CommandError("--jobs must be 0 or more")
         fleet = build_fleet(DEFAULT_SITES, gpu_limit=options["gpus"], seed=options["seed"])
         try:
             tokens = self._prepare_inventory(fleet, seed=options["seed"])
@@ -67,6 +83,18 @@ class Command(BaseCommand):
             fleet, fault_rate_per_gpu_hour=options["fault_rate"], interval=options["interval"], seed=options["seed"]
         )
         poster = Poster(options["url"], tokens, sleep=self.stop_event.wait)
+        training = None
+        if options["jobs"]:
+            training = TrainingSimulator(
+                sim,
+                poster,
+                jobs=options["jobs"],
+                seed=options["seed"],
+                failure_rate_per_gpu_hour=options["job_failure_rate"],
+                # Event ids are unique per run: a restarted simulator continues its jobs with new ones.
+                run=f"r{int(time.time()):x}",
+                log=lambda message: self.stdout.write(f"  training: {message}"),
+            )
         total = sum(len(g) for g in fleet.values())
         self.stdout.write(
             f"Simulating {total} GPUs on {sum(1 for g in fleet.values() if g)} sites every {options['interval']:g} s "
@@ -76,6 +104,11 @@ class Command(BaseCommand):
         while not self.stop_event.is_set():
             tick_start = time.monotonic()
             self._tick(sim, poster, tick, quiet=options["quiet"])
+            if training is not None:
+                training.tick(utcnow())
+                for rejected in training.rejected:
+                    self.stderr.write(f"training events rejected: {rejected}")
+                training.rejected.clear()
             tick += 1
             if options["ticks"] is not None and tick >= options["ticks"]:
                 break

@@ -3,6 +3,7 @@ field; a retried event is stored once; agent tokens write their own site's jobs 
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from fleet.models import Job, JobEvent
+from fleet.models import Job, JobEvent, Node
 from tests.fleet.training.conftest import post_events, register_job
 
 pytestmark = pytest.mark.django_db
@@ -35,11 +36,16 @@ def _step(n: int, seconds: float, **extra: Any) -> dict[str, Any]:
 
 
 def test_an_agent_registers_a_job_of_its_site_and_reregistering_updates_it(token_a: str, site_a: Any) -> None:
+    Node.objects.create(site=site_a, hostname="gpu-a-001")
+    Node.objects.create(site=site_a, hostname="gpu-a-002")
     client = Client()
-    first = register_job(client, token_a, nodes=["gpu-a-001", "gpu-a-002"])
+    first = register_job(client, token_a, nodes=["gpu-a-001", "gpu-a-002", "trainer-pod-7f9c"])
     assert first.status_code == 201, first.content
     assert first.json()["site"] == site_a.name
+    # Known nodes are linked; a pod's name is named back, not added to the fleet's inventory.
     assert first.json()["nodes"] == ["gpu-a-001", "gpu-a-002"]
+    assert first.json()["unknown_nodes"] == ["trainer-pod-7f9c"]
+    assert not Node.objects.filter(hostname="trainer-pod-7f9c").exists()
     again = register_job(client, token_a, gang_size=32)
     assert again.status_code == 200
     assert again.json()["id"] == first.json()["id"]
@@ -126,7 +132,8 @@ def test_a_step_going_back_needs_a_restore(token_a: str) -> None:
     client = Client()
     job_id = register_job(client, token_a).json()["id"]
     _start(job_id, client, token_a)
-    assert post_events(client, job_id, [_step(10, 60)], token_a).status_code == 200
+    checkpoint = {"id": "c3", "ts": _now(55), "kind": "checkpoint_saved", "step": 3, "duration_s": 1}
+    assert post_events(client, job_id, [_step(3, 50), checkpoint, _step(10, 60)], token_a).status_code == 200
     back = post_events(client, job_id, [{**_step(4, 70), "id": "late-4"}], token_a)
     assert back.status_code == 400 and back.json()["field"] == "step"
     restored = post_events(
@@ -172,3 +179,70 @@ def test_people_write_with_the_operator_role_and_read_with_any(
     assert post_events(operator_client, job_id, [{"id": "a1", "ts": _now(0), "kind": "allocated"}]).status_code == 200
     listed = viewer_client.get("/api/v1/training/jobs/?state=allocated")
     assert listed.status_code == 200 and listed.json()["count"] == 1
+
+
+def test_a_checkpoint_ahead_of_the_steps_and_a_restore_of_no_checkpoint_are_refused(token_a: str) -> None:
+    client = Client()
+    job_id = register_job(client, token_a).json()["id"]
+    _start(job_id, client, token_a)
+    ahead = {"id": "c1", "ts": _now(70), "kind": "checkpoint_saved", "step": 999_999, "duration_s": 1}
+    response = post_events(client, job_id, [_step(1, 60), ahead], token_a)
+    assert response.status_code == 400 and response.json()["field"] == "step"
+    assert "reached step 1" in response.json()["error"]
+    never_saved = {"id": "r1", "ts": _now(80), "kind": "restored", "step": 5000}
+    response = post_events(client, job_id, [_step(1, 60), never_saved], token_a)
+    assert response.status_code == 400 and "no checkpoint of step 5000" in response.json()["error"]
+    fresh_start = {"id": "r0", "ts": _now(80), "kind": "restored", "step": 0}
+    assert post_events(client, job_id, [_step(1, 60), fresh_start], token_a).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [({"reason": "NCCL\u0000timeout"}, "reason"), ({"tokens": 2**41}, "tokens"), ({"step": 2**60}, "step")],
+)
+def test_values_the_database_or_the_sums_could_not_hold_are_400s(
+    token_a: str, extra: dict[str, Any], field: str
+) -> None:
+    client = Client()
+    job_id = register_job(client, token_a).json()["id"]
+    _start(job_id, client, token_a)
+    kind = "failed" if field == "reason" else "step"
+    event = {"id": "x", "ts": _now(60), "kind": kind, **({"step": 1, "step_time_s": 1.0} if kind == "step" else {})}
+    body = json.dumps({"events": [{**event, **extra}]})  # a NUL goes as the JSON escape \\u0000
+    response = client.post(
+        f"/api/v1/training/jobs/{job_id}/events",
+        body,
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {token_a}",
+    )
+    assert response.status_code == 400, response.content
+    assert response.json()["field"] == field
+    assert JobEvent.objects.filter(job_id=job_id).count() == 2
+
+
+def test_editing_a_job_keeps_what_its_events_wrote(operator_client: Client, token_a: str) -> None:
+    client = Client()
+    job_id = register_job(client, token_a).json()["id"]
+    _start(job_id, client, token_a)
+    assert post_events(client, job_id, [_step(1, 60)], token_a).status_code == 200
+    patched = operator_client.patch(
+        f"/api/v1/training/jobs/{job_id}/", json.dumps({"checkpoint_interval_s": 600}), content_type="application/json"
+    )
+    assert patched.status_code == 200, patched.content
+    job = Job.objects.get(pk=job_id)
+    assert (job.checkpoint_interval_s, job.state, job.last_step, job.events_seen) == (600, "running", 1, 3)
+    assert patched.json()["state"] == "running"
+
+
+def test_a_jobs_identity_and_its_past_gang_size_cannot_be_changed(operator_client: Client, token_a: str) -> None:
+    client = Client()
+    job_id = register_job(client, token_a).json()["id"]
+    other = register_job(client, token_a, scheduler_id="default/other").json()["id"]
+    assert other != job_id
+    url = f"/api/v1/training/jobs/{job_id}/"
+    clash = operator_client.patch(url, json.dumps({"scheduler_id": "default/other"}), content_type="application/json")
+    assert clash.status_code == 400 and "scheduler_id" in clash.json()
+    _start(job_id, client, token_a)
+    regang = register_job(client, token_a, gang_size=64)
+    assert regang.status_code == 400 and "gang_size" in regang.json()
+    assert Job.objects.get(pk=job_id).gang_size == 16

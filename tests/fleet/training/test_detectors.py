@@ -1,0 +1,375 @@
+"""Training detectors: hang, data-loader stall, straggler, checkpoint overdue, failed job, and a
+GPU fault on a job's node joining the job's incident. Events go through the HTTP door as a
+training client sends them; GPU samples through the telemetry writer."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.test import Client
+from django.utils import timezone
+
+from fleet.models import Site
+from fleet.services.telemetry import store_gpu_samples
+from incidents.detectors import run_detectors
+from incidents.models import Finding, Incident
+from tests.fleet.telemetry.test_rollups_and_retention import sample
+from tests.fleet.training.conftest import post_events, register_job
+from tests.fleet.training.test_simulator import make_world, start_time
+
+pytestmark = pytest.mark.django_db
+
+TRAINING = [
+    "training-hang",
+    "training-data-stall",
+    "training-straggler",
+    "training-checkpoint-overdue",
+    "training-job-failed",
+]
+_keys = itertools.count()
+
+
+@pytest.fixture
+def t0() -> datetime:
+    """Two hours ago, to the second: events and samples are stamped from here, detectors run at
+    explicit times after it (the door takes events up to a week old)."""
+    return timezone.now().replace(microsecond=0) - timedelta(hours=2)
+
+
+def gpu_uuid(host: str, index: int) -> str:
+    return f"GPU-{abs(hash(host)) % 10**8:08d}-{index:04d}"
+
+
+def telemetry(site: Site, hosts: list[str], start: datetime, end: datetime, every: float = 30, **values: Any) -> None:
+    """Samples for every GPU (8 per host) from start to end, with ``values`` (under "all")."""
+    rows = []
+    t = start
+    while t <= end:
+        for host in hosts:
+            per_host = values.get("all", {})
+            for i in range(8):
+                rows.append(sample(gpu_uuid=gpu_uuid(host, i), hostname=host, gpu_index=i, ts=t, **per_host))
+        t += timedelta(seconds=every)
+    store_gpu_samples(site_id=site.id, batch_key=f"t{next(_keys)}", samples=rows)
+
+
+def new_job(client: Client, token: str, site: Site, hosts: list[str], t: datetime, **fields: Any) -> int:
+    """A job on whole hosts (their GPUs registered by one telemetry sample first)."""
+    telemetry(site, hosts, t - timedelta(hours=1), t - timedelta(hours=1))
+    response = register_job(
+        client,
+        token,
+        gang_size=8 * len(hosts),
+        nodes=hosts,
+        gpus=[gpu_uuid(h, i) for h in hosts for i in range(8)],
+        scheduler_id=f"default/{next(_keys)}",
+        **fields,
+    )
+    assert response.status_code == 201, response.content
+    return int(response.json()["id"])
+
+
+class Events:
+    """A job's events as a client builds them, posted through the door."""
+
+    def __init__(self, client: Client, token: str, job_id: int, t0: datetime) -> None:
+        self.client, self.token, self.job_id, self.t0 = client, token, job_id, t0
+        self.n = 0
+        self.step = 0
+
+    def send(self, *events: tuple[float, str, dict[str, Any]]) -> None:
+        body = []
+        for seconds, kind, fields in events:
+            self.n += 1
+            body.append({"id": f"e{self.n}", "ts": (self.t0 + timedelta(seconds=seconds)).isoformat(), "kind": kind})
+            body[-1].update(fields)
+        response = post_events(self.client, self.job_id, body, self.token)
+        assert response.status_code == 200, response.content
+
+    def start(self, at: float = 0) -> None:
+        self.send((at, "allocated", {}), (at + 10, "started", {}))
+
+    def steps(
+        self, first_end: float, count: int, step_time: float, wait: float = 0.0, nodes: dict[str, float] | None = None
+    ) -> float:
+        """``count`` steps, one every step_time seconds, the first ending at first_end; with
+        ``nodes`` each node reports every step with its own step time. Returns the last step's end."""
+        events = []
+        end = first_end
+        for k in range(count):
+            self.step += 1
+            end = first_end + k * step_time
+            for j, (node, own) in enumerate((nodes or {"": step_time}).items()):
+                fields: dict[str, Any] = {"step": self.step, "step_time_s": own, "data_wait_s": wait}
+                if node:
+                    fields["node"] = node
+                events.append((end + j / 1000, "step", fields))
+        for chunk in range(0, len(events), 400):
+            self.send(*events[chunk : chunk + 400])
+        return end
+
+
+def at(t0: datetime, seconds: float) -> datetime:
+    return t0 + timedelta(seconds=seconds)
+
+
+def firing(detector: str) -> list[Finding]:
+    return list(Finding.objects.filter(source=f"detector:{detector}", status="firing"))
+
+
+# --- hang ----------------------------------------------------------------------------------------
+
+
+def test_a_hang_opens_an_incident_within_two_cycles_while_its_gpus_show_100_percent_and_resolves(
+    site_a: Site, token_a: str, t0: datetime
+) -> None:
+    client = Client()
+    hosts = ["h-001", "h-002"]
+    job_id = new_job(client, token_a, site_a, hosts, t0)
+    ev = Events(client, token_a, job_id, t0)
+    ev.start()
+    last = ev.steps(first_end=12, count=100, step_time=2.0)  # steps every 2 s; the last ends at 210 s
+    assert last == 210
+    # NCCL spins: the job's 16 GPUs report 100 % through the hang.
+    telemetry(site_a, hosts, at(t0, 200), at(t0, 600), every=15, all={"gpu_util": 100.0, "sm_active": 0.98})
+    # Threshold: max(10 x median step time 2 s, 300 s) = 300 s after the last step: at 510 s.
+    cycle = settings.DETECTOR_INTERVAL_SECONDS
+    run_detectors(now=at(t0, 505), only=TRAINING)
+    assert not Finding.objects.exists()  # 295 s without a step: below the threshold
+    run_detectors(now=at(t0, 510 + cycle), only=TRAINING)
+    run_detectors(now=at(t0, 510 + 2 * cycle), only=TRAINING)
+    (finding,) = firing("training-hang")
+    incident = Incident.objects.get()
+    assert finding.incident == incident and incident.severity == "SEV2"
+    assert incident.group_key == f"job={job_id}"
+    assert incident.labels["job"] == str(job_id) and incident.labels["team"] == "foundation"
+    assert finding.started_at == at(t0, 210)  # the last progress
+    stalled = 510 + 2 * cycle - 210
+    assert finding.impact["gpus"] == 16
+    assert finding.impact["gpu_hours_held"] == round(16 * stalled / 3600, 3)  # 16 GPUs x the stalled time
+    assert "100 % utilisation" in finding.summary
+    assert incident.gpu_hours_lost == pytest.approx(16 * stalled / 3600, abs=1e-3)
+    # Steps resume: the finding clears.
+    ev.steps(first_end=560, count=5, step_time=2.0)
+    run_detectors(now=at(t0, 575), only=TRAINING)
+    finding.refresh_from_db()
+    assert finding.status == "cleared"
+    assert Incident.objects.get().auto_resolve_at is not None
+
+
+def test_a_slow_job_between_steps_is_not_a_hang(site_a: Site, token_a: str, t0: datetime) -> None:
+    client = Client()
+    job_id = new_job(client, token_a, site_a, ["s-001"], t0)
+    ev = Events(client, token_a, job_id, t0)
+    ev.start()
+    last = ev.steps(first_end=70, count=10, step_time=60.0)  # 60 s steps: threshold 10 x 60 = 600 s
+    run_detectors(now=at(t0, last + 550), only=TRAINING)
+    assert not firing("training-hang")
+    run_detectors(now=at(t0, last + 601), only=TRAINING)
+    assert len(firing("training-hang")) == 1
+
+
+def test_a_job_that_ended_is_not_hung(site_a: Site, token_a: str, t0: datetime) -> None:
+    client = Client()
+    job_id = new_job(client, token_a, site_a, ["e-001"], t0)
+    ev = Events(client, token_a, job_id, t0)
+    ev.start()
+    last = ev.steps(first_end=12, count=10, step_time=2.0)
+    ev.send((last + 1, "completed", {}), (last + 2, "released", {}))
+    run_detectors(now=at(t0, last + 3600), only=TRAINING)
+    assert not Finding.objects.exists()
+
+
+# --- data stall ----------------------------------------------------------------------------------
+
+
+def test_a_starved_data_loader_with_idle_gpus_is_detected(site_a: Site, token_a: str, t0: datetime) -> None:
+    client = Client()
+    starved = new_job(client, token_a, site_a, ["d-001"], t0, name="starved")
+    busy = new_job(client, token_a, site_a, ["d-002"], t0, name="busy")
+    for job_id in (starved, busy):
+        ev = Events(client, token_a, job_id, t0)
+        ev.start()
+        # 150 steps of 4 s, 2 s of each waiting for data, ending at 14 + 149 x 4 = 610 s.
+        ev.steps(first_end=14, count=150, step_time=4.0, wait=2.0)
+    telemetry(site_a, ["d-001"], at(t0, 10), at(t0, 610), all={"gpu_util": 35.0})
+    telemetry(site_a, ["d-002"], at(t0, 10), at(t0, 610), all={"gpu_util": 96.0})
+    run_detectors(now=at(t0, 610), only=TRAINING)
+    (finding,) = firing("training-data-stall")
+    assert finding.labels["job"] == str(starved)  # the busy GPUs say the wait is not starving them
+    assert finding.severity == "SEV3" and "50%" in finding.summary and "35 % utilisation" in finding.summary
+    # Window (0 s, 610 s]: steps ending 14..610 s, the first began at 10 s: 600 s span.
+    # 8 GPUs x 0.5 wait fraction x 600 s = 2400 GPU-s = 0.667 GPU-hours.
+    assert finding.impact["gpu_hours_lost"] == round(8 * 0.5 * 600 / 3600, 3)
+    assert finding.impact["data_wait_fraction"] == 0.5
+
+
+def test_a_stall_needs_five_minutes_of_steps_and_a_high_fraction(site_a: Site, token_a: str, t0: datetime) -> None:
+    client = Client()
+    short = Events(client, token_a, new_job(client, token_a, site_a, ["q-001"], t0), t0)
+    short.start()
+    short.steps(first_end=14, count=50, step_time=4.0, wait=2.0)  # 200 s of steps: not yet sustained
+    light = Events(client, token_a, new_job(client, token_a, site_a, ["q-002"], t0), t0)
+    light.start()
+    light.steps(first_end=14, count=50, step_time=4.0, wait=0.4)  # 10 % waiting
+    run_detectors(now=at(t0, 214), only=TRAINING)
+    assert not firing("training-data-stall")
+    # Without telemetry the fraction alone decides, once sustained.
+    short.steps(first_end=218, count=30, step_time=4.0, wait=2.0)  # to 334 s: steps span 10..334 s
+    run_detectors(now=at(t0, 334), only=TRAINING)
+    assert [f.labels["job"] for f in firing("training-data-stall")] == [str(short.job_id)]
+
+
+# --- straggler -----------------------------------------------------------------------------------
+
+
+def test_a_node_with_longer_steps_is_a_straggler(site_a: Site, token_a: str, t0: datetime) -> None:
+    client = Client()
+    hosts = ["g-001", "g-002", "g-003"]
+    job_id = new_job(client, token_a, site_a, hosts, t0)
+    ev = Events(client, token_a, job_id, t0)
+    ev.start()
+    # The gang runs at the pace of g-003, whose steps take 4.2 s: 1.4 x its peers' median (3.0 s).
+    ev.steps(first_end=15, count=60, step_time=4.2, nodes={"g-001": 3.0, "g-002": 3.0, "g-003": 4.2})
+    run_detectors(now=at(t0, 300), only=TRAINING)
+    (finding,) = firing("training-straggler")
+    assert finding.labels["hostname"] == "g-003" and finding.labels["job"] == str(job_id)
+    assert "median step 4.20 s vs 3.00 s" in finding.summary
+    assert finding.impact["slowdown"] == 1.4
+    # 24 GPUs x (1 - 1/1.4) of the 10-minute window.
+    assert finding.impact["gpu_hours_lost"] == round(24 * (1 - 1 / 1.4) * 600 / 3600, 3)
+
+
+def test_a_node_whose_gpus_are_far_less_active_is_a_straggler(site_a: Site, token_a: str, t0: datetime) -> None:
+    client = Client()
+    hosts = ["m-001", "m-002", "m-003"]
+    job_id = new_job(client, token_a, site_a, hosts, t0)
+    ev = Events(client, token_a, job_id, t0)
+    ev.start()
+    ev.steps(first_end=13, count=100, step_time=3.0)  # steps without a node: only telemetry can tell
+    busy = {"gpu_util": 97.0, "sm_active": 0.9}
+    telemetry(site_a, ["m-001", "m-002"], at(t0, 0), at(t0, 300), all=busy)
+    # m-003's GPUs: 60 % SM activity vs 90 % on its peers: 0.67 x, under the 0.7 x line.
+    telemetry(site_a, ["m-003"], at(t0, 1), at(t0, 301), all={"gpu_util": 95.0, "sm_active": 0.6})
+    run_detectors(now=at(t0, 310), only=TRAINING)
+    (finding,) = firing("training-straggler")
+    assert finding.labels["hostname"] == "m-003"
+    assert "SM activity 60 % vs 90 %" in finding.summary
+
+
+def test_nodes_within_the_ratios_are_not_stragglers(site_a: Site, token_a: str, t0: datetime) -> None:
+    client = Client()
+    hosts = ["n-001", "n-002"]
+    job_id = new_job(client, token_a, site_a, hosts, t0)
+    ev = Events(client, token_a, job_id, t0)
+    ev.start()
+    ev.steps(first_end=14, count=60, step_time=3.8, nodes={"n-001": 3.0, "n-002": 3.8})  # 1.27 x: under 1.3
+    telemetry(site_a, ["n-001"], at(t0, 0), at(t0, 200), all={"sm_active": 0.9})
+    telemetry(site_a, ["n-002"], at(t0, 1), at(t0, 201), all={"sm_active": 0.72})  # 0.8 x: above 0.7
+    run_detectors(now=at(t0, 210), only=TRAINING)
+    assert not firing("training-straggler")
+
+
+# --- checkpoint overdue --------------------------------------------------------------------------
+
+
+def test_a_checkpoint_overdue_for_twice_its_interval(site_a: Site, token_a: str, t0: datetime) -> None:
+    client = Client()
+    job_id = new_job(client, token_a, site_a, ["c-001"], t0, checkpoint_interval_s=600)
+    ev = Events(client, token_a, job_id, t0)
+    ev.start()
+    ev.steps(first_end=15, count=50, step_time=5.0)  # to 260 s
+    ev.send((300, "checkpoint_saved", {"step": 50, "duration_s": 20}))
+    ev.steps(first_end=305, count=250, step_time=5.0)  # to 1550 s: steps keep coming
+    run_detectors(now=at(t0, 1500), only=["training-checkpoint-overdue"])
+    assert not Finding.objects.exists()  # 1200 s since the checkpoint: not over 2 x 600 s yet
+    run_detectors(now=at(t0, 1510), only=["training-checkpoint-overdue"])
+    (finding,) = firing("training-checkpoint-overdue")
+    assert finding.started_at == at(t0, 1500)
+    # 8 GPUs x 1210 s since the checkpoint at 300 s.
+    assert finding.impact["gpu_hours_at_risk"] == round(8 * 1210 / 3600, 3)
+
+
+# --- a failed job and the GPU fault that killed it -----------------------------------------------
+
+
+def test_a_failed_job_and_the_xid_79_on_its_node_are_one_incident_with_the_jobs_gpu_hours(
+    site_a: Site, token_a: str, t0: datetime
+) -> None:
+    client = Client()
+    job_id = new_job(client, token_a, site_a, ["x-001"], t0)
+    ev = Events(client, token_a, job_id, t0)
+    ev.start()
+    ev.steps(first_end=14, count=146, step_time=4.0)  # to 594 s
+    ev.send((600, "checkpoint_saved", {"step": 146, "duration_s": 10}))
+    ev.steps(first_end=604, count=150, step_time=4.0)  # to 1200 s
+    ev.send((1210, "failed", {"reason": "CUDA error: GPU has fallen off the bus"}))
+    # GPU 3 of the job's node reports XID 79 from 1205 s; the detectors run at 1230 s.
+    telemetry(site_a, ["x-001"], at(t0, 1100), at(t0, 1190))
+    xid = [
+        sample(gpu_uuid=gpu_uuid("x-001", 3), hostname="x-001", gpu_index=3, ts=at(t0, s), xid=79) for s in (1205, 1220)
+    ]
+    store_gpu_samples(site_id=site_a.id, batch_key="xid", samples=xid)
+    run_detectors(now=at(t0, 1230), only=["critical-xid", "training-job-failed"])
+
+    incident = Incident.objects.get()
+    failed, gpu_fault = (
+        Finding.objects.get(source="detector:training-job-failed"),
+        Finding.objects.get(source="detector:critical-xid"),
+    )
+    assert failed.incident == gpu_fault.incident == incident
+    assert incident.group_key == f"job={job_id}"
+    # Lost: 8 GPUs x (failure at 1210 s - checkpoint at 600 s) = 4880 GPU-s = 1.356 GPU-hours.
+    lost = round(8 * 610 / 3600, 3)
+    assert failed.impact["gpu_hours_lost"] == lost and failed.impact["gpus"] == 8
+    assert failed.started_at == at(t0, 1210)
+    assert gpu_fault.labels["job"] == str(job_id) and gpu_fault.labels["job_name"] == "llama-70b-pretrain"
+    assert gpu_fault.impact["job_gpus"] == 8 and gpu_fault.impact["gpu_hours_at_risk"] == lost
+    assert gpu_fault.impact["gpu_uuids"] and len(gpu_fault.impact["gpu_uuids"]) == 8  # the node drains
+    assert incident.gpu_hours_lost == pytest.approx(lost)
+    assert incident.affected_gpus == 8  # the job's GPUs are the node's: counted once
+    # The job restarts: the failure finding clears (the incident keeps its GPU-hours).
+    ev.send((1300, "started", {}), (1330, "restored", {"step": 146, "duration_s": 30}))
+    run_detectors(now=at(t0, 1340), only=["training-job-failed"])
+    failed.refresh_from_db()
+    assert failed.status == "cleared"
+
+
+def test_a_job_released_after_failing_stays_failed_for_30_minutes(site_a: Site, token_a: str, t0: datetime) -> None:
+    client = Client()
+    job_id = new_job(client, token_a, site_a, ["f-001"], t0)
+    ev = Events(client, token_a, job_id, t0)
+    ev.start()
+    ev.steps(first_end=20, count=10, step_time=1.0)
+    ev.send((100, "failed", {"reason": "OOM"}), (160, "released", {}))
+    run_detectors(now=at(t0, 1000), only=TRAINING)
+    (finding,) = firing("training-job-failed")
+    # Never checkpointed: lost from the attempt's start (started at 10 s) to the failure at 100 s.
+    assert finding.impact["gpu_hours_lost"] == round(8 * 90 / 3600, 3)
+    run_detectors(now=at(t0, 100 + 1801), only=TRAINING)
+    assert not firing("training-job-failed")
+
+
+def test_a_gpu_fault_on_a_node_without_a_job_keeps_its_node_grouping(site_a: Site, t0: datetime) -> None:
+    now = timezone.now()
+    xid = [sample(gpu_uuid=gpu_uuid("z-001", 1), hostname="z-001", gpu_index=1, ts=now, xid=79)]
+    store_gpu_samples(site_id=site_a.id, batch_key="xid-z", samples=xid)
+    run_detectors(now=now, only=["critical-xid"])
+    incident = Incident.objects.get()
+    assert incident.group_key == "node=z-001" and "job" not in incident.labels
+
+
+# --- the simulator's healthy jobs ----------------------------------------------------------------
+
+
+def test_twenty_healthy_simulated_jobs_over_an_hour_raise_nothing() -> None:
+    world = make_world(jobs=20, seed=21, scenarios=False, failure_rate=0.0)
+    assert len(world.training.jobs) == 20 and len({n for j in world.training.jobs for n in j.nodes}) >= 20
+    world.run(start_time(), 60)  # the detectors run every simulated minute
+    assert world.training.rejected == [] and world.training.accepted > 20_000
+    assert dict(world.fired) == {}
+    assert not Finding.objects.exists()
