@@ -53,6 +53,11 @@ JOB_KILLING_FAULTS = {
     "dbe": "CUDA error: uncorrectable ECC error encountered",
 }
 NCCL_TIMEOUT = "NCCL watchdog: collective operation (ALLREDUCE) timed out after 600000 ms"
+SCHEDULER = "kueue"
+# The simulator's scheduler ids: sim-<seed>/job-<n>, and .<run> after one its registration refused.
+SIMULATED_ID = r"^sim-[0-9]+/job-[0-9]+(\.[A-Za-z0-9]+)?$"
+MAX_BUFFERED_EVENTS = 5000  # about 50 minutes of a 4-node job's steps while the console is away
+CHUNK = 500
 
 
 class Sender(Protocol):
@@ -93,6 +98,10 @@ class SimJob:
     restores: list[int] = field(default_factory=list)  # the steps restored from
     needs_restore: bool = False  # the next attempt restores the last checkpoint
     preempted_once: bool = False
+    # A checkpoint whose save ends after the tick's now: sent once the clock reaches its end.
+    pending_checkpoint: dict[str, Any] | None = None
+    renamed: bool = False  # registered under scheduler_id + "." + run after a refusal
+    dropped: int = 0  # step events dropped while the console was away (the buffer was full)
 
     @property
     def gang(self) -> int:
@@ -116,6 +125,7 @@ class TrainingSimulator:
         flush_interval_s: float = 15.0,
         run: str = "",
         log: Callable[[str], None] | None = None,
+        max_buffered_events: int = MAX_BUFFERED_EVENTS,
     ) -> None:
         self.fleet_sim = fleet_sim
         self.sender = sender
@@ -124,6 +134,7 @@ class TrainingSimulator:
         self.flush_interval = timedelta(seconds=flush_interval_s)
         self.run = run or "r0"
         self.log = log or (lambda message: None)
+        self.max_buffered = max_buffered_events
         self.started_at: datetime | None = None
         self.rejected: list[str] = []  # 4xx answers: a bug in the simulator or the door
         self.accepted = 0
@@ -168,7 +179,7 @@ class TrainingSimulator:
                     site=site,
                     name=f"{MODELS[n % len(MODELS)]}-{n + 1:02d}",
                     team=TEAMS[n % len(TEAMS)],
-                    scheduler_id=f"sim-{seed}/job-{n + 1:02d}",
+                    scheduler_id=simulated_scheduler_id(seed, n),
                     nodes=taken,
                     gpus=gpus,
                     step_time_s=step,
@@ -187,7 +198,7 @@ class TrainingSimulator:
         if self.started_at is None:
             self.started_at = now
         for job in self.jobs:
-            if job.job_id is None and not self._register(job, now):
+            if job.phase == "abandoned" or (job.job_id is None and not self._register(job, now)):
                 continue
             self._advance(job, now)
             self._set_telemetry(job, now)
@@ -216,10 +227,22 @@ class TrainingSimulator:
             "gpus": [g.uuid for g in job.gpus],
             "priority_tier": "preemptible" if job.scenario == "preempt" else "reserved",
             "checkpoint_interval_s": job.checkpoint_interval_s,
-            "scheduler": "kueue",
+            "scheduler": SCHEDULER,
             "scheduler_id": job.scheduler_id,
         }
         response = self.sender.send(job.site, "/api/v1/training/jobs/", body)
+        if response is not None and 400 <= response.status_code < 500 and "Unknown GPUs" not in _text(response):
+            # Refused for good (the job ran with another gang size, say): retrying the same request
+            # would be refused forever. Register the run as a new job, under a new scheduler id.
+            detail = f"HTTP {response.status_code} {_text(response)[:300]}"
+            if job.renamed:
+                self.rejected.append(f"{job.name}: registration {detail}")
+                self.log(f"job {job.name}: registration refused again ({detail}); job abandoned")
+                job.phase = "abandoned"
+                return False
+            job.scheduler_id, job.renamed = f"{job.scheduler_id}.{self.run}", True
+            self.log(f"job {job.name}: registration refused ({detail}); registering as {job.scheduler_id}")
+            return self._register(job, now)
         if response is None or response.status_code not in (200, 201):
             # The GPUs' first telemetry may still be on its way (unknown GPUs): try next round.
             status = "no answer" if response is None else f"HTTP {response.status_code}"
@@ -246,19 +269,42 @@ class TrainingSimulator:
     def _flush(self, job: SimJob, now: datetime) -> None:
         events, job.events = job.events, []
         job.sent_at = now
-        for start in range(0, len(events), 500):
-            chunk = events[start : start + 500]
+        for start in range(0, len(events), CHUNK):
+            chunk = events[start : start + CHUNK]
             response = self.sender.send(job.site, f"/api/v1/training/jobs/{job.job_id}/events", {"events": chunk})
             if response is None:
                 # The console is away (the poster gave up after its retries): keep the events, in
                 # order, for the next round, as a buffered client does.
-                self.log(f"job {job.name}: events undelivered; kept for the next round")
                 job.events = events[start:] + job.events
+                self._cap_buffer(job)
+                self.log(f"job {job.name}: events undelivered; {len(job.events)} kept for the next round")
                 return
             if response.status_code >= 400:
-                self.rejected.append(f"{job.name}: HTTP {response.status_code} {_text(response)[:300]}")
-            else:
-                self.accepted += len(chunk)
+                # The door refused the chunk whole. The chunks after it build on it (steps after its
+                # allocated, a restore of its checkpoint): sending them would only be refused in turn.
+                left = len(events) - start
+                detail = f"HTTP {response.status_code} {_text(response)[:300]}"
+                self.rejected.append(f"{job.name}: {detail}")
+                self.log(f"job {job.name}: events refused ({detail}); {left} events dropped")
+                return
+            self.accepted += len(chunk)
+
+    def _cap_buffer(self, job: SimJob) -> None:
+        """Keep at most max_buffered events: drop the oldest steps, never a lifecycle event (nor a
+        step a buffered checkpoint names: the door refuses a checkpoint of a step not reached)."""
+        excess = len(job.events) - self.max_buffered
+        if excess <= 0:
+            return
+        named = {e["step"] for e in job.events if e["kind"] == "checkpoint_saved"}
+        kept: list[dict[str, Any]] = []
+        for event in job.events:
+            if excess > 0 and event["kind"] == "step" and event["step"] not in named:
+                excess -= 1
+                job.dropped += 1
+                continue
+            kept.append(event)
+        job.events = kept
+        self.log(f"job {job.name}: event buffer full; {job.dropped} oldest steps dropped so far")
 
     def _emit(self, job: SimJob, ts: datetime, kind: str, **fields: Any) -> None:
         job.counter += 1
@@ -269,6 +315,7 @@ class TrainingSimulator:
     def _advance(self, job: SimJob, now: datetime) -> None:
         """Generate the job's events from its cursor up to ``now``."""
         assert job.cursor is not None
+        self._send_due_checkpoint(job, now)
         while job.cursor < now:
             fault = self._gpu_fault(job)
             if job.phase in ("starting", "failed", "preempted"):
@@ -371,16 +418,18 @@ class TrainingSimulator:
         if (job.cursor - job.last_checkpoint_at).total_seconds() >= job.checkpoint_interval_s:
             save = round(job.save_s * self.rng.uniform(0.9, 1.2), 1)
             job.cursor += timedelta(seconds=save)
-            self._emit(
-                job,
-                job.cursor,
-                "checkpoint_saved",
-                step=job.step,
-                duration_s=save,
-                bytes=job.gang * 2_000_000_000,
-            )
+            job.pending_checkpoint = {"step": job.step, "duration_s": save, "bytes": job.gang * 2_000_000_000}
             job.last_checkpoint_at, job.last_checkpoint_step = job.cursor, job.step
+            # A save that ends after now is not done yet: its event waits for the tick that reaches
+            # its end (an event is never stamped after the tick's now).
+            self._send_due_checkpoint(job, now)
         return True
+
+    def _send_due_checkpoint(self, job: SimJob, now: datetime) -> None:
+        """Emit the job's pending checkpoint_saved once its save has ended by ``now``."""
+        if job.pending_checkpoint is not None and job.cursor is not None and job.cursor <= now:
+            self._emit(job, job.cursor, "checkpoint_saved", **job.pending_checkpoint)
+            job.pending_checkpoint = None
 
     def _fail(self, job: SimJob, at: datetime, reason: str) -> None:
         self._emit(job, at, "failed", reason=reason, node=job.nodes[0])
@@ -413,6 +462,44 @@ class TrainingSimulator:
                 overrides.pop(gpu.uuid, None)
                 continue
             overrides[gpu.uuid] = value
+
+
+def simulated_scheduler_id(seed: int, index: int) -> str:
+    """The scheduler id of the simulator's job ``index`` (from 0) for ``seed``."""
+    return f"sim-{seed}/job-{index + 1:02d}"
+
+
+def release_simulated_jobs(*, run: str, now: datetime | None = None, log: Callable[[str], None] | None = None) -> int:
+    """Release every simulated job that still holds GPUs; return how many were released.
+
+    A simulated job dies with the simulator's process, but its row stays running with an old last
+    step: the detectors would page for a hang and an overdue checkpoint (and price the downtime in
+    GPU-hours), forever for a job the next session does not place. Call this before a session (and
+    a demo's detectors) starts; the session allocates the jobs it places again. In-process, through
+    the events writer: the console's server may not be up yet.
+    """
+    from django.utils import timezone
+
+    from fleet.models.training import HOLDING_STATES, Job
+    from fleet.services.ingest import IngestError
+    from fleet.services.training import JobEventIn, record_job_events
+
+    now = now or timezone.now()
+    released = 0
+    jobs = Job.objects.filter(scheduler=SCHEDULER, scheduler_id__regex=SIMULATED_ID, state__in=HOLDING_STATES)
+    for job_id, last_event_at, name in jobs.values_list("pk", "last_event_at", "name"):
+        # Never before the job's last event (a clock that went back): the door keeps a job's order.
+        ts = max(now, last_event_at) if last_event_at else now
+        try:
+            record_job_events(job_id, [JobEventIn(id=f"{run}-release", ts=ts, kind="released")], now=now)
+        except IngestError as exc:
+            if log:
+                log(f"job {name}: not released ({exc})")
+            continue
+        released += 1
+    if log and released:
+        log(f"released {released} simulated jobs of a previous session")
+    return released
 
 
 def _text(response: Any) -> str:

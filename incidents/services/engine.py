@@ -266,6 +266,9 @@ def _join(incident: Incident, finding: Finding, *, actor: Actor, now: datetime) 
         updates["labels"] = common
     updates["affected_gpus"] = affected_gpus(incident)
     updates["started_at"] = min(incident.started_at, finding.started_at)
+    # The joining finding's cost counts at once (a failed job's GPU fault joining its incident),
+    # as a repeat raise's does.
+    updates["gpu_hours_lost"] = max(incident.gpu_hours_lost, float((finding.impact or {}).get("gpu_hours") or 0))
     Incident.objects.filter(pk=incident.pk).update(**updates)
     text = f"Finding joined: {finding.summary}"
     if "severity" in updates:

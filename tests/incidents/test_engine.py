@@ -53,6 +53,18 @@ def test_findings_of_one_node_group_into_one_incident_and_others_do_not() -> Non
 
 
 @pytest.mark.django_db
+def test_a_finding_joining_an_incident_brings_its_gpu_hours_at_once() -> None:
+    job = {"site": "ams-1", "job": "7"}
+    raise_finding("job-failed:7", job, "SEV3", "job 7 failed", impact={"gpu_hours": 1.5}, source="detector:test")
+    raise_finding(
+        "xid:GPU-9", {**job, "gpu": "GPU-9"}, "SEV2", "XID 79", impact={"gpu_hours": 4.0}, source="detector:test"
+    )
+    incident = Incident.objects.get()
+    assert incident.findings.count() == 2
+    assert incident.gpu_hours_lost == 4.0  # the larger cost, on the first raise: no second cycle needed
+
+
+@pytest.mark.django_db
 def test_grouping_only_within_the_window(settings) -> None:
     settings.INCIDENT_GROUP_WINDOW_SECONDS = 60
     xid("GPU-1")

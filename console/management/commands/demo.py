@@ -4,6 +4,7 @@ import contextlib
 import secrets
 import sys
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -11,6 +12,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
+from django.db import connections
 
 from console.roles import ADMIN
 from console.runtime import describe_mode
@@ -59,6 +61,14 @@ class Command(BaseCommand):
         call_command("migrate", interactive=False, verbosity=0)
         _, sign_in_as = self._ensure_admin()
         url = f"http://{options['host']}:{options['port']}"
+
+        if not options["no_simulator"]:
+            # Before the embedded beat's first detector run: the last session's simulated jobs died
+            # with it, and would each raise a hang and an overdue checkpoint until re-registered.
+            from fleet.simulator_training import release_simulated_jobs
+
+            release_simulated_jobs(run=f"demo-{int(time.time()):x}", log=self.stdout.write)
+            connections.close_all()
 
         stop = threading.Event()
         if settings.EAGER_TASKS:
@@ -138,6 +148,4 @@ class Command(BaseCommand):
         except Exception as exc:  # the console keeps serving; say why the simulator stopped
             self.stderr.write(f"simulator stopped: {exc}")
         finally:
-            from django.db import connections
-
             connections.close_all()

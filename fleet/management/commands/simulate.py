@@ -17,7 +17,7 @@ from console.models import AgentToken, hash_secret
 from fleet.choices import Interconnect
 from fleet.models import Node, Rack, Site
 from fleet.simulator import DEFAULT_SEED, DEFAULT_SITES, FleetSimulator, Poster, build_fleet, utcnow
-from fleet.simulator_training import TrainingSimulator
+from fleet.simulator_training import TrainingSimulator, release_simulated_jobs
 
 TOKEN_PREFIX = "simulator"
 NODES_PER_RACK = 4
@@ -83,6 +83,12 @@ class Command(BaseCommand):
             fleet, fault_rate_per_gpu_hour=options["fault_rate"], interval=options["interval"], seed=options["seed"]
         )
         poster = Poster(options["url"], tokens, sleep=self.stop_event.wait)
+        # Event ids are unique per run: a restarted simulator continues its jobs with new ones.
+        run = f"r{int(time.time()):x}"
+        # The previous session's jobs died with its process: release them before this one runs, or
+        # each pages for a hang (and, if this session does not place it, forever).
+        release_simulated_jobs(run=run, log=lambda message: self.stdout.write(f"  training: {message}"))
+        close_old_connections()
         training = None
         if options["jobs"]:
             training = TrainingSimulator(
@@ -91,8 +97,7 @@ class Command(BaseCommand):
                 jobs=options["jobs"],
                 seed=options["seed"],
                 failure_rate_per_gpu_hour=options["job_failure_rate"],
-                # Event ids are unique per run: a restarted simulator continues its jobs with new ones.
-                run=f"r{int(time.time()):x}",
+                run=run,
                 log=lambda message: self.stdout.write(f"  training: {message}"),
             )
         total = sum(len(g) for g in fleet.values())

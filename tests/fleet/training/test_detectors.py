@@ -10,11 +10,14 @@ from typing import Any
 
 import pytest
 from django.conf import settings
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from fleet.models import Site
 from fleet.services.telemetry import store_gpu_samples
+from fleet.training_detectors import candidate_jobs, jobs_on
 from incidents.detectors import run_detectors
 from incidents.models import Finding, Incident
 from tests.fleet.telemetry.test_rollups_and_retention import sample
@@ -240,8 +243,9 @@ def test_a_node_with_longer_steps_is_a_straggler(site_a: Site, token_a: str, t0:
     assert finding.labels["hostname"] == "g-003" and finding.labels["job"] == str(job_id)
     assert "median step 4.20 s vs 3.00 s" in finding.summary
     assert finding.impact["slowdown"] == 1.4
-    # 24 GPUs x (1 - 1/1.4) of the 10-minute window.
-    assert finding.impact["gpu_hours_lost"] == round(24 * (1 - 1 / 1.4) * 600 / 3600, 3)
+    # 24 GPUs x (1 - 1/1.4) of the episode so far: from the window's first step, which began at
+    # 15.002 - 4.2 = 10.802 s (g-003's report of the first step), to now (300 s).
+    assert finding.impact["gpu_hours_lost"] == round(24 * (1 - 1 / 1.4) * (300 - 10.802) / 3600, 3)
 
 
 def test_a_node_whose_gpus_are_far_less_active_is_a_straggler(site_a: Site, token_a: str, t0: datetime) -> None:
@@ -292,6 +296,9 @@ def test_a_checkpoint_overdue_for_twice_its_interval(site_a: Site, token_a: str,
     assert finding.started_at == at(t0, 1500)
     # 8 GPUs x 1210 s since the checkpoint at 300 s.
     assert finding.impact["gpu_hours_at_risk"] == round(8 * 1210 / 3600, 3)
+    # At risk is not lost: no headline figure, so the incident counts no GPU-hours lost.
+    assert "gpu_hours" not in finding.impact
+    assert finding.incident.gpu_hours_lost == 0
 
 
 # --- a failed job and the GPU fault that killed it -----------------------------------------------
@@ -373,3 +380,303 @@ def test_twenty_healthy_simulated_jobs_over_an_hour_raise_nothing() -> None:
     assert world.training.rejected == [] and world.training.accepted > 20_000
     assert dict(world.fired) == {}
     assert not Finding.objects.exists()
+
+
+# --- hang: long blocking stretches are not hangs -------------------------------------------------
+
+
+def test_a_checkpoint_save_as_long_as_one_seen_before_is_not_a_hang(site_a: Site, token_a: str, t0: datetime) -> None:
+    client = Client()
+    job_id = new_job(client, token_a, site_a, ["k-001"], t0)
+    ev = Events(client, token_a, job_id, t0)
+    ev.start()
+    ev.steps(first_end=12, count=100, step_time=2.0)  # to 210 s
+    # A 6-minute synchronous save: started at 212 s, saved at 572 s.
+    ev.send((212, "checkpoint_started", {"step": 100}), (572, "checkpoint_saved", {"step": 100, "duration_s": 360}))
+    ev.steps(first_end=574, count=50, step_time=2.0)  # to 672 s
+    ev.send((674, "checkpoint_started", {"step": 150}))
+    # 6 minutes into the second save (1034 s): 360 s since it began, over the 300 s base threshold,
+    # but the threshold grows by 1.5 x the longest save seen (360 s): 300 + 540 = 840 s.
+    run_detectors(now=at(t0, 674 + 360), only=TRAINING)
+    assert not firing("training-hang")
+    # A save that never ends is a hang all the same: 841 s after it began.
+    run_detectors(now=at(t0, 674 + 841), only=TRAINING)
+    (finding,) = firing("training-hang")
+    assert finding.started_at == at(t0, 674)  # the progress stopped when the save began
+    assert finding.impact["threshold_s"] == 840
+
+
+def test_a_restart_whose_restore_is_in_progress_is_not_a_hang(site_a: Site, token_a: str, t0: datetime) -> None:
+    client = Client()
+    job_id = new_job(client, token_a, site_a, ["k-002"], t0)
+    ev = Events(client, token_a, job_id, t0)
+    ev.start()
+    ev.steps(first_end=12, count=100, step_time=2.0)  # to 210 s
+    ev.send((220, "checkpoint_saved", {"step": 100, "duration_s": 5}))
+    ev.steps(first_end=224, count=50, step_time=2.0)  # to 322 s
+    ev.send((330, "failed", {"reason": "NCCL timeout"}), (400, "started", {}))
+    # The first restart's restore took 240 s.
+    ev.send((640, "restored", {"step": 100, "duration_s": 240}))
+    ev.steps(first_end=642, count=50, step_time=2.0)  # to 740 s
+    ev.send((750, "failed", {"reason": "NCCL timeout"}), (800, "started", {}))
+    # 400 s after the second start, still restoring: threshold 300 + 1.5 x 240 = 660 s.
+    run_detectors(now=at(t0, 1200), only=TRAINING)
+    assert not firing("training-hang")
+    run_detectors(now=at(t0, 800 + 661), only=TRAINING)
+    assert len(firing("training-hang")) == 1
+
+
+def test_jobs_allocated_but_not_started_or_failed_and_waiting_are_not_hung(
+    site_a: Site, token_a: str, t0: datetime
+) -> None:
+    client = Client()
+    waiting = Events(client, token_a, new_job(client, token_a, site_a, ["k-003"], t0), t0)
+    waiting.send((0, "allocated", {}))  # the program has not started: nothing to hang
+    failed = Events(client, token_a, new_job(client, token_a, site_a, ["k-004"], t0), t0)
+    failed.start()
+    failed.steps(first_end=12, count=10, step_time=2.0)
+    failed.send((40, "failed", {"reason": "OOM"}))  # holds its GPUs until it restarts
+    run_detectors(now=at(t0, 3600), only=TRAINING)
+    assert not firing("training-hang")
+
+
+# --- a GPU fault joins the right job -------------------------------------------------------------
+
+
+def _xid(site: Site, host: str, index: int, seconds: list[float], t0: datetime, xid: int = 79) -> None:
+    rows = [
+        sample(gpu_uuid=gpu_uuid(host, index), hostname=host, gpu_index=index, ts=at(t0, s), xid=xid) for s in seconds
+    ]
+    store_gpu_samples(site_id=site.id, batch_key=f"x{next(_keys)}", samples=rows)
+
+
+def test_a_gpu_fault_joins_the_running_job_not_a_larger_released_one(site_a: Site, token_a: str, t0: datetime) -> None:
+    client = Client()
+    big = new_job(client, token_a, site_a, ["q-101", "q-102"], t0, name="big-a")
+    ea = Events(client, token_a, big, t0)
+    ea.start()
+    ea.steps(first_end=12, count=10, step_time=2.0)
+    ea.send((100, "failed", {"reason": "OOM"}), (110, "released", {}))
+    small = new_job(client, token_a, site_a, ["q-101"], t0, name="small-b")
+    eb = Events(client, token_a, small, t0)
+    eb.start(at=200)
+    eb.steps(first_end=220, count=200, step_time=2.0)  # to 618 s
+    _xid(site_a, "q-101", 3, [600, 610], t0)
+    run_detectors(now=at(t0, 620), only=["critical-xid"])
+    finding = Finding.objects.get(source="detector:critical-xid")
+    # The released job failed at 100 s, long before the fault (600 s > 110 s + 2 min grace).
+    assert finding.labels["job"] == str(small) and finding.labels["job_name"] == "small-b"
+
+
+def test_a_released_job_owns_a_fault_only_if_it_failed_and_the_fault_began_by_its_release(
+    site_a: Site, token_a: str, t0: datetime
+) -> None:
+    client = Client()
+    jobs = {}
+    for host, (failed, fault_at) in {"u-001": (True, 250), "u-002": (True, 400), "u-003": (False, 150)}.items():
+        job_id = new_job(client, token_a, site_a, [host], t0)
+        ev = Events(client, token_a, job_id, t0)
+        ev.start()
+        ev.steps(first_end=12, count=10, step_time=2.0)  # to 30 s
+        ev.send((100, "failed" if failed else "completed", {"reason": "XID"} if failed else {}), (160, "released", {}))
+        _xid(site_a, host, 2, list(range(fault_at, 420, 10)), t0)  # from fault_at, until now
+        jobs[host] = job_id
+    run_detectors(now=at(t0, 420), only=["critical-xid"])
+    linked = {f.labels["hostname"]: f.labels.get("job") for f in Finding.objects.filter(source="detector:critical-xid")}
+    # u-001: failed, released at 160 s, fault from 250 s <= 160 + 120 s: its fault.
+    # u-002: fault from 400 s > 280 s: a later fault on a free node. u-003: completed, not killed.
+    assert linked == {"u-001": str(jobs["u-001"]), "u-002": None, "u-003": None}
+
+
+def test_a_fault_on_a_gpu_the_job_does_not_use_is_not_linked_unless_it_drains_the_node(
+    site_a: Site, token_a: str, t0: datetime
+) -> None:
+    client = Client()
+    telemetry(site_a, ["r-001"], t0 - timedelta(hours=1), t0 - timedelta(hours=1))
+    response = register_job(
+        client,
+        token_a,
+        gang_size=4,
+        nodes=["r-001"],
+        gpus=[gpu_uuid("r-001", i) for i in range(4)],
+        scheduler_id="default/r-001",
+    )
+    assert response.status_code == 201, response.content
+    job_id = response.json()["id"]
+    ev = Events(client, token_a, job_id, t0)
+    ev.start()
+    ev.steps(first_end=12, count=100, step_time=2.0)  # to 210 s
+    six = gpu_uuid("r-001", 6)
+    store_gpu_samples(
+        site_id=site_a.id,
+        batch_key="dbe-r",
+        samples=[
+            sample(gpu_uuid=six, hostname="r-001", gpu_index=6, ts=at(t0, s), ecc_dbe_total=2) for s in (190, 205)
+        ],
+    )
+    _xid(site_a, "r-001", 7, [195, 205], t0)  # XID 79 drains the node: the job's GPUs too
+    run_detectors(now=at(t0, 210), only=["ecc-double-bit", "critical-xid"])
+    ecc = Finding.objects.get(source="detector:ecc-double-bit")
+    assert "job" not in ecc.labels  # GPU 6 is not one of the job's GPUs 0-3
+    xid = Finding.objects.get(source="detector:critical-xid")
+    assert xid.labels["job"] == str(job_id)
+
+
+def test_a_linked_fault_counts_lost_hours_only_for_a_failed_job_fixed_at_the_failure(
+    site_a: Site, token_a: str, t0: datetime
+) -> None:
+    client = Client()
+    running = new_job(client, token_a, site_a, ["s-102"], t0)
+    job_id = new_job(client, token_a, site_a, ["s-101"], t0)
+    for pk in (running, job_id):
+        ev = Events(client, token_a, pk, t0)
+        ev.start()
+        ev.steps(first_end=14, count=146, step_time=4.0)  # to 594 s
+        ev.send((600, "checkpoint_saved", {"step": 146, "duration_s": 10}))
+        ev.steps(first_end=604, count=100, step_time=4.0)  # to 1000 s
+    # A fault on a GPU of a running job: at risk only, nothing lost yet.
+    _xid(site_a, "s-102", 3, [995], t0, xid=48)
+    run_detectors(now=at(t0, 1000), only=["critical-xid"])
+    fault = Finding.objects.get(source="detector:critical-xid")
+    assert fault.labels["job"] == str(running)
+    assert fault.impact["gpu_hours_at_risk"] == round(8 * 400 / 3600, 3)  # 8 GPUs x (1000 - 600 s)
+    assert "gpu_hours" not in fault.impact and fault.incident.gpu_hours_lost == 0
+    # The other job fails with an XID 79 on its node.
+    ev.steps(first_end=1004, count=50, step_time=4.0)  # to 1200 s
+    ev.send((1210, "failed", {"reason": "XID 79"}))
+    _xid(site_a, "s-101", 3, [1205, 1220], t0)
+    run_detectors(now=at(t0, 1230), only=["critical-xid"])
+    xid = Finding.objects.get(labels__job=str(job_id))
+    lost = round(8 * 610 / 3600, 3)  # 8 GPUs x (failure at 1210 s - checkpoint at 600 s)
+    assert xid.impact["gpu_hours"] == xid.impact["gpu_hours_at_risk"] == lost
+    incident = xid.incident
+    assert incident.gpu_hours_lost == pytest.approx(lost)
+    # The job restarts and trains for over an hour without a checkpoint while the XID sticks: the
+    # fault's lost hours do not grow, and the incident keeps the failure's figure.
+    ev.send((1300, "started", {}), (1330, "restored", {"step": 146, "duration_s": 30}))
+    ev.steps(first_end=1334, count=1000, step_time=4.0)  # to 5330 s
+    _xid(site_a, "s-101", 3, [5300, 5320], t0)
+    run_detectors(now=at(t0, 5330), only=["critical-xid"])
+    xid.refresh_from_db()
+    incident.refresh_from_db()
+    assert xid.status == "firing" and "gpu_hours" not in xid.impact
+    assert incident.gpu_hours_lost == pytest.approx(lost)
+
+
+# --- cost per cycle ------------------------------------------------------------------------------
+
+
+def test_window_statistics_are_computed_once_per_cycle_and_the_hang_reads_only_recent_steps(
+    site_a: Site, token_a: str, t0: datetime
+) -> None:
+    client = Client()
+    for host in ("w-001", "w-002"):
+        ev = Events(client, token_a, new_job(client, token_a, site_a, [host, f"{host}b"], t0), t0)
+        ev.start()
+        ev.steps(first_end=12, count=20, step_time=2.0, nodes={host: 2.0, f"{host}b": 2.0})
+    with CaptureQueriesContext(connection) as queries:
+        run_detectors(now=at(t0, 60), only=TRAINING)
+    window_scans = [q for q in queries.captured_queries if "AS first_start" in q["sql"]]
+    recent_scans = [q for q in queries.captured_queries if "LIMIT %(recent)s" in q["sql"] or "AS times" in q["sql"]]
+    assert len(window_scans) == 1  # shared by the data-stall and straggler detectors
+    assert len(recent_scans) == 1 and "first_start" not in recent_scans[0]["sql"]  # the hang's
+
+
+def test_linking_reads_only_the_jobs_on_the_faulty_hosts(site_a: Site, token_a: str, t0: datetime) -> None:
+    client = Client()
+    near = new_job(client, token_a, site_a, ["v-001"], t0)
+    far = new_job(client, token_a, site_a, ["v-002"], t0)
+    for job_id in (near, far):
+        Events(client, token_a, job_id, t0).start()
+    assert {j.pk for j in candidate_jobs(at(t0, 60))} == {near, far}
+    assert [j.pk for j in candidate_jobs(at(t0, 60), hostnames=["v-001"])] == [near]
+    assert set(jobs_on(at(t0, 60), ["v-001"], [])) == {"host:v-001"}
+
+
+# --- hysteresis and whole-episode cost -----------------------------------------------------------
+
+
+def test_a_firing_straggler_clears_only_under_1_2_x_and_counts_the_whole_episode(
+    site_a: Site, token_a: str, t0: datetime
+) -> None:
+    client = Client()
+    hosts = ["y-001", "y-002", "y-003"]
+    job_id = new_job(client, token_a, site_a, hosts, t0)
+    ev = Events(client, token_a, job_id, t0)
+    ev.start()
+    ev.steps(first_end=15, count=60, step_time=4.2, nodes={"y-001": 3.0, "y-002": 3.0, "y-003": 4.2})  # to 251 s
+    run_detectors(now=at(t0, 300), only=TRAINING)
+    (finding,) = firing("training-straggler")
+    assert finding.started_at == at(t0, 10.802)  # the window's first step began (15.002 - 4.2 s)
+    # y-003 improves to 3.75 s: 1.25 x its peers, under the 1.3 x that raises but not under 1.2 x.
+    ev.steps(first_end=305, count=200, step_time=3.75, nodes={"y-001": 3.0, "y-002": 3.0, "y-003": 3.75})
+    run_detectors(now=at(t0, 1051), only=TRAINING)  # window (451, 1051]: only the 3.75 s steps
+    (finding,) = firing("training-straggler")
+    # The whole episode: 24 GPUs x (1 - 1/1.25) x (1051 - 10.802 s), not a 10-minute slice.
+    assert finding.impact["gpu_hours_lost"] == round(24 * (1 - 1 / 1.25) * (1051 - 10.802) / 3600, 3)
+    assert finding.incident.gpu_hours_lost == pytest.approx(finding.impact["gpu_hours_lost"])
+    ev.steps(first_end=1055, count=200, step_time=3.45, nodes={"y-001": 3.0, "y-002": 3.0, "y-003": 3.45})
+    run_detectors(now=at(t0, 1742), only=TRAINING)  # 1.15 x: under 1.2 x, it clears
+    assert not firing("training-straggler")
+    # A straggler that is not firing needs 1.3 x again: 1.25 x does not raise it.
+    ev.steps(first_end=1746, count=200, step_time=3.75, nodes={"y-001": 3.0, "y-002": 3.0, "y-003": 3.75})
+    run_detectors(now=at(t0, 2493), only=TRAINING)
+    assert not firing("training-straggler")
+
+
+def test_a_firing_data_stall_clears_only_under_a_fifth_and_counts_the_whole_episode(
+    site_a: Site, token_a: str, t0: datetime
+) -> None:
+    client = Client()
+    job_id = new_job(client, token_a, site_a, ["d-101"], t0)
+    ev = Events(client, token_a, job_id, t0)
+    ev.start()
+    ev.steps(first_end=14, count=150, step_time=4.0, wait=2.0)  # to 610 s, half of each step waiting
+    run_detectors(now=at(t0, 610), only=TRAINING)
+    (finding,) = firing("training-data-stall")
+    assert finding.started_at == at(t0, 10)
+    ev.steps(first_end=614, count=150, step_time=4.0, wait=1.0)  # to 1210 s: 25 % waiting
+    run_detectors(now=at(t0, 1210), only=TRAINING)  # window (610, 1210]: only the 25 % steps
+    (finding,) = firing("training-data-stall")
+    # 8 GPUs x 0.25 x the episode since 10 s: 1200 s = 0.667 GPU-hours (not 600 s' 0.333).
+    assert finding.impact["gpu_hours_lost"] == round(8 * 0.25 * 1200 / 3600, 3)
+    ev.steps(first_end=1214, count=150, step_time=4.0, wait=0.6)  # to 1810 s: 15 % waiting
+    run_detectors(now=at(t0, 1810), only=TRAINING)
+    assert not firing("training-data-stall")
+
+
+def test_a_firing_sm_activity_straggler_clears_only_above_0_8_x(site_a: Site, token_a: str, t0: datetime) -> None:
+    client = Client()
+    hosts = ["o-001", "o-002", "o-003"]
+    job_id = new_job(client, token_a, site_a, hosts, t0)
+    ev = Events(client, token_a, job_id, t0)
+    ev.start()
+    ev.steps(first_end=13, count=100, step_time=3.0)
+    peers = {"gpu_util": 97.0, "sm_active": 0.9}
+    telemetry(site_a, ["o-001", "o-002"], at(t0, 0), at(t0, 1540), all=peers)
+    telemetry(site_a, ["o-003"], at(t0, 1), at(t0, 301), all={"sm_active": 0.6})  # 0.67 x its peers: raised
+    run_detectors(now=at(t0, 310), only=["training-straggler"])
+    assert len(firing("training-straggler")) == 1
+    telemetry(site_a, ["o-003"], at(t0, 331), at(t0, 921), all={"sm_active": 0.7})  # 70 / 90 = 0.78 x
+    run_detectors(now=at(t0, 921), only=["training-straggler"])  # window (321, 921]: only the 70 %
+    assert len(firing("training-straggler")) == 1  # above 0.7 x, but not above 0.8 x: still firing
+    telemetry(site_a, ["o-003"], at(t0, 931), at(t0, 1531), all={"sm_active": 0.75})  # 75 / 90 = 0.83 x
+    run_detectors(now=at(t0, 1531), only=["training-straggler"])
+    assert not firing("training-straggler")
+
+
+def test_a_first_six_minute_save_is_not_a_hang_but_a_start_up_hang_still_pages_at_five_minutes(
+    site_a: Site, token_a: str, t0: datetime
+) -> None:
+    client = Client()
+    saving = Events(client, token_a, new_job(client, token_a, site_a, ["k-005"], t0), t0)
+    saving.start()
+    saving.steps(first_end=12, count=100, step_time=2.0)  # to 210 s
+    saving.send((212, "checkpoint_started", {"step": 100}))  # its first save: no history
+    starting = Events(client, token_a, new_job(client, token_a, site_a, ["k-006"], t0), t0)
+    starting.start()  # started at 10 s, never checkpointed: no restore will follow
+    # 6 minutes into the save (572 s): within 300 + 1.5 x 600 (the default save) = 1200 s.
+    run_detectors(now=at(t0, 212 + 360), only=TRAINING)
+    assert [f.labels["job"] for f in firing("training-hang")] == [str(starting.job_id)]  # 562 s > 300 s
+    run_detectors(now=at(t0, 212 + 1201), only=TRAINING)
+    assert {f.labels["job"] for f in firing("training-hang")} == {str(saving.job_id), str(starting.job_id)}

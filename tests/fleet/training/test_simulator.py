@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from io import StringIO
@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.db import transaction
 from django.test import Client
 from django.utils import timezone
 
@@ -22,7 +23,13 @@ from fleet.models import Job, JobEvent, Site
 from fleet.services.ingest import parse_gpu_batch
 from fleet.services.telemetry import store_gpu_samples
 from fleet.simulator import DEFAULT_SITES, FleetSimulator, build_fleet
-from fleet.simulator_training import HANG_FAILS_AFTER, NCCL_TIMEOUT, TrainingSimulator
+from fleet.simulator_training import (
+    HANG_FAILS_AFTER,
+    NCCL_TIMEOUT,
+    TrainingSimulator,
+    release_simulated_jobs,
+    simulated_scheduler_id,
+)
 from incidents.detectors import run_detectors
 from incidents.models import Finding, Incident
 
@@ -272,3 +279,258 @@ def test_events_undelivered_during_an_outage_are_sent_later_in_order() -> None:
     stored = JobEvent.objects.filter(job_id=job.job_id)
     assert stored.count() == job.counter  # every event generated, none lost, none refused
     assert stored.filter(kind="allocated").count() == 1 and stored.filter(kind="step").count() > 50
+
+
+# --- a restarted session, a full buffer, a refused chunk, a save that ends after the tick -------------
+
+PAGING = ["training-hang", "training-checkpoint-overdue"]
+
+
+class Rollback(Exception):
+    """Undoes what a block wrote (a savepoint): a look at what would happen, kept out of the test's data."""
+
+
+def firing(sources: list[str]) -> list[tuple[str, str]]:
+    return sorted(
+        (source.removeprefix("detector:"), labels.get("job", ""))
+        for source, labels in Finding.objects.filter(
+            status="firing", source__in=[f"detector:{s}" for s in sources]
+        ).values_list("source", "labels")
+    )
+
+
+def new_session(world: World, *, jobs: int, run: str, seed: int = 6) -> None:
+    world.training = TrainingSimulator(
+        world.fleet_sim, world.sender, jobs=jobs, seed=seed, failure_rate_per_gpu_hour=0.0, scenarios=False, run=run
+    )
+
+
+@pytest.mark.django_db
+def test_a_second_session_releases_the_first_sessions_jobs_before_the_detectors_run() -> None:
+    world = make_world(jobs=3, seed=6, scenarios=False, failure_rate=0.0)
+    start = start_time()
+    world.run(start, 10, detectors=False)
+    assert set(Job.objects.values_list("state", flat=True)) == {"running"}
+    # The process dies; the next session starts 30 minutes later. Its beat runs the detectors at
+    # once: without a release, every old job (no step for 30 min > 5 min; no checkpoint for 30
+    # min > 2 x a 3-5 min interval) pages.
+    restart = start + timedelta(minutes=40)
+    with pytest.raises(Rollback), transaction.atomic():
+        run_detectors(now=restart, only=PAGING)
+        assert {source for source, _ in firing(PAGING)} == set(PAGING)
+        raise Rollback
+    released = release_simulated_jobs(run="r1", now=restart)
+    assert released == 3
+    run_detectors(now=restart, only=PAGING)
+    assert firing(PAGING) == []
+    # Released at the restart, through the writer: state released, the event at `restart`.
+    for job in Job.objects.all():
+        assert job.state == "released"
+        assert JobEvent.objects.get(job=job, event_id="r1-release").ts == restart
+    # A session with fewer jobs (2 of 3): its jobs run again, the third stays released, and
+    # 15 minutes of detectors raise no hang and no overdue checkpoint.
+    new_session(world, jobs=2, run="r1")
+    world.run(restart, 15, only=PAGING)
+    assert world.training.rejected == [] and firing(PAGING) == [] and not world.fired
+    states = dict(Job.objects.values_list("scheduler_id", "state"))
+    assert states == {
+        simulated_scheduler_id(6, 0): "running",
+        simulated_scheduler_id(6, 1): "running",
+        simulated_scheduler_id(6, 2): "released",
+    }
+    # Nothing holds GPUs any more in the released job: a second release finds nothing to do.
+    new_session(world, jobs=0, run="r2")
+    assert release_simulated_jobs(run="r2", now=restart + timedelta(minutes=15)) == 2
+
+
+@pytest.mark.django_db
+def test_release_leaves_jobs_that_are_not_the_simulators() -> None:
+    world = make_world(jobs=1, seed=6, scenarios=False, failure_rate=0.0)
+    start = start_time()
+    world.run(start, 3, detectors=False)
+    # The same job, registered by a real trainer under its own scheduler id.
+    job = Job.objects.get()
+    Job.objects.filter(pk=job.pk).update(scheduler_id="team-a/llama-70b")
+    assert release_simulated_jobs(run="r1", now=start + timedelta(minutes=5)) == 0
+    assert Job.objects.get().state == "running"
+
+
+@pytest.mark.django_db
+def test_a_registration_refused_for_good_registers_the_run_under_a_new_scheduler_id() -> None:
+    world = make_world(jobs=2, seed=6, scenarios=False, failure_rate=0.0)
+    start = start_time()
+    world.run(start, 5, detectors=False)
+    # Job 1 ran with another gang size (another --gpus): re-registering it is a 400 for good.
+    first = Job.objects.get(scheduler_id=simulated_scheduler_id(6, 0))
+    Job.objects.filter(pk=first.pk).update(gang_size=first.gang_size + 8)
+    release_simulated_jobs(run="r1", now=start + timedelta(minutes=6))
+    new_session(world, jobs=2, run="r1")
+    world.run(start + timedelta(minutes=6), 5, detectors=False)
+    assert world.training.rejected == []
+    renamed = world.training.jobs[0]
+    assert renamed.scheduler_id == f"{simulated_scheduler_id(6, 0)}.r1" and renamed.job_id != first.pk
+    job = Job.objects.get(pk=renamed.job_id)
+    assert job.state == "running" and job.gang_size == renamed.gang and job.last_step > 0
+    # The old row stays released; the other job continued under its own id.
+    assert Job.objects.get(pk=first.pk).state == "released"
+    assert world.training.jobs[1].scheduler_id == simulated_scheduler_id(6, 1)
+    # The renamed job is the simulator's too: the next session's release finds it.
+    assert release_simulated_jobs(run="r2", now=start + timedelta(minutes=12)) == 2
+
+
+@pytest.mark.django_db
+def test_a_registration_refused_twice_abandons_the_job_instead_of_retrying_forever() -> None:
+    world = make_world(jobs=1, seed=6, scenarios=False, failure_rate=0.0)
+
+    class Refusing(ClientSender):
+        def send(self, site: str, url: str, body: dict[str, Any]) -> Any:
+            self.statuses[0] += 1
+            return type("R", (), {"status_code": 400, "text": '{"name": ["bad"]}'})()
+
+    refusing = Refusing(world.sender.tokens)
+    world.training.sender = refusing
+    world.run(start_time(), 5, detectors=False)
+    # Two tries (the scheduler id, then the id with the run's suffix), then nothing more.
+    assert refusing.statuses[0] == 2
+    assert world.training.jobs[0].phase == "abandoned" and len(world.training.rejected) == 1
+
+
+@pytest.mark.django_db
+def test_the_buffer_while_the_console_is_away_drops_the_oldest_steps_and_keeps_lifecycle_events() -> None:
+    world = make_world(jobs=1, seed=8, scenarios=False, failure_rate=0.0)
+    cap = 60
+    world.training = TrainingSimulator(
+        world.fleet_sim, world.sender, jobs=1, seed=8, failure_rate_per_gpu_hour=0.0, scenarios=False,
+        max_buffered_events=cap,
+    )  # fmt: skip
+    training = world.training
+    emitted: list[str] = []
+    emit = training._emit
+
+    def spy(job: Any, ts: datetime, kind: str, **fields: Any) -> None:
+        emitted.append(kind)
+        emit(job, ts, kind, **fields)
+
+    training._emit = spy  # type: ignore[method-assign]
+    flaky = FlakySender(world.sender.tokens, outages=12)  # one events POST a minute: 12 minutes away
+    training.sender = flaky
+    start = start_time()
+    job = training.jobs[0]
+    for m in range(12):
+        world.run(start + timedelta(minutes=m), 1, detectors=False)
+        # A 3-node job makes ~3 x 60 / 4.25 s = ~42 step events a minute: the cap is reached
+        # within two minutes, and the buffer never grows past it.
+        assert len(job.events) <= cap
+    world.run(start + timedelta(minutes=12), 3, detectors=False)
+    assert flaky.outages == 0 and training.rejected == []
+    # ~11 minutes of steps (the first minute or so is start-up) x ~42, less the 60 kept: ~400;
+    # a wide margin for the steps' random lengths.
+    assert job.dropped > 200
+    stored = Counter(JobEvent.objects.filter(job_id=job.job_id).values_list("kind", flat=True))
+    lifecycle = Counter(k for k in emitted if k != "step")
+    # Every lifecycle event (allocated, started, checkpoints) arrived; only steps were dropped.
+    assert lifecycle["checkpoint_saved"] >= 2
+    assert {k: stored[k] for k in lifecycle} == dict(lifecycle)
+    assert stored["step"] == emitted.count("step") - job.dropped
+
+
+class Recorder:
+    """Answers the first events POST with a 400, the rest with a 202; records what was sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[int] = []
+
+    def send(self, site: str, url: str, body: dict[str, Any]) -> Any:
+        self.sent.append(len(body["events"]))
+        status = 400 if len(self.sent) == 1 else 202
+        return type("R", (), {"status_code": status, "text": '{"error": "events[3] (id \'x\'): step"}'})()
+
+
+@pytest.mark.django_db
+def test_a_flush_stops_at_its_first_refused_chunk() -> None:
+    world = make_world(jobs=1, seed=8, scenarios=False, failure_rate=0.0)
+    logged: list[str] = []
+    training = world.training
+    training.log = logged.append
+    world.run(start_time(), 1, detectors=False)  # registered
+    job = training.jobs[0]
+    job.events = [{"id": f"r0-x{i}", "ts": "", "kind": "step"} for i in range(1200)]  # 3 chunks of <= 500
+    accepted = training.accepted
+    recorder = Recorder()
+    training.sender = recorder
+    training.flush(timezone.now())
+    # One chunk sent and refused; the two after it (built on it) not sent, and not kept either.
+    assert recorder.sent == [500]
+    assert job.events == [] and training.accepted == accepted
+    assert len(training.rejected) == 1 and "HTTP 400" in training.rejected[0]
+    assert any("1200 events dropped" in line for line in logged)
+
+
+@pytest.mark.django_db
+def test_a_checkpoint_is_never_stamped_after_the_ticks_now() -> None:
+    world = make_world(jobs=6, seed=9, scenarios=False, failure_rate=0.0)
+    start = start_time()
+    deferred = 0
+    for m in range(40):
+        now = start + timedelta(minutes=m)
+        world.run(now, 1, detectors=False)
+        deferred += sum(1 for j in world.training.jobs if j.pending_checkpoint is not None)
+        # Every event the simulator generated so far was sent this tick (60 s > the 15 s flush).
+        assert not JobEvent.objects.filter(ts__gt=now).exists()
+    # Saves (4-18 s) that ended after a tick's now did happen, and waited for the next tick.
+    assert deferred > 0
+    assert world.training.rejected == []
+    for checkpoint in JobEvent.objects.filter(kind="checkpoint_saved"):
+        # The save keeps its whole duration: it starts after the step it saved.
+        step = JobEvent.objects.filter(job=checkpoint.job, kind="step", ts__lte=checkpoint.ts).order_by("ts").last()
+        assert step is not None and step.step == checkpoint.step
+        assert checkpoint.ts - timedelta(seconds=checkpoint.duration_s) >= step.ts
+
+
+@pytest.mark.django_db(transaction=True)
+def test_simulate_releases_the_jobs_a_session_with_fewer_jobs_does_not_place(live_server) -> None:  # type: ignore[no-untyped-def]
+    out = StringIO()
+    call_command("simulate", url=live_server.url, gpus=24, ticks=2, interval=0.2, jobs=2, stdout=out, stderr=out)
+    first, second = Job.objects.order_by("scheduler_id")
+    assert first.state == second.state == "allocated"  # starting up (20-45 s) when the session ended
+    call_command("simulate", url=live_server.url, gpus=24, ticks=1, interval=0.2, jobs=1, stdout=out, stderr=out)
+    assert "rejected" not in out.getvalue() and "released 2 simulated jobs" in out.getvalue()
+    # Both released before the loop. The one job of this session takes all 3 training nodes (24
+    # GPUs, not 16): its old row refuses the new gang size (400), so it runs as a new job.
+    assert set(Job.objects.filter(pk__in=[first.pk, second.pk]).values_list("state", flat=True)) == {"released"}
+    for old in (first, second):
+        kinds = list(JobEvent.objects.filter(job=old).order_by("ts", "seq").values_list("kind", flat=True))
+        assert kinds == ["allocated", "released"]
+    new = Job.objects.exclude(pk__in=[first.pk, second.pk]).get()
+    assert new.scheduler_id.startswith(f"{first.scheduler_id}.r") and new.gang_size == 24
+    assert new.state == "allocated"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_demo_releases_the_simulated_jobs_before_its_beat_runs_the_detectors(
+    settings: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import uvicorn
+
+    import console.scheduler
+    from console.management.commands.demo import Command as DemoCommand
+
+    world = make_world(jobs=2, seed=6, scenarios=False, failure_rate=0.0)
+    world.run(start_time(), 5, detectors=False)
+    settings.DATA_DIR, settings.EAGER_TASKS = tmp_path, True
+    seen: list[set[str]] = []
+
+    class Beat:
+        """Where the beat would start (and run the detectors at once): what the jobs' states are."""
+
+        def __init__(self, stop: Any) -> None:
+            pass
+
+        def start(self) -> None:
+            seen.append(set(Job.objects.values_list("state", flat=True)))
+
+    monkeypatch.setattr(console.scheduler, "EmbeddedBeat", Beat)
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self: None)
+    monkeypatch.setattr(DemoCommand, "_run_simulator", lambda self, url, options, stop: None)
+    call_command("demo", stdout=StringIO())
+    assert seen == [{"released"}]
