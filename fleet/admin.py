@@ -1,6 +1,7 @@
 from django.contrib import admin
 
 from fleet.models import Endpoint, Gpu, IngestBatch, Node, PartitionDrop, Rack, ScrapeTarget, Site
+from fleet.models.serving import EndpointChange, EndpointEval
 
 
 class RackInline(admin.TabularInline):
@@ -50,9 +51,47 @@ class IngestBatchAdmin(admin.ModelAdmin):
 
 @admin.register(Endpoint)
 class EndpointAdmin(admin.ModelAdmin):
-    list_display = ["name", "site", "framework", "model_name", "created_at"]
-    list_filter = ["site", "framework"]
+    list_display = ["name", "site", "framework", "model_name", "version", "region", "replicas", "created_at"]
+    list_filter = ["site", "framework", "region"]
     search_fields = ["name", "model_name"]
+    autocomplete_fields = ["gpus", "scrape_targets"]
+    fieldsets = [
+        (None, {"fields": ["site", "name", "framework", "model_name", "version", "region", "replicas"]}),
+        ("Serving from", {"fields": ["gpus", "scrape_targets"]}),
+        (
+            "SLOs",
+            {
+                "fields": [
+                    "ttft_threshold_ms",
+                    "ttft_target_pct",
+                    "itl_threshold_ms",
+                    "itl_target_pct",
+                    "availability_target_pct",
+                    "slo_window_days",
+                ]
+            },
+        ),
+    ]
+
+
+@admin.register(EndpointChange)
+class EndpointChangeAdmin(admin.ModelAdmin):
+    list_display = ["endpoint", "ts", "kind", "from_value", "to_value", "model_version", "created_by"]
+    list_filter = ["kind", "endpoint__site"]
+    search_fields = ["endpoint__name", "from_value", "to_value", "model_version", "note"]
+    list_select_related = ["endpoint", "created_by"]
+    raw_id_fields = ["endpoint", "created_by"]
+    readonly_fields = ["created_at"]
+
+
+@admin.register(EndpointEval)
+class EndpointEvalAdmin(admin.ModelAdmin):
+    list_display = ["endpoint", "ts", "suite", "metric", "score", "model_version", "higher_is_better"]
+    list_filter = ["suite", "endpoint__site"]
+    search_fields = ["endpoint__name", "suite", "metric", "model_version"]
+    list_select_related = ["endpoint"]
+    raw_id_fields = ["endpoint"]
+    readonly_fields = ["created_at"]
 
 
 @admin.register(ScrapeTarget)

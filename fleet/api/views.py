@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.db.models import Count, Q
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import viewsets
+from rest_framework import mixins, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -96,12 +96,14 @@ class GpuViewSet(viewsets.ModelViewSet):
         return Response(dashboard.gpu_series(gpu, range_key=range_key))
 
 
-class EndpointViewSet(viewsets.ReadOnlyModelViewSet):
-    """Serving endpoints, registered by the metrics they report."""
+class EndpointViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Serving endpoints, registered by the metrics they report; PATCH sets their region, replicas,
+    GPUs, scrape targets and SLOs."""
 
-    queryset = Endpoint.objects.select_related("site")
+    queryset = Endpoint.objects.select_related("site").prefetch_related("gpus", "scrape_targets")
     serializer_class = EndpointSerializer
     filterset_class = EndpointFilterSet
+    http_method_names = ["get", "patch", "head", "options"]  # created by ingest; PUT would reset every SLO
 
 
 class ScrapeTargetViewSet(viewsets.ModelViewSet):

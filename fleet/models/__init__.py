@@ -1,6 +1,6 @@
 from fleet.models.inventory import Gpu, Node, Rack, Site
 from fleet.models.scraping import ScrapeTarget
-from fleet.models.serving import Endpoint, ServingSample
+from fleet.models.serving import Endpoint, EndpointChange, EndpointChangeKind, EndpointEval, ServingSample
 from fleet.models.telemetry import (
     GpuRollup1h,
     GpuRollup1m,
@@ -16,6 +16,9 @@ from fleet.models.training import Job, JobAccount, JobEvent
 
 __all__ = [
     "Endpoint",
+    "EndpointChange",
+    "EndpointChangeKind",
+    "EndpointEval",
     "Gpu",
     "GpuRollup1h",
     "GpuRollup1m",

@@ -2,9 +2,27 @@
 
 from __future__ import annotations
 
+import math
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+from django.db.models import Q
 
 from fleet.choices import ServingFramework
+
+
+def validate_slo_target_pct(value: float) -> None:
+    """An SLO target is a percentage strictly inside (0, 100): 100 % leaves no error budget to burn."""
+    if not math.isfinite(value) or not 0 < value < 100:
+        raise ValidationError("Must be a percentage strictly between 0 and 100, e.g. 99.9.")
+
+
+def validate_positive_ms(value: float) -> None:
+    """A latency threshold is a finite number of milliseconds above zero."""
+    if not math.isfinite(value) or value <= 0:
+        raise ValidationError("Must be a number of milliseconds greater than 0.")
 
 
 class Endpoint(models.Model):
@@ -15,11 +33,42 @@ class Endpoint(models.Model):
     version = models.CharField(
         max_length=64, blank=True, help_text="The model version last reported (Triton's version label)"
     )
+    region = models.CharField(max_length=64, blank=True)
+    replicas = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1), MaxValueValidator(100_000)])
+    gpus = models.ManyToManyField("fleet.Gpu", blank=True, related_name="serving_endpoints")
+    scrape_targets = models.ManyToManyField("fleet.ScrapeTarget", blank=True, related_name="serving_endpoints")
+    # SLOs, as an SRE states them ("99 % of requests get a first token within 500 ms"). Targets are
+    # percentages here and in the API; fleet.services.serving_metrics takes fractions (pct / 100).
+    ttft_threshold_ms = models.FloatField(default=500, validators=[validate_positive_ms])
+    ttft_target_pct = models.FloatField(default=99.0, validators=[validate_slo_target_pct])
+    itl_threshold_ms = models.FloatField(default=50, validators=[validate_positive_ms])
+    itl_target_pct = models.FloatField(default=99.0, validators=[validate_slo_target_pct])
+    availability_target_pct = models.FloatField(default=99.9, validators=[validate_slo_target_pct])
+    slo_window_days = models.PositiveSmallIntegerField(
+        default=30, validators=[MinValueValidator(1), MaxValueValidator(90)]
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["site__name", "name"]
-        constraints = [models.UniqueConstraint(fields=["site", "name"], name="endpoint_unique_per_site")]
+        constraints = [
+            models.UniqueConstraint(fields=["site", "name"], name="endpoint_unique_per_site"),
+            # The validators' rules again, so a write that skips them (a bulk update) cannot store
+            # an SLO the burn-rate arithmetic divides by zero on.
+            models.CheckConstraint(
+                condition=Q(ttft_target_pct__gt=0, ttft_target_pct__lt=100)
+                & Q(itl_target_pct__gt=0, itl_target_pct__lt=100)
+                & Q(availability_target_pct__gt=0, availability_target_pct__lt=100),
+                name="endpoint_slo_targets_inside_0_100",
+            ),
+            models.CheckConstraint(
+                condition=Q(ttft_threshold_ms__gt=0, itl_threshold_ms__gt=0), name="endpoint_slo_thresholds_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(slo_window_days__gte=1, slo_window_days__lte=90), name="endpoint_slo_window_1_90_days"
+            ),
+            models.CheckConstraint(condition=Q(replicas__gte=1), name="endpoint_replicas_positive"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.site})"
@@ -49,3 +98,71 @@ class ServingSample(models.Model):
 
     def __str__(self) -> str:
         return f"{self.metric}{{{self.series}}} {self.value}"
+
+
+class EndpointChangeKind(models.TextChoices):
+    MODEL = "model", "Model"
+    QUANTISATION = "quantisation", "Quantisation"
+    KERNEL = "kernel", "Kernel"
+    FRAMEWORK = "framework", "Framework version"
+    CONFIG = "config", "Configuration"
+
+
+class EndpointChange(models.Model):
+    """Something changed on an endpoint (model, quantisation, kernel, framework, config): the event
+    the quality-regression detector compares evals before and after."""
+
+    endpoint = models.ForeignKey("fleet.Endpoint", on_delete=models.CASCADE, related_name="changes")
+    client_id = models.CharField(
+        max_length=128, blank=True, help_text="The sender's id for the change (a retry with it is skipped)"
+    )
+    ts = models.DateTimeField(help_text="When the change took effect")
+    kind = models.CharField(max_length=16, choices=EndpointChangeKind.choices)
+    from_value = models.CharField(max_length=200, blank=True)
+    to_value = models.CharField(max_length=200, blank=True)
+    model_version = models.CharField(max_length=64, blank=True, help_text="The model version after the change")
+    note = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["endpoint", "ts", "pk"]
+        indexes = [models.Index(fields=["endpoint", "ts"], name="endpointchange_endpoint_ts")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["endpoint", "client_id"], condition=~Q(client_id=""), name="endpointchange_client_id_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.endpoint_id} {self.kind} {self.from_value} -> {self.to_value} at {self.ts:%Y-%m-%d %H:%M}"
+
+
+class EndpointEval(models.Model):
+    """One eval result of an endpoint (suite, metric, score) at a model version."""
+
+    endpoint = models.ForeignKey("fleet.Endpoint", on_delete=models.CASCADE, related_name="evals")
+    client_id = models.CharField(
+        max_length=128, blank=True, help_text="The sender's id for the result (a retry with it is skipped)"
+    )
+    ts = models.DateTimeField(help_text="When the eval ran")
+    suite = models.CharField(max_length=100)
+    metric = models.CharField(max_length=100)
+    score = models.FloatField()
+    model_version = models.CharField(max_length=64, blank=True)
+    higher_is_better = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["endpoint", "ts", "pk"]
+        indexes = [models.Index(fields=["endpoint", "suite", "metric", "ts"], name="endpointeval_series_ts")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["endpoint", "client_id"], condition=~Q(client_id=""), name="endpointeval_client_id_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.endpoint_id} {self.suite}/{self.metric} = {self.score} at {self.ts:%Y-%m-%d %H:%M}"
