@@ -132,6 +132,7 @@ def test_pushes_are_coalesced_to_one_per_interval(settings, site_a, token_a) -> 
     async_to_sync(scenario)()
     # 10 requests over 0.5 s with a 1 s interval: the first goes at once, the rest fold into one.
     assert len(layer_messages) == 2, layer_messages
-    # Coalescing, not timing, is what this checks: the margin below is half the interval, so a
-    # loaded machine cannot fail it while a burst of sends would.
-    assert layer_messages[1] - layer_messages[0] >= 0.5
+    # Coalescing, not timing, is what this checks. The gap is measured at delivery: a first push
+    # slow to build (0.5 s on a loaded CI run) shortens it, so the margin is a quarter interval,
+    # still far above the milliseconds between unfolded sends.
+    assert layer_messages[1] - layer_messages[0] >= 0.25
