@@ -74,6 +74,19 @@ def update_rollups() -> dict[str, int]:
 
 
 @shared_task(ignore_result=True, acks_late=False)
+def update_serving_rollups() -> dict[str, object]:
+    """Fold newly dirtied serving minutes and hours into the serving rollups (every few seconds),
+    then push the endpoints whose minutes changed to their live topics."""
+    from console import live
+    from fleet.services import serving_rollups
+
+    result = serving_rollups.update_serving_rollups()
+    if result["endpoints"]:
+        live.request_push("serving", *(f"endpoint.{e}" for e in result["endpoints"]))  # type: ignore[union-attr]
+    return result
+
+
+@shared_task(ignore_result=True, acks_late=False)
 def maintain_partitions() -> dict[str, object]:
     """Make the next days' partitions ahead of time and drop expired ones (hourly)."""
     created = partitions.make_partitions_ahead()

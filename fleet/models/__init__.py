@@ -1,6 +1,15 @@
 from fleet.models.inventory import Gpu, Node, Rack, Site
 from fleet.models.scraping import ScrapeTarget
-from fleet.models.serving import Endpoint, EndpointChange, EndpointChangeKind, EndpointEval, ServingSample
+from fleet.models.serving import (
+    Endpoint,
+    EndpointChange,
+    EndpointChangeKind,
+    EndpointEval,
+    ServingRollup1h,
+    ServingRollup1m,
+    ServingRollupDirty,
+    ServingSample,
+)
 from fleet.models.telemetry import (
     GpuRollup1h,
     GpuRollup1m,
@@ -35,6 +44,9 @@ __all__ = [
     "Rack",
     "RollupDirty",
     "ScrapeTarget",
+    "ServingRollup1h",
+    "ServingRollup1m",
+    "ServingRollupDirty",
     "ServingSample",
     "Site",
 ]

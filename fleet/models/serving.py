@@ -106,6 +106,8 @@ class EndpointChangeKind(models.TextChoices):
     KERNEL = "kernel", "Kernel"
     FRAMEWORK = "framework", "Framework version"
     CONFIG = "config", "Configuration"
+    SCALE_OUT = "scale_out", "Scale-out"
+    REPLICA_LOAD = "replica_load", "Replica load"
 
 
 class EndpointChange(models.Model):
@@ -121,6 +123,11 @@ class EndpointChange(models.Model):
     from_value = models.CharField(max_length=200, blank=True)
     to_value = models.CharField(max_length=200, blank=True)
     model_version = models.CharField(max_length=64, blank=True, help_text="The model version after the change")
+    ready_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Scale-out or replica load: when the new capacity was ready to serve (load-to-ready = ready_at - ts)",
+    )
     note = models.TextField(blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -166,3 +173,60 @@ class EndpointEval(models.Model):
 
     def __str__(self) -> str:
         return f"{self.endpoint_id} {self.suite}/{self.metric} = {self.score} at {self.ts:%Y-%m-%d %H:%M}"
+
+
+class ServingRollupColumns(models.Model):
+    """One quantity of one endpoint over a bucket (fleet.services.serving_rollups).
+
+    ``quantity`` is a name of fleet.services.serving_metrics: a histogram's per-bucket increase is
+    stored under its name with ``le`` the bucket's upper bound (non-cumulative, zero buckets left
+    out), its count and sum under ``<name>:count`` and ``<name>:sum``; a counter's increase under
+    its name; a gauge's mean under its name and its maximum under ``<name>:max``. ``le`` is 0 for
+    everything but histogram buckets.
+    """
+
+    endpoint = models.ForeignKey("fleet.Endpoint", on_delete=models.DO_NOTHING, db_constraint=False, related_name="+")
+    bucket = models.DateTimeField()
+    quantity = models.CharField(max_length=40)
+    le = models.FloatField()
+    value = models.FloatField()
+
+    class Meta:
+        abstract = True
+
+
+class ServingRollup1m(ServingRollupColumns):
+    pk = models.CompositePrimaryKey("endpoint", "bucket", "quantity", "le")
+
+    class Meta:
+        db_table = "fleet_servingrollup_1m"
+
+    def __str__(self) -> str:
+        return f"endpoint {self.endpoint_id} {self.bucket:%Y-%m-%d %H:%M} {self.quantity} {self.le} {self.value}"
+
+
+class ServingRollup1h(ServingRollupColumns):
+    pk = models.CompositePrimaryKey("endpoint", "bucket", "quantity", "le")
+
+    class Meta:
+        db_table = "fleet_servingrollup_1h"
+
+    def __str__(self) -> str:
+        return f"endpoint {self.endpoint_id} {self.bucket:%Y-%m-%d %H:00} {self.quantity} {self.le} {self.value}"
+
+
+class ServingRollupDirty(models.Model):
+    """Endpoint minutes and hours whose serving rollups must be (re)computed: written by the
+    serving writer, claimed by the rollup task (the GPU rollups' queue, per endpoint)."""
+
+    pk = models.CompositePrimaryKey("endpoint", "resolution", "bucket")
+    endpoint = models.ForeignKey("fleet.Endpoint", on_delete=models.DO_NOTHING, db_constraint=False, related_name="+")
+    resolution = models.CharField(max_length=2)  # 1m or 1h
+    bucket = models.DateTimeField()
+    dirtied_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["resolution", "bucket"], name="servingdirty_res_bucket")]
+
+    def __str__(self) -> str:
+        return f"endpoint {self.endpoint_id} {self.resolution} {self.bucket:%Y-%m-%d %H:%M}"

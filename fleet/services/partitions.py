@@ -52,10 +52,21 @@ GPU_ROLLUP_1M = PartitionedTable("fleet_gpurollup_1m", "day", "ROLLUP_1M_RETENTI
 GROUP_ROLLUP_1M = PartitionedTable("fleet_grouprollup_1m", "day", "ROLLUP_1M_RETENTION_DAYS")
 GPU_ROLLUP_1H = PartitionedTable("fleet_gpurollup_1h", "month", "ROLLUP_1H_RETENTION_DAYS")
 GROUP_ROLLUP_1H = PartitionedTable("fleet_grouprollup_1h", "month", "ROLLUP_1H_RETENTION_DAYS")
+SERVING_ROLLUP_1M = PartitionedTable("fleet_servingrollup_1m", "day", "ROLLUP_1M_RETENTION_DAYS")
+SERVING_ROLLUP_1H = PartitionedTable("fleet_servingrollup_1h", "month", "ROLLUP_1H_RETENTION_DAYS")
 # More than any valid write needs at once: a week of days ahead of the beat's three, plus late
 # samples within the ingest window and rollups within their retention are made day by day.
 MAX_NEW_PARTITIONS = 45
-TABLES = (SAMPLES, SERVING_SAMPLES, GPU_ROLLUP_1M, GROUP_ROLLUP_1M, GPU_ROLLUP_1H, GROUP_ROLLUP_1H)
+TABLES = (
+    SAMPLES,
+    SERVING_SAMPLES,
+    GPU_ROLLUP_1M,
+    GROUP_ROLLUP_1M,
+    GPU_ROLLUP_1H,
+    GROUP_ROLLUP_1H,
+    SERVING_ROLLUP_1M,
+    SERVING_ROLLUP_1H,
+)
 
 # Partitions this process has seen exist. Only a hint: a writer that hits a missing partition
 # forgets the hint and makes it (see is_missing_partition).
