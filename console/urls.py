@@ -16,6 +16,7 @@ api_v1 = [
     path("fleet/", include("fleet.api.urls")),
     path("ingest/", include("fleet.api.ingest_urls")),
     path("training/", include("fleet.api.training_urls")),
+    path("serving/", include("fleet.api.serving_urls")),
     path("alertmanager", AlertmanagerWebhookView.as_view(), name="alertmanager"),
     path("", include("incidents.api.urls")),
 ]

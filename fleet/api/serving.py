@@ -16,21 +16,26 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field, inline_serializer
 from rest_framework import generics, serializers, status
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from console.authentication import AgentOrPersonalTokenAuthentication
 from fleet.api.training import TrainingPermission
 from fleet.models import Endpoint
 from fleet.models.serving import EndpointChange, EndpointChangeKind, EndpointEval
+from fleet.services import serving
 
 MAX_ITEMS = 1000
 # A clock a little ahead is tolerated; an item from the far future is a wrong clock or a wrong unit.
 MAX_FUTURE = timedelta(hours=1)
 MAX_REPORTED_ERRORS = 20
+# Changes that add serving capacity: they carry the time it was ready (load-to-ready, cold start).
+CAPACITY_KINDS = frozenset({EndpointChangeKind.SCALE_OUT, EndpointChangeKind.REPLICA_LOAD})
 
 
 class EndpointWritePermission(TrainingPermission):
@@ -72,7 +77,24 @@ class ChangeItemSerializer(_ItemSerializer):
     from_value = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
     to_value = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
     model_version = serializers.CharField(max_length=64, required=False, allow_blank=True, default="")
+    ready_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
     note = serializers.CharField(max_length=10_000, required=False, allow_blank=True, default="")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        ready_at = attrs.get("ready_at")
+        if ready_at is None:
+            return attrs
+        if attrs["kind"] not in CAPACITY_KINDS:
+            raise serializers.ValidationError(
+                {"ready_at": f"Only a {' or '.join(sorted(CAPACITY_KINDS))} change has a ready time."}
+            )
+        if ready_at < attrs["ts"]:
+            raise serializers.ValidationError(
+                {"ready_at": "Is before ts; the capacity cannot be ready before it starts."}
+            )
+        if ready_at > timezone.now() + MAX_FUTURE:
+            raise serializers.ValidationError({"ready_at": "Is in the future; send it once the capacity is ready."})
+        return attrs
 
 
 class EvalItemSerializer(_ItemSerializer):
@@ -103,6 +125,7 @@ class EndpointChangeSerializer(serializers.ModelSerializer):
             "from_value",
             "to_value",
             "model_version",
+            "ready_at",
             "note",
             "created_by",
             "created_at",
@@ -265,3 +288,26 @@ class EndpointEvalsView(_EndpointItemsView):
     @extend_schema(request=EvalItemSerializer, responses=BATCH_RESPONSES)
     def post(self, request: Request, pk: int) -> Response:
         return super().post(request, pk)
+
+
+class EndpointSloView(APIView):
+    """An endpoint's SLOs: for TTFT, ITL and availability the SLI over the SLO period, the error
+    budget left, the SLI and burn rate over 5 m, 30 m, 1 h, 6 h and 3 d, the multi-window alerts
+    firing (``interpolated``: the threshold fell between bucket bounds, so the SLI is an estimate);
+    latency percentiles per window; and the figures since each server last started (from its
+    latest scrape). Read from the per-minute and per-hour rollups, never raw scrapes."""
+
+    queryset = Endpoint.objects.all()  # reads need fleet.view_endpoint
+
+    @extend_schema(responses=OpenApiTypes.OBJECT)
+    def get(self, request: Request, pk: int) -> Response:
+        endpoint = get_object_or_404(Endpoint.objects.select_related("site"), pk=pk)
+        now = timezone.now()
+        return Response(
+            {
+                "endpoint": {"id": endpoint.pk, "name": endpoint.name, "site": endpoint.site.name},
+                "generated_at": now.isoformat(),
+                "slo": serving.slo_status(endpoint, now=now),
+                "since_start": serving.since_start(endpoint.pk, now=now),
+            }
+        )

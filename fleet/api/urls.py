@@ -1,7 +1,7 @@
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from fleet.api import serving, views
+from fleet.api import views
 
 app_name = "fleet-api"
 
@@ -15,7 +15,5 @@ router.register("scrape-targets", views.ScrapeTargetViewSet)
 
 urlpatterns = [
     path("overview/", views.FleetOverviewView.as_view(), name="overview"),
-    path("endpoints/<int:pk>/changes", serving.EndpointChangesView.as_view(), name="endpoint-changes"),
-    path("endpoints/<int:pk>/evals", serving.EndpointEvalsView.as_view(), name="endpoint-evals"),
     *router.urls,
 ]

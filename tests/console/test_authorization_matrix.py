@@ -293,8 +293,9 @@ RULES: dict[str, Rule] = {
     "api:fleet-api:endpoint-list": api(),
     "api:fleet-api:endpoint-detail": api(patch=OPERATORS, target="endpoint"),
     # an endpoint's change events and evals: written by Operators or an agent token of its site
-    "api:fleet-api:endpoint-changes": Rule(Kind.API_AND_AGENT, {"GET": EVERY_ROLE, "POST": OPERATORS}, "endpoint"),
-    "api:fleet-api:endpoint-evals": Rule(Kind.API_AND_AGENT, {"GET": EVERY_ROLE, "POST": OPERATORS}, "endpoint"),
+    "api:serving-api:endpoint-changes": Rule(Kind.API_AND_AGENT, {"GET": EVERY_ROLE, "POST": OPERATORS}, "endpoint"),
+    "api:serving-api:endpoint-evals": Rule(Kind.API_AND_AGENT, {"GET": EVERY_ROLE, "POST": OPERATORS}, "endpoint"),
+    "api:serving-api:endpoint-slo": Rule(Kind.API, {"GET": EVERY_ROLE}, "endpoint"),
     "api:fleet-api:scrapetarget-list": api(post=OPERATORS),
     "api:fleet-api:scrapetarget-detail": api(patch=OPERATORS, delete=OPERATORS, target="scrape_target"),
     # the machine doors

@@ -43,7 +43,7 @@ def _patch(client: Client, endpoint: Endpoint, body: dict[str, Any]) -> Any:
 def _post(client: Client, endpoint: Endpoint, what: str, body: Any, token: str | None = None) -> Any:
     headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"} if token else {}
     return client.post(
-        f"/api/v1/fleet/endpoints/{endpoint.pk}/{what}", json.dumps(body), content_type="application/json", **headers
+        f"/api/v1/serving/endpoints/{endpoint.pk}/{what}", json.dumps(body), content_type="application/json", **headers
     )
 
 
@@ -231,7 +231,7 @@ def test_an_agent_of_the_endpoints_site_posts_and_another_sites_agent_gets_403(
     assert EndpointChange.objects.get().created_by is None  # an agent is no person
     # An agent writes; it reads nothing.
     assert (
-        client.get(f"/api/v1/fleet/endpoints/{endpoint.pk}/evals", HTTP_AUTHORIZATION=f"Bearer {token_a}").status_code
+        client.get(f"/api/v1/serving/endpoints/{endpoint.pk}/evals", HTTP_AUTHORIZATION=f"Bearer {token_a}").status_code
         == 403
     )
 
@@ -240,7 +240,7 @@ def test_every_role_reads_and_a_viewer_cannot_write(
     operator_client: Client, viewer_client: Client, endpoint: Endpoint
 ) -> None:
     _post(operator_client, endpoint, "evals", {"items": [_eval(id="late", ts=_ts(5)), _eval(id="early", ts=_ts(50))]})
-    response = viewer_client.get(f"/api/v1/fleet/endpoints/{endpoint.pk}/evals")
+    response = viewer_client.get(f"/api/v1/serving/endpoints/{endpoint.pk}/evals")
     assert response.status_code == 200
     results = response.json()["results"]
     assert [r["id"] for r in results] == ["early", "late"]  # oldest first
@@ -248,4 +248,60 @@ def test_every_role_reads_and_a_viewer_cannot_write(
     assert _post(viewer_client, endpoint, "evals", _eval()).status_code == 403
     assert _post(viewer_client, endpoint, "changes", _change()).status_code == 403
     assert EndpointEval.objects.count() == 2
-    assert viewer_client.get("/api/v1/fleet/endpoints/999999/changes").status_code == 404
+    assert viewer_client.get("/api/v1/serving/endpoints/999999/changes").status_code == 404
+
+
+# --- capacity changes and the SLO read ----------------------------------------------------------
+
+
+def test_a_replica_load_keeps_its_ready_time(operator_client: Client, endpoint: Endpoint) -> None:
+    item = _change(kind="replica_load", from_value="", to_value="replica-3", ts=_ts(10), ready_at=_ts(4))
+    assert _post(operator_client, endpoint, "changes", item).status_code == 201
+    change = EndpointChange.objects.get()
+    assert (change.ready_at - change.ts).total_seconds() == pytest.approx(360, abs=1)
+    listed = operator_client.get(f"/api/v1/serving/endpoints/{endpoint.pk}/changes").json()
+    rows = listed["results"] if isinstance(listed, dict) else listed
+    assert rows[0]["kind"] == "replica_load" and rows[0]["ready_at"]
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        (_change(ready_at=_ts(1)), "ready time"),  # a quantisation change has no ready time
+        (_change(kind="scale_out", ts=_ts(5), ready_at=_ts(20)), "before ts"),
+        (_change(kind="scale_out", ready_at="not a time"), "Datetime"),
+    ],
+)
+def test_a_bad_ready_time_is_a_400_naming_it_and_nothing_is_written(
+    operator_client: Client, endpoint: Endpoint, item: dict[str, Any], message: str
+) -> None:
+    response = _post(operator_client, endpoint, "changes", {"items": [_change(), item]})
+    assert response.status_code == 400, response.content
+    assert response.json()["field"] == "items[1].ready_at"
+    assert message.lower() in response.json()["error"].lower()
+    assert not EndpointChange.objects.exists()
+
+
+def test_the_slo_read_gives_budget_and_burn_rates_from_rollups(viewer_client: Client, endpoint: Endpoint) -> None:
+    from fleet.services import serving_rollups
+    from fleet.services.serving import ServingPoint, store_serving_points
+
+    now = timezone.now()
+    ok, name = "vllm:request_success_total", endpoint.name
+    points = [
+        ServingPoint(name, "vllm", name, now - timedelta(minutes=3), ok, 'finished_reason="stop"', 0),
+        ServingPoint(name, "vllm", name, now - timedelta(minutes=3), ok, 'finished_reason="error"', 0),
+        ServingPoint(name, "vllm", name, now - timedelta(minutes=2), ok, 'finished_reason="stop"', 997),
+        ServingPoint(name, "vllm", name, now - timedelta(minutes=2), ok, 'finished_reason="error"', 3),
+    ]
+    store_serving_points(site_id=endpoint.site_id, batch_key="slo", points=points)
+    serving_rollups.roll_everything()
+    body = viewer_client.get(f"/api/v1/serving/endpoints/{endpoint.pk}/slo").json()
+    availability = body["slo"]["availability"]
+    assert availability["sli"] == pytest.approx(0.997)
+    assert availability["windows"]["5m"]["burn_rate"] == pytest.approx(3.0)  # 0.3 % errors / 0.1 % allowed
+    assert availability["budget_left"] == pytest.approx(-2.0)
+    # 3x burns neither page rule (14.4x, 6x) but both ticket windows (1x over 3 d and 6 h).
+    assert [(a["rule"], a["severity"]) for a in availability["alerts"]] == [("slow_burn", "ticket")]
+    assert set(availability["windows"]) == {"5m", "30m", "1h", "6h", "3d"}
+    assert body["since_start"]["requests"]["requests_failed"] == 3
