@@ -390,6 +390,17 @@ def timeseries(
         point["tokens_per_s"] = round(c.get("generation_tokens", 0.0) / seconds, 3)
         point["prompt_tokens_per_s"] = round(c.get("prompt_tokens", 0.0) / seconds, 3)
         point["preemptions"] = round(c.get("preemptions", 0.0), 3)
+        # Triton's cumulative durations: mean milliseconds per request over the step.
+        requests = finished + c.get("requests_aborted", 0.0)
+        for name, counter in (
+            ("e2e_mean_ms", "e2e_seconds"),
+            ("queue_mean_ms", "queue_seconds"),
+            ("compute_mean_ms", "compute_seconds"),
+        ):
+            point[name] = _ms(sm.mean_latency(c[counter], requests)) if counter in c else None
+        point["queue_time_p99"] = _ms(sm.histogram_quantile(0.99, totals.histogram("queue_time")))
+        generation = totals.histogram("generation_tokens_hist")
+        point["generation_p50"] = _round(sm.histogram_quantile(0.5, generation))
         prompt = totals.histogram("prompt_tokens_hist")
         point["prompt_p50"] = _round(sm.histogram_quantile(0.5, prompt))
         point["prompt_p90"] = _round(sm.histogram_quantile(0.9, prompt))

@@ -255,3 +255,68 @@ def test_slo_status_and_interpolated_threshold(site_a: Site) -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM fleet_servingrollupdirty")
         assert cursor.fetchone()[0] == 0
+
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+
+
+def _bump(text: str, increases: dict[str, float], *, match: str = "") -> str:
+    """A later scrape: each sample whose name is in ``increases`` (and whose line contains
+    ``match``) grows by that amount; histogram buckets at or above a bound grow with it."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("#") or not line.strip() or match not in line:
+            out.append(line)
+            continue
+        head, value = line.rsplit(" ", 1)
+        name = head.split("{", 1)[0]
+        out.append(f"{head} {float(value) + increases.get(name, 0.0)!r}")
+    return "\n".join(out) + "\n"
+
+
+def test_triton_counters_give_mean_queue_and_compute_time_pending_and_failures(site_a: Site) -> None:
+    text = (FIXTURES / "triton.prom").read_text()
+    later = _bump(
+        text,
+        {
+            "nv_inference_request_success": 1000,
+            "nv_inference_queue_duration_us": 1000 * 4_000,  # 4 ms queued per request
+            "nv_inference_compute_infer_duration_us": 1000 * 25_000,  # 25 ms of inference
+            "nv_inference_request_duration_us": 1000 * 31_000,
+        },
+        match='model="bert_large",version="3"',
+    )
+    for i, body in enumerate((text, later)):
+        exposition = parse_exposition(body, kind="triton", now=NOW - timedelta(minutes=2 - i))
+        store_exposition(exposition, site_id=site_a.pk, batch_key=f"t{i}")
+    serving_rollups.roll_everything(now=NOW)
+    bert = Endpoint.objects.get(site=site_a, name="bert_large")
+    point = serving.timeseries(bert.pk, NOW - timedelta(minutes=5), NOW)[-1]
+    assert point["queue_mean_ms"] == pytest.approx(4.0)
+    assert point["compute_mean_ms"] == pytest.approx(25.0)
+    assert point["e2e_mean_ms"] == pytest.approx(31.0)
+    assert point["waiting"] == pytest.approx(11)  # pending requests, both versions summed
+    since = serving.since_start(bert.pk, now=NOW)
+    assert since is not None
+    # Failures by reason: CANCELED is the client's doing (aborted), BACKEND and REJECTED are failures.
+    assert since["requests"]["requests_failed"] == 2 + 7 + 126
+    assert since["requests"]["requests_aborted"] == 41
+
+
+def test_tgi_histograms_map_onto_the_same_quantities(site_a: Site) -> None:
+    text = (FIXTURES / "tgi.prom").read_text()
+    exposition = parse_exposition(text, kind="tgi", endpoint="tgi-mistral", now=NOW - timedelta(minutes=1))
+    store_exposition(exposition, site_id=site_a.pk, batch_key="tgi")
+    endpoint = Endpoint.objects.get(site=site_a, name="tgi-mistral")
+    since = serving.since_start(endpoint.pk, now=NOW)
+    assert since is not None
+    buckets = sorted(
+        (math.inf if le == "+Inf" else float(le), float(v))
+        for le, v in re.findall(r'^tgi_request_duration_bucket\{le="([^"]+)"\} (\S+)$', text, re.M)
+    )
+    expected = sm.histogram_quantile(0.99, sm.Histogram.from_buckets(dict(buckets)))
+    assert expected is not None
+    assert since["e2e"]["p99"] == pytest.approx(expected * 1000, abs=1e-3)
+    assert since["itl"]["count"] > 0  # tgi_request_mean_time_per_token_duration
+    assert since["ttft"]["count"] == 0  # TGI exposes no time-to-first-token histogram
+    assert since["gauges"]["waiting"] == 4 and since["gauges"]["running"] == 31
