@@ -126,6 +126,8 @@ MINUTE = timedelta(minutes=1)
 HOUR = timedelta(hours=1)
 QUANTILES = (0.5, 0.9, 0.99)
 LATENCIES = ("ttft", "itl", "e2e")
+# What the SLO read needs: the latency histograms and the request outcomes.
+SLO_QUANTITIES = [*LATENCIES, "requests_ok", "requests_failed", "requests_aborted"]
 
 
 @dataclass
@@ -171,9 +173,10 @@ def _plan(windows: Mapping[str, timedelta], end: datetime) -> dict[str, tuple[li
 
 
 def _sum_ranges(
-    table: str, endpoint_id: int, ranges: dict[str, list[tuple]]
+    table: str, endpoint_id: int, ranges: dict[str, list[tuple]], quantities: list[str] | None
 ) -> dict[str, dict[tuple[str, float], float]]:
-    """sum(value) per (quantity, le) for each named set of [start, end) ranges, in one query."""
+    """sum(value) per (quantity, le) for each named set of [start, end) ranges, in one query; of
+    the rows of these quantities (with their :count and :sum) when given, else of every summed one."""
     named = [(name, r) for name, r in ranges.items() if r]
     if not named:
         return {name: {} for name in ranges}
@@ -188,10 +191,15 @@ def _sum_ranges(
             where.append("(bucket >= %s AND bucket < %s)")
             where_params.extend([start, stop])
         columns.append(f"sum(value) FILTER (WHERE {' OR '.join(conds)})")
+    if quantities:
+        which = "quantity = ANY(%s)"
+        where_params.append([*quantities, *(f"{q}:{part}" for q in quantities for part in ("count", "sum"))])
+    else:  # everything that adds up over time: not the gauges
+        which = "quantity <> ALL(%s)"
+        where_params.append([*sm.GAUGE_QUANTITIES, *(f"{g}:max" for g in sm.GAUGE_QUANTITIES)])
     sql = (
         f"SELECT quantity, le, {', '.join(columns)} FROM {table} "
-        f"WHERE endpoint_id = %s AND ({' OR '.join(where)}) AND quantity NOT LIKE '%%:max' "
-        "GROUP BY quantity, le"
+        f"WHERE endpoint_id = %s AND ({' OR '.join(where)}) AND {which} GROUP BY quantity, le"
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, [*column_params, endpoint_id, *where_params])
@@ -234,13 +242,18 @@ def _totals(sums: Mapping[tuple[str, float], float]) -> Totals:
 
 
 def window_totals(
-    endpoint_id: int, windows: Mapping[str, timedelta], *, now: datetime | None = None
+    endpoint_id: int,
+    windows: Mapping[str, timedelta],
+    *,
+    now: datetime | None = None,
+    quantities: list[str] | None = None,
 ) -> dict[str, Totals]:
-    """What the endpoint served over each window ending now: two queries whatever the windows."""
+    """What the endpoint served over each window ending now (only ``quantities`` when given):
+    two queries whatever the windows."""
     end = read_end(now)
     plan = _plan(windows, end)
-    minutes = _sum_ranges("fleet_servingrollup_1m", endpoint_id, {n: p[0] for n, p in plan.items()})
-    hours = _sum_ranges("fleet_servingrollup_1h", endpoint_id, {n: p[1] for n, p in plan.items()})
+    minutes = _sum_ranges("fleet_servingrollup_1m", endpoint_id, {n: p[0] for n, p in plan.items()}, quantities)
+    hours = _sum_ranges("fleet_servingrollup_1h", endpoint_id, {n: p[1] for n, p in plan.items()}, quantities)
     out = {}
     for name in windows:
         merged = dict(minutes[name])
@@ -309,7 +322,7 @@ def slo_status(endpoint: Any, *, now: datetime | None = None) -> dict[str, Any]:
     period = timedelta(days=endpoint.slo_window_days)
     windows = {window_name(w): w for w in sm.BURN_WINDOWS}
     windows["period"] = period
-    totals = window_totals(endpoint.pk, windows, now=now)
+    totals = window_totals(endpoint.pk, windows, now=now, quantities=SLO_QUANTITIES)
     per_window = {name: slis(endpoint, t) for name, t in totals.items()}
     goals = targets(endpoint)
     thresholds = {"ttft": endpoint.ttft_threshold_ms, "itl": endpoint.itl_threshold_ms, "availability": None}

@@ -37,6 +37,7 @@ logger = logging.getLogger(__name__)
 LOOKBACK = timedelta(minutes=10)  # the previous sample of a series is looked for this far back
 HOUR_SETTLE = timedelta(seconds=60)
 MAX_MINUTES_PER_RUN = 5_000  # endpoint-minutes claimed in one transaction
+MAX_RUN = 240  # minutes of one endpoint read from raw with one query
 LOCK_KEY = 0x5E_12_1E_0  # advisory lock: one serving rollup run at a time across workers
 # Gauges averaged (not summed) over the series of an endpoint: fractions, not counts.
 MEAN_GAUGES = frozenset({"kv_cache_usage"})
@@ -112,10 +113,11 @@ def _classify(metric: str, series: str) -> tuple[str, str, float, int, float] | 
 
 
 def _runs(minutes: list[datetime], gap: timedelta = LOOKBACK) -> list[list[datetime]]:
-    """Split sorted minutes into runs read with one range query each."""
+    """Split sorted minutes into runs read with one range query each (at most MAX_RUN minutes, so
+    a backfill never holds days of raw rows in memory at once)."""
     runs: list[list[datetime]] = []
     for m in minutes:
-        if runs and m - runs[-1][-1] <= gap:
+        if runs and m - runs[-1][-1] <= gap and len(runs[-1]) < MAX_RUN:
             runs[-1].append(m)
         else:
             runs.append([m])
