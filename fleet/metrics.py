@@ -10,6 +10,7 @@ from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from fleet.models import ScrapeTarget
+from fleet.services import serving_rollups
 from fleet.services.rollups import rollup_lag_seconds
 
 RATE_WINDOW = timedelta(seconds=60)
@@ -45,6 +46,11 @@ def collect() -> Iterable[Metric]:
     lag = GaugeMetricFamily("goodput_rollup_lag_seconds", "Age of the oldest minute not yet rolled up")
     lag.add_metric([], rollup_lag_seconds(now=now))
     yield lag
+    serving_lag = GaugeMetricFamily(
+        "goodput_serving_rollup_lag_seconds", "Age of the oldest serving minute not yet rolled up"
+    )
+    serving_lag.add_metric([], serving_rollups.rollup_lag_seconds(now=now))
+    yield serving_lag
 
     up = GaugeMetricFamily("goodput_scrape_target_up", "1 if the last scrape succeeded", labels=["site", "target"])
     duration = GaugeMetricFamily(

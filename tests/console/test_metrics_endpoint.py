@@ -35,3 +35,4 @@ def test_metrics_report_ingest_rate_rejections_latency_and_scrapes(client, viewe
     assert {s.labels["quantile"] for s in families["goodput_ingest_task_latency_seconds"]} == {"0.5", "0.95", "1"}
     assert families["goodput_ingest_queue_depth"][0].value == 0
     assert "goodput_rollup_lag_seconds" in families and "goodput_scrape_target_up" in families
+    assert families["goodput_serving_rollup_lag_seconds"][0].value == 0

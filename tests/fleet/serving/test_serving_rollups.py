@@ -320,3 +320,19 @@ def test_tgi_histograms_map_onto_the_same_quantities(site_a: Site) -> None:
     assert since["itl"]["count"] > 0  # tgi_request_mean_time_per_token_duration
     assert since["ttft"]["count"] == 0  # TGI exposes no time-to-first-token histogram
     assert since["gauges"]["waiting"] == 4 and since["gauges"]["running"] == 31
+
+
+def test_rollup_lag_and_retention_bounds(site_a: Site) -> None:
+    ok = "vllm:request_success_total"
+    old = NOW - timedelta(days=400)  # past every rollup retention: dropped from the queue, not rolled
+    points = [
+        ServingPoint("m", "vllm", "m", NOW - timedelta(minutes=6), ok, 'finished_reason="stop"', 1),
+        ServingPoint("m", "vllm", "m", NOW - timedelta(minutes=5), ok, 'finished_reason="stop"', 2),
+    ]
+    store_serving_points(site_id=site_a.pk, batch_key="lag", points=points)
+    assert serving_rollups.rollup_lag_seconds(now=NOW) > 4 * 60
+    serving_rollups.mark_dirty([(_endpoint(site_a).pk, old)], now=NOW)
+    serving_rollups.roll_everything(now=NOW)
+    assert serving_rollups.rollup_lag_seconds(now=NOW) == 0
+    assert not ServingRollup1m.objects.filter(bucket__lt=NOW - timedelta(days=100)).exists()
+    assert ServingRollup1m.objects.filter(quantity="requests_ok").count() == 1
