@@ -12,6 +12,7 @@ NAV = [
     ("Fleet", "fleet:dashboard"),
     ("Targets", "fleet:targets"),
     ("Training", "training:dashboard"),
+    ("Serving", "serving:dashboard"),
     ("Incidents", "incidents:list"),
 ]
 

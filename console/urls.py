@@ -32,6 +32,7 @@ urlpatterns = [
     path("accounts/tokens/<int:pk>/revoke/", views.PersonalTokenRevokeView.as_view(), name="personal_token_revoke"),
     path("fleet/", include("fleet.urls")),
     path("training/", include("fleet.training_urls")),
+    path("serving/", include("fleet.serving_urls")),
     path("incidents/", include("incidents.urls")),
     path("api/v1/", include((api_v1, "api"))),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

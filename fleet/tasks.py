@@ -76,13 +76,14 @@ def update_rollups() -> dict[str, int]:
 @shared_task(ignore_result=True, acks_late=False)
 def update_serving_rollups() -> dict[str, object]:
     """Fold newly dirtied serving minutes and hours into the serving rollups (every few seconds),
-    then push the endpoints whose minutes changed to their live topics."""
+    then push the endpoints whose minutes changed to their live topics that a page follows."""
     from console import live
-    from fleet.services import serving_rollups
+    from fleet.services import dashboard, serving_rollups
 
     result = serving_rollups.update_serving_rollups()
     if result["endpoints"]:
-        live.request_push("serving", *(f"endpoint.{e}" for e in result["endpoints"]))  # type: ignore[union-attr]
+        topics = ["serving", *(f"endpoint.{e}" for e in result["endpoints"])]  # type: ignore[union-attr]
+        live.request_push(*dashboard.watched(topics))
     return result
 
 

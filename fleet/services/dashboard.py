@@ -466,6 +466,14 @@ def watched_topics(gpu_ids: Any) -> list[str]:
     return sorted(key.removeprefix("live:watch:") for key in found)
 
 
+def watched(topics: list[str]) -> list[str]:
+    """Those of these topics a page is watching (see ``watch_topic``)."""
+    if not topics or not cache.get("live:watch:any"):
+        return []
+    found = cache.get_many([f"live:watch:{t}" for t in topics])
+    return sorted(key.removeprefix("live:watch:") for key in found)
+
+
 def _delta(topic: str, watermark: str | None, states: Any) -> tuple[dict[str, Any] | None, str | None]:
     since = (
         datetime.fromisoformat(watermark) - WATERMARK_OVERLAP

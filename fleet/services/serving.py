@@ -125,6 +125,8 @@ PERIOD = timedelta(days=30)
 MINUTE = timedelta(minutes=1)
 HOUR = timedelta(hours=1)
 QUANTILES = (0.5, 0.9, 0.99)
+RATE_FLOOR = timedelta(seconds=15)  # the shortest time a filling step's rates are taken over
+SINCE_START_SPREAD = timedelta(seconds=60)  # replicas scraped apart still make one "latest scrape"
 LATENCIES = ("ttft", "itl", "e2e")
 # What the SLO read needs: the latency histograms and the request outcomes.
 SLO_QUANTITIES = [*LATENCIES, "requests_ok", "requests_failed", "requests_aborted"]
@@ -366,11 +368,19 @@ def chart_step(start: datetime, end: datetime) -> timedelta:
 
 
 def timeseries(
-    endpoint_id: int, start: datetime, end: datetime, *, step: timedelta | None = None
+    endpoint_id: int,
+    start: datetime,
+    end: datetime,
+    *,
+    step: timedelta | None = None,
+    now: datetime | None = None,
 ) -> list[dict[str, Any]]:
     """Chart points from the rollups, one per step in [start, end): latency percentiles (ms),
     request and token rates (per second), errors, queue depth, running requests, KV-cache usage
-    (mean and max, 0-1), preemptions, mean prompt length."""
+    (mean and max, 0-1), preemptions, mean prompt length. The step still filling at ``now`` has
+    its rates over the time elapsed in it (at least one 15-second scrape interval), not the
+    whole step, so the newest point does not dip."""
+    now = now or timezone.now()
     step = step or chart_step(start, end)
     table = "fleet_servingrollup_1h" if step >= HOUR else "fleet_servingrollup_1m"
     base = HOUR if step >= HOUR else MINUTE
@@ -387,8 +397,8 @@ def timeseries(
     for t, quantity, le, total, biggest, n in rows:
         by_t[t][(quantity, le)] = (total, biggest, n)
     out = []
-    seconds = step.total_seconds()
     for t in sorted(by_t):
+        seconds = min(step, max(now - t, RATE_FLOOR)).total_seconds()
         cells = by_t[t]
         totals = _totals({k: v[0] for k, v in cells.items()})
         c = totals.counters
@@ -434,7 +444,8 @@ def _round(value: float | None, digits: int = 1) -> float | None:
 
 def since_start(endpoint_id: int, *, now: datetime | None = None) -> dict[str, Any] | None:
     """Figures since each server last started, from the latest scrape's cumulative series (the
-    latest value of every series seen in the last ten minutes); None with no recent scrape."""
+    latest value of each series seen within a minute of the newest, looking back at most ten
+    minutes); None with no recent scrape."""
     now = now or timezone.now()
     with connection.cursor() as cursor:
         cursor.execute(
@@ -445,6 +456,10 @@ def since_start(endpoint_id: int, *, now: datetime | None = None) -> dict[str, A
         rows = cursor.fetchall()
     if not rows:
         return None
+    # The latest scrape: series seen within a minute of the newest one (a replica that left, or
+    # a series relabelled, minutes ago is not part of it).
+    newest = max(r[3] for r in rows)
+    rows = [r for r in rows if r[3] >= newest - SINCE_START_SPREAD]
     q = sm.scrape_quantities((m, s, v) for m, s, v, _ in rows)
     totals = Totals(histograms=q.histograms, counters=q.counters)
     return {

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime, timedelta
@@ -53,13 +54,14 @@ def _hour(ts: datetime) -> datetime:
 
 def mark_dirty(endpoint_minutes: Iterable[tuple[int, datetime]], *, now: datetime | None = None) -> None:
     """Queue (endpoint, minute) pairs for the rollup, in the caller's transaction. A minute that is
-    already over (a late batch) also queues the next one: its first increase starts from here."""
+    already over (a late batch) also queues the next one, up to the current minute: its first
+    increase starts from here."""
     current = _minute(now or timezone.now())
     wanted: set[tuple[int, datetime]] = set()
     for endpoint_id, ts in endpoint_minutes:
         minute = _minute(ts)
         wanted.add((endpoint_id, minute))
-        if minute + timedelta(minutes=1) < current:
+        if minute + timedelta(minutes=1) <= current:
             wanted.add((endpoint_id, minute + timedelta(minutes=1)))
     if wanted:
         _mark("1m", sorted(wanted))
@@ -112,6 +114,38 @@ def _classify(metric: str, series: str) -> tuple[str, str, float, int, float] | 
     return spec.quantity, part, spec.unit_scale if part == "sum" else 1.0, spec.legacy, 0.0
 
 
+HISTOGRAM_PARTS = frozenset({"bucket", "count", "sum"})
+_LE_RE = re.compile(r'(?:^|,)le="(?:[^"\\]|\\.)*"')
+
+
+@functools.lru_cache(maxsize=4096)
+def _group(metric: str, series: str) -> tuple[str, str]:
+    """The histogram a bucket, count or sum series belongs to: its base name and its labels but le."""
+    base = metric
+    for suffix in ("_bucket", "_count", "_sum"):
+        if metric.endswith(suffix):
+            base = metric.removesuffix(suffix)
+            break
+    return base, _LE_RE.sub("", series).lstrip(",")
+
+
+def _histogram_resets(rows: list[tuple[str, str, datetime, float]]) -> dict[tuple[str, str], set[datetime]]:
+    """The times each histogram restarted: any of its buckets or its count went down there (as
+    ``serving_metrics.histogram_reset`` judges one scrape against the previous)."""
+    resets: dict[tuple[str, str], set[datetime]] = defaultdict(set)
+    previous_key, previous_value = None, None
+    for metric, series, ts, value in rows:
+        key = (metric, series)
+        if key != previous_key:
+            previous_key, previous_value = key, None
+            info = _classify(metric, series)
+            watched = info is not None and info[1] in ("bucket", "count")
+        if watched and previous_value is not None and value < previous_value:
+            resets[_group(metric, series)].add(ts)
+        previous_value = value
+    return resets
+
+
 def _runs(minutes: list[datetime], gap: timedelta = LOOKBACK) -> list[list[datetime]]:
     """Split sorted minutes into runs read with one range query each (at most MAX_RUN minutes, so
     a backfill never holds days of raw rows in memory at once)."""
@@ -142,7 +176,9 @@ def _run_rows(endpoint_id: int, run: list[datetime]) -> list[tuple[datetime, str
         )
         rows = cursor.fetchall()
     # Per series: increases (counters, histogram parts) or values (gauges) by minute.
-    legacy_seen: dict[str, set[int]] = defaultdict(set)
+    legacy_seen: dict[tuple[datetime, str], set[int]] = defaultdict(set)  # per minute: a run may span an upgrade
+    resets = _histogram_resets(rows)
+    group: tuple[str, str] | None = None
     sums: dict[tuple[datetime, str, int, float], float] = defaultdict(float)
     gauge_stats: dict[tuple[datetime, str, int], list[float]] = {}  # minute, quantity, rank -> [sum means, sum max, n]
     previous_key: tuple[str, str] | None = None
@@ -166,12 +202,13 @@ def _run_rows(endpoint_id: int, run: list[datetime]) -> list[tuple[datetime, str
                 flush_gauge()
             previous_key, previous_value, series_values, series_minute = key, None, [], None
             info = _classify(metric, series)
-            if info is not None:
-                legacy_seen[info[0]].add(info[3])
+            group = _group(metric, series) if info is not None and info[1] in HISTOGRAM_PARTS else None
         if info is None:
             continue
         minute = _minute(ts)
         quantity, kind, scale, rank, le = info
+        if minute in wanted:
+            legacy_seen[(minute, quantity)].add(rank)
         if kind == "gauge":
             if minute not in wanted:
                 continue
@@ -180,7 +217,11 @@ def _run_rows(endpoint_id: int, run: list[datetime]) -> list[tuple[datetime, str
                 series_values, series_minute = [], minute
             series_values.append(value)
             continue
-        increase = sm.counter_increase(previous_value, value)
+        if group is not None and previous_value is not None and ts in resets.get(group, ()):
+            # The histogram restarted here: every part counts from zero, even one that grew.
+            increase = value
+        else:
+            increase = sm.counter_increase(previous_value, value)
         previous_value = value
         # Bucket increases are kept even when zero: a bucket's bound is its neighbour's lower edge.
         if minute in wanted and (increase or kind == "bucket"):
@@ -189,14 +230,14 @@ def _run_rows(endpoint_id: int, run: list[datetime]) -> list[tuple[datetime, str
     if info is not None and info[1] == "gauge":
         flush_gauge()
 
-    def current_rank(quantity: str) -> int:
-        return min(legacy_seen.get(quantity.split(":", 1)[0], {0}))
+    def current_rank(minute: datetime, quantity: str) -> int:
+        return min(legacy_seen.get((minute, quantity.split(":", 1)[0]), {0}))
 
     out: list[tuple[datetime, str, float, float]] = []
     # Histogram buckets: cumulative per bound -> per bucket.
     cumulative: dict[tuple[datetime, str], dict[float, float]] = defaultdict(dict)
     for (minute, name, rank, le), value in sums.items():
-        if rank != current_rank(name):
+        if rank != current_rank(minute, name):
             continue
         if _is_bucket(name):
             cumulative[(minute, name)][le] = value
@@ -213,7 +254,7 @@ def _run_rows(endpoint_id: int, run: list[datetime]) -> list[tuple[datetime, str
             if in_bucket or (i + 1 < len(buckets) and buckets[i + 1][1]):
                 out.append((minute, name, le, in_bucket))
     for (minute, quantity, rank), (mean_sum, max_sum, n) in gauge_stats.items():
-        if rank != current_rank(quantity):
+        if rank != current_rank(minute, quantity):
             continue
         if quantity in MEAN_GAUGES:
             mean_sum, max_sum = mean_sum / n, max_sum / n

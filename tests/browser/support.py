@@ -57,10 +57,24 @@ def wait_until(page: Any, expression: str, timeout: float = LIVE_TIMEOUT_MS) -> 
     Content-Security-Policy (no 'unsafe-eval') rightly refuses.
     """
     deadline = time.monotonic() + timeout / 1000
-    while not page.evaluate(expression):
+    while not _evaluate_across_reloads(page, expression):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout / 1000} s waiting for {expression}")
         page.wait_for_timeout(100)
+
+
+def _evaluate_across_reloads(page: Any, expression: str) -> Any:
+    """page.evaluate, where a page that reloads itself (the incident page does, on a change made
+    elsewhere) counts as "not yet" instead of failing on the torn-down context."""
+    from playwright.sync_api import Error
+
+    try:
+        return page.evaluate(expression)
+    except Error as exc:
+        if "Execution context was destroyed" not in str(exc):
+            raise
+        page.wait_for_load_state()
+        return False
 
 
 class BrowserLog:

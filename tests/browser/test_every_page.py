@@ -21,7 +21,7 @@ from django.contrib.auth.models import User
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from rest_framework.views import APIView
 
-from fleet.models import GpuState, Job, Site
+from fleet.models import Endpoint, GpuState, Job, Site
 from incidents.services.engine import raise_finding
 from tests.browser.support import ARTIFACTS, BrowserLog, launch, wait_for, wait_until
 from tests.conftest import PASSWORD, make_sample
@@ -86,6 +86,9 @@ def _page_kwargs(incident_id: int) -> dict[str, dict[str, Any]]:
                 scheduler_id="every-page",
                 defaults={"name": "every-page", "team": "qa", "gang_size": 8},
             )[0].pk
+        },
+        "serving:endpoint_detail": {
+            "pk": Endpoint.objects.get_or_create(site=Site.objects.order_by("pk").first(), name="every-page")[0].pk
         },
     }
 

@@ -265,6 +265,8 @@ RULES: dict[str, Rule] = {
     "fleet:node_detail": page(target="node"),
     "training:dashboard": page(),
     "training:job_detail": page(target="job"),
+    "serving:dashboard": page(),
+    "serving:endpoint_detail": page(post=OPERATORS, target="endpoint"),  # the SLO form: fleet.change_endpoint
     "incidents:list": page(),
     "incidents:metrics": page(),
     "incidents:silences": page(post=OPERATORS),  # incidents.add_silence
@@ -296,6 +298,9 @@ RULES: dict[str, Rule] = {
     "api:serving-api:endpoint-changes": Rule(Kind.API_AND_AGENT, {"GET": EVERY_ROLE, "POST": OPERATORS}, "endpoint"),
     "api:serving-api:endpoint-evals": Rule(Kind.API_AND_AGENT, {"GET": EVERY_ROLE, "POST": OPERATORS}, "endpoint"),
     "api:serving-api:endpoint-slo": Rule(Kind.API, {"GET": EVERY_ROLE}, "endpoint"),
+    # the serving pages' snapshots: reads for any role
+    "api:serving-api:overview": api(),
+    "api:serving-api:endpoint-snapshot": api(target="endpoint"),
     "api:fleet-api:scrapetarget-list": api(post=OPERATORS),
     "api:fleet-api:scrapetarget-detail": api(patch=OPERATORS, delete=OPERATORS, target="scrape_target"),
     # the machine doors

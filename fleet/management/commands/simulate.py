@@ -17,6 +17,7 @@ from console.models import AgentToken, hash_secret
 from fleet.choices import Interconnect
 from fleet.models import Node, Rack, Site
 from fleet.simulator import DEFAULT_SEED, DEFAULT_SITES, FleetSimulator, Poster, build_fleet, utcnow
+from fleet.simulator_serving import start_for_command
 from fleet.simulator_training import TrainingSimulator, release_simulated_jobs
 
 TOKEN_PREFIX = "simulator"
@@ -52,6 +53,16 @@ class Command(BaseCommand):
             type=float,
             default=0.01,
             help="Training job failures per GPU-hour of a job's gang (default 0.01)",
+        )
+        parser.add_argument(
+            "--endpoints",
+            type=int,
+            default=4,
+            help="Inference endpoints (vLLM, Triton) pushing Prometheus scrapes every 15 s, with a scripted queueing "
+            "collapse, KV exhaustion and quality drop (default 4; 0 turns serving off)",
+        )
+        parser.add_argument(
+            "--serving-history", type=float, default=3.0, help="Hours of serving history pushed at start (default 3)"
         )
         parser.add_argument("--duration", type=float, default=None, help="Stop after this many seconds")
         parser.add_argument("--ticks", type=int, default=None, help="Stop after this many sampling rounds")
@@ -100,6 +111,18 @@ class Command(BaseCommand):
                 run=run,
                 log=lambda message: self.stdout.write(f"  training: {message}"),
             )
+        serving = None
+        if options["endpoints"] > 0:
+            serving = start_for_command(
+                poster,
+                endpoints=options["endpoints"],
+                seed=options["seed"],
+                run=run,
+                history_hours=options["serving_history"],
+                now=utcnow(),
+                log=lambda message: self.stdout.write(f"  serving: {message}"),
+            )
+            close_old_connections()
         total = sum(len(g) for g in fleet.values())
         self.stdout.write(
             f"Simulating {total} GPUs on {sum(1 for g in fleet.values() if g)} sites every {options['interval']:g} s "
@@ -114,6 +137,11 @@ class Command(BaseCommand):
                 for rejected in training.rejected:
                     self.stderr.write(f"training events rejected: {rejected}")
                 training.rejected.clear()
+            if serving is not None:
+                serving.tick(utcnow())
+                for rejected in serving.rejected:
+                    self.stderr.write(f"serving scrapes or events rejected: {rejected}")
+                serving.rejected.clear()
             tick += 1
             if options["ticks"] is not None and tick >= options["ticks"]:
                 break

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from fleet.models import Endpoint, ServingRollup1h, ServingRollup1m, Site
 from fleet.services import serving, serving_rollups
@@ -20,7 +21,7 @@ from fleet.services.serving import ServingPoint, store_serving_points
 
 pytestmark = pytest.mark.django_db
 
-FIXTURE = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures" / "vllm.prom"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "vllm.prom"
 NOW = datetime(2026, 11, 30, 12, 0, 30, tzinfo=UTC)
 BOUNDS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
@@ -336,3 +337,50 @@ def test_rollup_lag_and_retention_bounds(site_a: Site) -> None:
     assert serving_rollups.rollup_lag_seconds(now=NOW) == 0
     assert not ServingRollup1m.objects.filter(bucket__lt=NOW - timedelta(days=100)).exists()
     assert ServingRollup1m.objects.filter(quantity="requests_ok").count() == 1
+
+
+def test_a_late_scrape_re_rolls_the_current_minute_after_it(site_a: Site) -> None:
+    ok = "vllm:request_success_total"
+    now = timezone.now()  # the writer judges "current minute" by the real clock
+    current = now.replace(second=0, microsecond=0)
+    early = [
+        ServingPoint("m", "vllm", "m", current - timedelta(seconds=50), ok, 'finished_reason="stop"', 100),
+        ServingPoint("m", "vllm", "m", now, ok, 'finished_reason="stop"', 300),
+    ]
+    store_serving_points(site_id=site_a.pk, batch_key="e", points=early)
+    serving_rollups.roll_everything(now=now)
+    late = [ServingPoint("m", "vllm", "m", current - timedelta(seconds=20), ok, 'finished_reason="stop"', 200)]
+    store_serving_points(site_id=site_a.pk, batch_key="l", points=late)
+    serving_rollups.roll_everything(now=now)
+    totals = serving.window_totals(_endpoint(site_a).pk, {"5m": timedelta(minutes=5)}, now=now)["5m"]
+    assert totals.counters["requests_ok"] == 200  # 100 -> 200 -> 300, never 300
+
+
+def test_an_upgrade_to_current_names_inside_one_run_keeps_the_old_minutes(site_a: Site) -> None:
+    points = []
+    start = (NOW - timedelta(minutes=25)).replace(second=0)
+    for i in range(21):
+        name = "vllm:time_per_output_token_seconds" if i < 10 else "vllm:inter_token_latency_seconds"
+        value = 0.0 if i in (0, 10) else float(90 * (i if i < 10 else i - 10))
+        when = start + timedelta(minutes=i)
+        points += _histogram_points("m", when, {0.05: value, math.inf: value}, name=name)
+    store_serving_points(site_id=site_a.pk, batch_key="u", points=points)
+    serving_rollups.roll_everything(now=NOW)
+    totals = serving.window_totals(_endpoint(site_a).pk, {"1h": timedelta(hours=1)}, now=NOW)["1h"]
+    assert totals.histogram("itl").total == 9 * 90 + 10 * 90
+
+
+def test_a_histogram_restart_resets_every_bucket_together(site_a: Site) -> None:
+    # Before: 100 fast requests. After a restart: 150 slow ones. The +Inf bucket grew (100 -> 150)
+    # while the fast bucket fell (100 -> 0): the whole histogram restarted, not just one bucket.
+    name = "vllm:time_to_first_token_seconds"
+    points = _histogram_points("m", NOW - timedelta(minutes=3), _cumulative([0.04] * 100), name=name)
+    points += _histogram_points("m", NOW - timedelta(minutes=2), _cumulative([2.0] * 150), name=name)
+    store_serving_points(site_id=site_a.pk, batch_key="hr", points=points)
+    serving_rollups.roll_everything(now=NOW)
+    assert not ServingRollup1m.objects.filter(value__lt=0).exists()
+    histogram = serving.window_totals(_endpoint(site_a).pk, {"5m": timedelta(minutes=5)}, now=NOW)["5m"].histogram(
+        "ttft"
+    )
+    assert histogram.total == 150
+    assert sm.latency_sli(histogram, 0.5).good == 0
