@@ -125,7 +125,6 @@ PERIOD = timedelta(days=30)
 MINUTE = timedelta(minutes=1)
 HOUR = timedelta(hours=1)
 QUANTILES = (0.5, 0.9, 0.99)
-RATE_FLOOR = timedelta(seconds=15)  # the shortest time a filling step's rates are taken over
 SINCE_START_SPREAD = timedelta(seconds=60)  # replicas scraped apart still make one "latest scrape"
 LATENCIES = ("ttft", "itl", "e2e")
 # What the SLO read needs: the latency histograms and the request outcomes.
@@ -377,9 +376,9 @@ def timeseries(
 ) -> list[dict[str, Any]]:
     """Chart points from the rollups, one per step in [start, end): latency percentiles (ms),
     request and token rates (per second), errors, queue depth, running requests, KV-cache usage
-    (mean and max, 0-1), preemptions, mean prompt length. The step still filling at ``now`` has
-    its rates over the time elapsed in it (at least one 15-second scrape interval), not the
-    whole step, so the newest point does not dip."""
+    (mean and max, 0-1), preemptions, mean prompt length. The step still filling at ``now`` is
+    marked ``partial``: its rates are over the whole step, so they read low until it ends (the
+    increases credited so far cover only part of it), and "now" figures leave it out."""
     now = now or timezone.now()
     step = step or chart_step(start, end)
     table = "fleet_servingrollup_1h" if step >= HOUR else "fleet_servingrollup_1m"
@@ -397,12 +396,12 @@ def timeseries(
     for t, quantity, le, total, biggest, n in rows:
         by_t[t][(quantity, le)] = (total, biggest, n)
     out = []
+    seconds = step.total_seconds()
     for t in sorted(by_t):
-        seconds = min(step, max(now - t, RATE_FLOOR)).total_seconds()
         cells = by_t[t]
         totals = _totals({k: v[0] for k, v in cells.items()})
         c = totals.counters
-        point: dict[str, Any] = {"t": t.isoformat()}
+        point: dict[str, Any] = {"t": t.isoformat(), "partial": t + step > now}
         for quantity in LATENCIES:
             h = totals.histogram(quantity)
             point[f"{quantity}_p50"] = _ms(sm.histogram_quantile(0.5, h))

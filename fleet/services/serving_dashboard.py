@@ -185,19 +185,21 @@ def _latest(values: list[float | None]) -> float | None:
 
 def now_figures(status: dict[str, Any], points: list[dict[str, Any]], *, now: datetime) -> dict[str, Any]:
     """The last five minutes: TTFT and ITL p50 / p99 (from the 5m window's histograms), request and
-    token rates (means of the minutes), and the latest queue depth, running requests and KV-cache
+    token rates (means of the whole minutes), and the latest queue depth, running requests and KV-cache
     usage."""
     five = status["latency"][serving.window_name(NOW_SPAN)]
     since = (_minute(now) - NOW_SPAN + MINUTE).isoformat()
     recent = [p for p in points if p["t"] >= since]
+    # Rates from whole minutes: the one still filling has only part of its increases yet.
+    whole = [p for p in recent if not p.get("partial")]
     return {
         "ttft_p50": five["ttft"]["p50"],
         "ttft_p99": five["ttft"]["p99"],
         "itl_p50": five["itl"]["p50"],
         "itl_p99": five["itl"]["p99"],
         "requests_5m": five["ttft"]["count"],
-        "rps": _mean([p["rps"] for p in recent]),
-        "tokens_per_s": _mean([p["tokens_per_s"] for p in recent]),
+        "rps": _mean([p["rps"] for p in whole]),
+        "tokens_per_s": _mean([p["tokens_per_s"] for p in whole]),
         "waiting": _latest([p["waiting"] for p in recent]),
         "running": _latest([p["running"] for p in recent]),
         "kv_cache_usage": _latest([p["kv_cache_usage"] for p in recent]),
