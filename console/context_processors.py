@@ -13,6 +13,7 @@ NAV = [
     ("Targets", "fleet:targets"),
     ("Training", "training:dashboard"),
     ("Serving", "serving:dashboard"),
+    ("Power", "power:dashboard"),
     ("Incidents", "incidents:list"),
 ]
 

@@ -217,6 +217,8 @@ CELERY_BEAT_SCHEDULE = {
     # Training goodput: jobs with new events, and jobs holding GPUs (their time accrues with or
     # without events), get their hourly accounts recomputed.
     "refresh-training-accounts": {"task": "fleet.tasks.refresh_training_accounts", "schedule": 15.0},
+    # Reservations: approved -> active at their start, -> expired at their end.
+    "advance-reservations": {"task": "fleet.tasks.advance_reservations", "schedule": 30.0},
 }
 
 if REDIS_URL:
@@ -302,6 +304,8 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "SeverityEnum": "incidents.choices.Severity",
         "JobStateEnum": "fleet.choices.JobState",
+        # Job.priority_tier and Reservation.tier share the capacity tiers: one enum, one name.
+        "PriorityTierEnum": "fleet.choices.PriorityTier",
     },
 }
 
@@ -357,6 +361,9 @@ INGEST_DRAIN_SECONDS = envint("GOODPUT_INGEST_DRAIN_SECONDS", 60, minimum=1)
 # A GPU whose last sample is older than this is "stale" on the dashboard.
 FLEET_STALE_SECONDS = envint("GOODPUT_FLEET_STALE_SECONDS", 120, minimum=5)
 LIVE_MIN_INTERVAL_MS = envint("GOODPUT_LIVE_MIN_INTERVAL_MS", 1000, minimum=50)
+# Power a GPU node draws besides its GPUs (CPUs, memory, NICs, fans), for energised capacity and
+# rack draw: a DGX H100 draws about 10.2 kW at full load, 5.6 kW of it in its eight GPUs.
+NODE_OVERHEAD_W = envint("GOODPUT_NODE_OVERHEAD_W", 2000, minimum=0)
 
 
 # --- outbound requests ----------------------------------------------------------------------

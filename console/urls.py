@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 from console import views
 from console.metrics import MetricsView
+from fleet.power_urls import api_urlpatterns as power_api
 from incidents.api.alertmanager import AlertmanagerWebhookView
 
 # The admin's own login page would be a second open door: send it to ours instead.
@@ -17,6 +18,8 @@ api_v1 = [
     path("ingest/", include("fleet.api.ingest_urls")),
     path("training/", include("fleet.api.training_urls")),
     path("serving/", include("fleet.api.serving_urls")),
+    path("capacity/", include("fleet.api.capacity_urls")),
+    path("power/", include(power_api)),
     path("alertmanager", AlertmanagerWebhookView.as_view(), name="alertmanager"),
     path("", include("incidents.api.urls")),
 ]
@@ -33,6 +36,7 @@ urlpatterns = [
     path("fleet/", include("fleet.urls")),
     path("training/", include("fleet.training_urls")),
     path("serving/", include("fleet.serving_urls")),
+    path("power/", include("fleet.power_urls")),
     path("incidents/", include("incidents.urls")),
     path("api/v1/", include((api_v1, "api"))),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

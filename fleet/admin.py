@@ -1,6 +1,7 @@
 from django.contrib import admin
 
 from fleet.models import Endpoint, Gpu, IngestBatch, Node, PartitionDrop, Rack, ScrapeTarget, Site
+from fleet.models.capacity import Pool, PowerApproval, ProcurementOrder, Reservation, TeamQuota
 from fleet.models.serving import EndpointChange, EndpointEval
 
 
@@ -115,3 +116,37 @@ class PartitionDropAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
         return False
+
+
+@admin.register(Pool)
+class PoolAdmin(admin.ModelAdmin):
+    list_display = ["name", "site", "gpu_model"]
+    list_filter = ["site"]
+
+
+@admin.register(ProcurementOrder)
+class ProcurementOrderAdmin(admin.ModelAdmin):
+    list_display = ["pool", "count", "ordered_on", "promised_on", "delivered_on", "status", "vendor", "reference"]
+    list_filter = ["status", "pool__site"]
+
+
+@admin.register(PowerApproval)
+class PowerApprovalAdmin(admin.ModelAdmin):
+    list_display = ["site", "added_kw", "expected_on", "status", "reference"]
+    list_filter = ["status", "site"]
+
+
+@admin.register(TeamQuota)
+class TeamQuotaAdmin(admin.ModelAdmin):
+    list_display = ["team", "pool", "nominal_gpus", "borrowing_limit_gpus"]
+    list_filter = ["pool"]
+
+
+@admin.register(Reservation)
+class ReservationAdmin(admin.ModelAdmin):
+    """Read-mostly: approving goes through the API or the page, where supply and quota are checked."""
+
+    list_display = ["team", "pool", "gpus", "start", "end", "tier", "priority", "state"]
+    list_filter = ["state", "tier", "pool"]
+    search_fields = ["team", "client_id"]
+    readonly_fields = ["state", "approved_by", "approved_at", "created_by", "requested_via"]

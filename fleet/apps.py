@@ -7,9 +7,9 @@ class FleetConfig(AppConfig):
 
     def ready(self) -> None:
         from console import live, metrics, overview, queues
-        from fleet import detectors, serving_detectors, silence, training_detectors  # noqa: F401  (register the detectors)
+        from fleet import detectors, power_detectors, serving_detectors, silence, training_detectors  # noqa: F401  (register the detectors)
         from fleet import metrics as fleet_metrics
-        from fleet.services import dashboard, ingest_stream, serving_dashboard, training_dashboard
+        from fleet.services import dashboard, ingest_stream, power, serving_dashboard, training_dashboard
 
         metrics.register_collector(fleet_metrics.collect)
         queues.register_stream(ingest_stream.STREAM)
@@ -20,6 +20,7 @@ class FleetConfig(AppConfig):
         live.register_topic_watcher("node", dashboard.watch_topic)
         training_dashboard.register()
         serving_dashboard.register()
+        power.register()
         overview.register_section(
             overview.Section(
                 name="fleet",

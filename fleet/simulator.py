@@ -89,6 +89,26 @@ DEFAULT_SITES = (
 DEFAULT_SEED = 7
 
 
+# One rack that runs hot, so the demo shows the power detectors: the first four H100 nodes of ams-1
+# (rack r01, as the simulate command racks nodes four by four) run a lighter job (HOT_RACK_COOL_UTIL %)
+# and, for the first HOT_MINUTES of every HOT_PERIOD_MINUTES, run flat out near board power: about
+# 30 kW against the HOT_RACK_BUDGET_KW budget the simulate command gives that rack (about 86 % of it
+# otherwise). Driven by the clock, so it is the same on every run.
+HOT_RACK_SITE = "ams-1"
+HOT_RACK_GROUP = "ams1-h100"
+HOT_RACK_NODES = 4
+HOT_RACK_NAME = "r01"
+HOT_RACK_BUDGET_KW = 28
+HOT_RACK_COOL_UTIL = 75.0
+HOT_PERIOD_MINUTES = 30
+HOT_MINUTES = 12
+
+
+def rack_runs_hot(now: datetime) -> bool:
+    """Whether the hot rack is in its hot phase at ``now``."""
+    return now.minute % HOT_PERIOD_MINUTES < HOT_MINUTES
+
+
 @dataclass
 class SimGpu:
     uuid: str
@@ -107,6 +127,7 @@ class SimGpu:
     fault: str | None = None
     fault_ticks_left: int = 0
     phase: float = field(default_factory=random.random)
+    hot_rack: bool = False  # on the rack that runs hot (HOT_RACK_*)
 
 
 def _gpu_uuid(rng: random.Random) -> str:
@@ -139,6 +160,9 @@ def build_fleet(sites: tuple[SiteSpec, ...], *, gpu_limit: int | None, seed: int
                             site.utc_offset_h,
                             energy_mj=rng.uniform(1e9, 5e11),
                             phase=rng.random(),
+                            hot_rack=site.name == HOT_RACK_SITE
+                            and group.prefix == HOT_RACK_GROUP
+                            and n < HOT_RACK_NODES,
                         )
                     )
                     count += 1
@@ -200,8 +224,13 @@ class FleetSimulator:
         override = self.overrides.get(gpu.uuid, {})
         if "gpu_util" in override:
             util = max(0.0, min(100.0, override["gpu_util"] + rng.gauss(0, 1.5)))
+        hot = gpu.hot_rack and "gpu_util" not in override  # a workload simulator's override comes first
+        if hot:
+            util = 100.0 if rack_runs_hot(now) else min(util, HOT_RACK_COOL_UTIL + rng.gauss(0, 2))
         load = util / 100
         power = m.idle_w + (m.tdp_w - m.idle_w) * load * rng.uniform(0.85, 0.98)
+        if hot and rack_runs_hot(now):
+            power = m.tdp_w * rng.uniform(0.975, 0.995)  # flat out: at the power cap
         target_temp = 32 + 48 * load + rng.gauss(0, 1)
         sm_clock = m.sm_clock_max * (0.95 if load > 0.2 else 0.5)
         reasons = 0

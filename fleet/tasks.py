@@ -119,3 +119,11 @@ def refresh_training_accounts() -> int:
     from fleet.services import goodput_accounts
 
     return goodput_accounts.refresh_job_accounts()
+
+
+@shared_task(ignore_result=True, acks_late=False)
+def advance_reservations() -> dict[str, int]:
+    """Move reservations along: approved -> active at start, -> expired at end."""
+    from fleet.services import capacity
+
+    return capacity.advance_states()

@@ -1,3 +1,13 @@
+from fleet.models.capacity import (
+    ApprovalStatus,
+    OrderStatus,
+    Pool,
+    PowerApproval,
+    ProcurementOrder,
+    Reservation,
+    ReservationState,
+    TeamQuota,
+)
 from fleet.models.inventory import Gpu, Node, Rack, Site
 from fleet.models.scraping import ScrapeTarget
 from fleet.models.serving import (
@@ -24,6 +34,7 @@ from fleet.models.telemetry import (
 from fleet.models.training import Job, JobAccount, JobEvent
 
 __all__ = [
+    "ApprovalStatus",
     "Endpoint",
     "EndpointChange",
     "EndpointChangeKind",
@@ -40,8 +51,14 @@ __all__ = [
     "JobAccount",
     "JobEvent",
     "Node",
+    "OrderStatus",
     "PartitionDrop",
+    "Pool",
+    "PowerApproval",
+    "ProcurementOrder",
     "Rack",
+    "Reservation",
+    "ReservationState",
     "RollupDirty",
     "ScrapeTarget",
     "ServingRollup1h",
@@ -49,4 +66,5 @@ __all__ = [
     "ServingRollupDirty",
     "ServingSample",
     "Site",
+    "TeamQuota",
 ]

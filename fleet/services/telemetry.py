@@ -83,7 +83,8 @@ def _store(batches: list[PendingBatch]) -> int:
         _upsert_latest_state(gpu_ids, samples)
         mark_dirty_minutes(s.ts for s in samples)
         # The fleet page always; a GPU's or node's page only while one is watching (one cache read).
-        transaction.on_commit(lambda: live.request_push("fleet", *dashboard.watched_topics(gpu_ids.values())))
+        topics = ["fleet", *dashboard.watched(["power"])]  # the power page too, while one follows it
+        transaction.on_commit(lambda: live.request_push(*topics, *dashboard.watched_topics(gpu_ids.values())))
     return len(samples)
 
 

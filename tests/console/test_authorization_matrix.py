@@ -38,6 +38,7 @@ from console.asgi import application
 from console.models import PersonalToken
 from console.routing import websocket_urlpatterns
 from fleet.models import Endpoint, Gpu, Job, Node, Rack, ScrapeTarget, Site
+from fleet.models.capacity import Pool, PowerApproval, ProcurementOrder, Reservation, TeamQuota
 from incidents.models import ActionItem, Incident, MaintenanceWindow, NotificationChannel, Silence
 from incidents.services.engine import raise_finding
 from tests.conftest import _make_user
@@ -266,6 +267,7 @@ RULES: dict[str, Rule] = {
     "training:dashboard": page(),
     "training:job_detail": page(target="job"),
     "serving:dashboard": page(),
+    "power:dashboard": page(),
     "serving:endpoint_detail": page(post=OPERATORS, target="endpoint"),  # the SLO form: fleet.change_endpoint
     "incidents:list": page(),
     "incidents:metrics": page(),
@@ -301,6 +303,8 @@ RULES: dict[str, Rule] = {
     # the serving pages' snapshots: reads for any role
     "api:serving-api:overview": api(),
     "api:serving-api:endpoint-snapshot": api(target="endpoint"),
+    # the power page's snapshot: reads for any role
+    "api:power-api:snapshot": api(),
     "api:fleet-api:scrapetarget-list": api(post=OPERATORS),
     "api:fleet-api:scrapetarget-detail": api(patch=OPERATORS, delete=OPERATORS, target="scrape_target"),
     # the machine doors
@@ -346,6 +350,25 @@ RULES: dict[str, Rule] = {
     # the training pages' snapshots: reads for any role
     "api:training-api:overview": api(),
     "api:training-api:job-snapshot": api(target="job"),
+    # REST API, capacity: any role reads pools, supply, quotas, reservations and the plan; operators
+    # write them and approve or cancel reservations. An agent token (a scheduler hook) may only
+    # request a reservation on its own site's pools: the list POST (an empty body: 400) is let through.
+    "api:capacity-api:api-root": api(),
+    "api:capacity-api:plan": api(),
+    "api:capacity-api:plan-csv": api(),
+    "api:capacity-api:reservations-csv": api(),
+    "api:capacity-api:pool-list": api(post=OPERATORS),
+    "api:capacity-api:pool-detail": api(patch=OPERATORS, target="pool"),
+    "api:capacity-api:procurementorder-list": api(post=OPERATORS),
+    "api:capacity-api:procurementorder-detail": api(patch=OPERATORS, target="procurement_order"),
+    "api:capacity-api:powerapproval-list": api(post=OPERATORS),
+    "api:capacity-api:powerapproval-detail": api(patch=OPERATORS, target="power_approval"),
+    "api:capacity-api:teamquota-list": api(post=OPERATORS),
+    "api:capacity-api:teamquota-detail": api(patch=OPERATORS, target="team_quota"),
+    "api:capacity-api:reservation-list": Rule(Kind.API_AND_AGENT, {"GET": EVERY_ROLE, "POST": OPERATORS}),
+    "api:capacity-api:reservation-detail": api(patch=OPERATORS, target="reservation"),
+    "api:capacity-api:reservation-approve": Rule(Kind.API, {"POST": OPERATORS}, "reservation"),
+    "api:capacity-api:reservation-cancel": Rule(Kind.API, {"POST": OPERATORS}, "reservation"),
     # the schema and its docs need a role, like the API they describe
     "schema": api(),
     "api-docs": api(),
@@ -490,7 +513,18 @@ def targets(site_a: Site, site_b: Site, admin_user: User) -> dict[str, Any]:
     labels = {"site": site_b.name, "hostname": node.hostname, "gpu": gpu.uuid}
     raise_finding("matrix:xid", labels, "SEV3", "XID 79 on gpu-b-001", source="test")
     incident = Incident.objects.get()
+    pool = Pool.objects.create(site=site_b, gpu_model="H100", name="h100")
+    soon = timezone.now() + timedelta(days=1)
     return {
+        "pool": pool,
+        "procurement_order": ProcurementOrder.objects.create(
+            pool=pool, count=8, ordered_on=soon.date(), promised_on=soon.date()
+        ),
+        "power_approval": PowerApproval.objects.create(site=site_b, added_kw=100, expected_on=soon.date()),
+        "team_quota": TeamQuota.objects.create(pool=pool, team="research", nominal_gpus=8),
+        "reservation": Reservation.objects.create(
+            pool=pool, team="research", gpus=1, start=soon, end=soon + timedelta(hours=1)
+        ),
         "site": site_b,
         "rack": rack,
         "node": node,

@@ -16,7 +16,17 @@ from django.utils import timezone
 from console.models import AgentToken, hash_secret
 from fleet.choices import Interconnect
 from fleet.models import Node, Rack, Site
-from fleet.simulator import DEFAULT_SEED, DEFAULT_SITES, FleetSimulator, Poster, build_fleet, utcnow
+from fleet.simulator import (
+    DEFAULT_SEED,
+    DEFAULT_SITES,
+    HOT_RACK_BUDGET_KW,
+    HOT_RACK_NAME,
+    HOT_RACK_SITE,
+    FleetSimulator,
+    Poster,
+    build_fleet,
+    utcnow,
+)
 from fleet.simulator_serving import start_for_command
 from fleet.simulator_training import TrainingSimulator, release_simulated_jobs
 
@@ -194,9 +204,12 @@ class Command(BaseCommand):
                 hostnames = sorted({g.hostname for g in fleet[spec.name]})
                 groups = {g.prefix: g for g in spec.groups}
                 for i, hostname in enumerate(hostnames):
-                    rack, _ = Rack.objects.get_or_create(
-                        site=site, name=f"r{i // NODES_PER_RACK + 1:02d}", defaults={"power_budget_kw": 45}
-                    )
+                    rack_name = f"r{i // NODES_PER_RACK + 1:02d}"
+                    rack, _ = Rack.objects.get_or_create(site=site, name=rack_name, defaults={"power_budget_kw": 45})
+                    hot = (spec.name, rack_name) == (HOT_RACK_SITE, HOT_RACK_NAME)
+                    if hot and rack.power_budget_kw != HOT_RACK_BUDGET_KW:
+                        rack.power_budget_kw = HOT_RACK_BUDGET_KW  # the rack that runs hot (fleet.simulator)
+                        rack.save(update_fields=["power_budget_kw"])
                     group = groups[hostname.rsplit("-", 1)[0].removeprefix(f"s{seed}-")]
                     Node.objects.update_or_create(
                         hostname=hostname,
