@@ -13,6 +13,7 @@ NAV = [
     ("Targets", "fleet:targets"),
     ("Training", "training:dashboard"),
     ("Serving", "serving:dashboard"),
+    ("Capacity", "capacity:plan"),
     ("Power", "power:dashboard"),
     ("Incidents", "incidents:list"),
 ]

@@ -36,6 +36,7 @@ urlpatterns = [
     path("fleet/", include("fleet.urls")),
     path("training/", include("fleet.training_urls")),
     path("serving/", include("fleet.serving_urls")),
+    path("capacity/", include("fleet.capacity_page_urls")),
     path("power/", include("fleet.power_urls")),
     path("incidents/", include("incidents.urls")),
     path("api/v1/", include((api_v1, "api"))),

@@ -9,7 +9,14 @@ class FleetConfig(AppConfig):
         from console import live, metrics, overview, queues
         from fleet import detectors, power_detectors, serving_detectors, silence, training_detectors  # noqa: F401  (register the detectors)
         from fleet import metrics as fleet_metrics
-        from fleet.services import dashboard, ingest_stream, power, serving_dashboard, training_dashboard
+        from fleet.services import (
+            capacity_pages,
+            dashboard,
+            ingest_stream,
+            power,
+            serving_dashboard,
+            training_dashboard,
+        )
 
         metrics.register_collector(fleet_metrics.collect)
         queues.register_stream(ingest_stream.STREAM)
@@ -21,6 +28,7 @@ class FleetConfig(AppConfig):
         training_dashboard.register()
         serving_dashboard.register()
         power.register()
+        capacity_pages.register()
         overview.register_section(
             overview.Section(
                 name="fleet",

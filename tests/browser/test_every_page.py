@@ -21,7 +21,18 @@ from django.contrib.auth.models import User
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from rest_framework.views import APIView
 
-from fleet.models import Endpoint, GpuState, Job, Site
+from fleet.models import (
+    Endpoint,
+    Gpu,
+    GpuState,
+    Job,
+    Pool,
+    PowerApproval,
+    ProcurementOrder,
+    Reservation,
+    Site,
+    TeamQuota,
+)
 from incidents.services.engine import raise_finding
 from tests.browser.support import ARTIFACTS, BrowserLog, launch, wait_for, wait_until
 from tests.conftest import PASSWORD, make_sample
@@ -72,6 +83,26 @@ def _post_samples(stack: Stack, token: str) -> None:
         timeout=10,
     )
     assert response.status_code == 202, response.text
+
+
+def _capacity_data(site: Site) -> None:
+    """A pool of the reporting GPU's model with a late order, a grid approval, a quota and
+    reservations (one over-committing), so the capacity pages draw their chart and tables."""
+    pool = Pool.objects.create(site=site, gpu_model=Gpu.objects.get(uuid=GPU_UUID).model, name="every-page")
+    today = datetime.now(UTC).date()
+    ProcurementOrder.objects.create(
+        pool=pool, count=8, ordered_on=today - timedelta(days=300), promised_on=today - timedelta(days=5)
+    )
+    ProcurementOrder.objects.create(pool=pool, count=8, ordered_on=today, promised_on=today + timedelta(days=90))
+    PowerApproval.objects.create(site=site, added_kw=20, expected_on=today + timedelta(days=60), status="approved")
+    TeamQuota.objects.create(pool=pool, team="qa", nominal_gpus=1, borrowing_limit_gpus=1)
+    start = datetime.now(UTC) - timedelta(days=1)
+    Reservation.objects.create(
+        pool=pool, team="qa", gpus=2, start=start, end=start + timedelta(days=40), state="approved"
+    )
+    Reservation.objects.create(
+        pool=pool, team="ml", gpus=1, start=start, end=start + timedelta(days=9), state="requested"
+    )
 
 
 def _page_kwargs(incident_id: int) -> dict[str, dict[str, Any]]:
@@ -181,6 +212,7 @@ def test_every_page_works_offline_on_desk_and_phone(stack: Stack, admin_user: Us
         "SEV2",
         f"XID 79 on {HOSTNAME} GPU 0",
     )
+    _capacity_data(site_a)
     urls = _urls(finding.incident_id)
     username = admin_user.username
 

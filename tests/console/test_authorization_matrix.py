@@ -268,6 +268,8 @@ RULES: dict[str, Rule] = {
     "training:job_detail": page(target="job"),
     "serving:dashboard": page(),
     "power:dashboard": page(),
+    "capacity:plan": page(),
+    "capacity:reservations": page(post=OPERATORS),
     "serving:endpoint_detail": page(post=OPERATORS, target="endpoint"),  # the SLO form: fleet.change_endpoint
     "incidents:list": page(),
     "incidents:metrics": page(),

@@ -27,6 +27,7 @@ from fleet.simulator import (
     build_fleet,
     utcnow,
 )
+from fleet.simulator_capacity import seed_capacity
 from fleet.simulator_serving import start_for_command
 from fleet.simulator_training import TrainingSimulator, release_simulated_jobs
 
@@ -94,6 +95,12 @@ class Command(BaseCommand):
         fleet = build_fleet(DEFAULT_SITES, gpu_limit=options["gpus"], seed=options["seed"])
         try:
             tokens = self._prepare_inventory(fleet, seed=options["seed"])
+            # Pools, orders, a grid approval, quotas and reservations, so the capacity plan has a story.
+            capacity = seed_capacity(
+                [spec for spec in DEFAULT_SITES if fleet.get(spec.name)], seed=options["seed"], now=utcnow()
+            )
+            if any(capacity.values()):
+                self.stdout.write("  capacity: added " + ", ".join(f"{n} {kind}" for kind, n in capacity.items()))
         except ProgrammingError as exc:
             raise CommandError(
                 f"The database is not ready ({exc.__class__.__name__}); run `manage.py migrate` first."
