@@ -7,7 +7,8 @@ from django.http import HttpRequest
 from django.urls import reverse
 
 # Sections appear here as they land (Training, Serving, Incidents, Capacity, Power, Compliance).
-NAV = [
+# An entry may name the permission it needs; without it, every signed-in role sees the entry.
+NAV: list[tuple[str, ...]] = [
     ("Overview", "home"),
     ("Fleet", "fleet:dashboard"),
     ("Targets", "fleet:targets"),
@@ -16,12 +17,15 @@ NAV = [
     ("Capacity", "capacity:plan"),
     ("Power", "power:dashboard"),
     ("Incidents", "incidents:list"),
+    ("Compliance", "compliance:home", "console.manage_compliance"),
 ]
 
 
 def console(request: HttpRequest) -> dict[str, Any]:
     nav = []
-    for label, url_name in NAV:
+    for label, url_name, *permission in NAV:
+        if permission and not request.user.has_perm(permission[0]):
+            continue  # a section the user's role cannot open is not offered
         url = reverse(url_name)
         active = request.path == url if url in ("/", "/fleet/") else request.path.startswith(url)
         nav.append({"label": label, "url": url, "active": active})

@@ -14,6 +14,8 @@ from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
 from django.db import models, transaction
 from django.utils import timezone
 
+from console.signals import row_changed
+
 TOKEN_PREFIX = "gp"
 TOKEN_CACHE_SECONDS = 30
 _verified: dict[str, tuple[AgentToken, float]] = {}
@@ -183,6 +185,9 @@ class PersonalToken(models.Model):
                 return False
             self.revoked_at, self.revoked_by = now, actor
             _audit(self, actor=actor, flag=CHANGE, message="Revoked personal API token.")
+            row_changed.send(
+                sender=type(self), instance=self, before={"revoked_at": None, "revoked_by": None}, message="Revoked."
+            )
         logger.info("personal token %s of %s revoked by %s", self.display_prefix, self.user, actor)
         return True
 

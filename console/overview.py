@@ -18,6 +18,7 @@ class Section:
     template: str
     context: Callable[[HttpRequest], dict[str, Any]]
     order: int = 100
+    permission: str | None = None  # a section only some roles may see (compliance); None: every role
 
 
 _sections: dict[str, Section] = {}
@@ -30,6 +31,8 @@ def register_section(section: Section) -> None:
 def render_sections(request: HttpRequest) -> list[SafeString]:
     rendered = []
     for section in sorted(_sections.values(), key=lambda s: s.order):
+        if section.permission and not request.user.has_perm(section.permission):
+            continue
         html = render_to_string(section.template, section.context(request), request=request)
         rendered.append(mark_safe(html))  # rendered by our own templates, autoescaped
     return rendered

@@ -126,6 +126,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "compliance.middleware.AuditActorMiddleware",  # who acts, for the audit log
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -219,6 +220,8 @@ CELERY_BEAT_SCHEDULE = {
     "refresh-training-accounts": {"task": "fleet.tasks.refresh_training_accounts", "schedule": 15.0},
     # Reservations: approved -> active at their start, -> expired at their end.
     "advance-reservations": {"task": "fleet.tasks.advance_reservations", "schedule": 30.0},
+    # Compliance retention: apply the policies to what the console holds, and record each run.
+    "apply-retention": {"task": "compliance.tasks.apply_retention", "schedule": 86400.0},
 }
 
 if REDIS_URL:
@@ -306,6 +309,11 @@ SPECTACULAR_SETTINGS = {
         "JobStateEnum": "fleet.choices.JobState",
         # Job.priority_tier and Reservation.tier share the capacity tiers: one enum, one name.
         "PriorityTierEnum": "fleet.choices.PriorityTier",
+        # compliance: choices several serializers share (or whose field names collide elsewhere)
+        "RequestStatusEnum": "compliance.choices.RequestStatus",
+        "RequestKindEnum": "compliance.choices.RequestKind",
+        "RetentionActionEnum": "compliance.choices.RetentionAction",
+        "ModalityEnum": "compliance.choices.Modality",
     },
 }
 
@@ -346,6 +354,12 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = INGEST_MAX_BYTES + 1024
 RAW_RETENTION_DAYS = envint("GOODPUT_RAW_RETENTION_DAYS", 7, minimum=1)
 ROLLUP_1M_RETENTION_DAYS = envint("GOODPUT_ROLLUP_1M_RETENTION_DAYS", 30, minimum=1)
 ROLLUP_1H_RETENTION_DAYS = envint("GOODPUT_ROLLUP_1H_RETENTION_DAYS", 400, minimum=1)
+# --- compliance ---------------------------------------------------------------------------
+# A model's export-control check goes overdue this many days after it was last done.
+EXPORT_CONTROL_REVIEW_DAYS = envint("GOODPUT_EXPORT_CONTROL_REVIEW_DAYS", 180, minimum=1)
+# The crawled-domain list of a training-content summary: the top 10 % of domains by bytes; an SME
+# lists the top 5 % or 1,000 domains, whichever is fewer (AI Office template, section 2.3).
+COMPLIANCE_SME = envbool("GOODPUT_COMPLIANCE_SME", False)
 # Back-pressure: ingest answers 429 once this many batches wait for a writer.
 INGEST_QUEUE_BOUND = envint("GOODPUT_INGEST_QUEUE_BOUND", 2000, minimum=1)
 # GPU batches wait in a Redis stream; up to INGEST_DRAINERS Celery tasks write them, folding up

@@ -20,6 +20,7 @@ api_v1 = [
     path("serving/", include("fleet.api.serving_urls")),
     path("capacity/", include("fleet.api.capacity_urls")),
     path("power/", include(power_api)),
+    path("compliance/", include("compliance.api_urls")),
     path("alertmanager", AlertmanagerWebhookView.as_view(), name="alertmanager"),
     path("", include("incidents.api.urls")),
 ]
@@ -39,6 +40,7 @@ urlpatterns = [
     path("capacity/", include("fleet.capacity_page_urls")),
     path("power/", include("fleet.power_urls")),
     path("incidents/", include("incidents.urls")),
+    path("compliance/", include("compliance.urls")),
     path("api/v1/", include((api_v1, "api"))),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     # The split view serves its script as a file: no inline script for the Content-Security-Policy to allow.

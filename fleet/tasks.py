@@ -89,10 +89,9 @@ def update_serving_rollups() -> dict[str, object]:
 
 @shared_task(ignore_result=True, acks_late=False)
 def maintain_partitions() -> dict[str, object]:
-    """Make the next days' partitions ahead of time and drop expired ones (hourly)."""
-    created = partitions.make_partitions_ahead()
-    dropped = partitions.drop_expired_partitions()
-    return {"created": created, "dropped": dropped}
+    """Make the next days' partitions ahead of time (hourly). Expired ones are dropped by the
+    compliance retention task (daily), which a legal hold stops and which records each run."""
+    return {"created": partitions.make_partitions_ahead()}
 
 
 @shared_task(ignore_result=True, acks_late=False)

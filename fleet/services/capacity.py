@@ -45,6 +45,7 @@ from django.db import transaction
 from django.db.models import BigIntegerField, Count, F, Func
 from django.utils import timezone
 
+from console.signals import row_changed
 from fleet.choices import PriorityTier
 from fleet.models import Gpu
 from fleet.models.capacity import (
@@ -522,20 +523,28 @@ def approve(reservation: Reservation, *, actor: Any, now: datetime | None = None
             raise ConflictError("The reservation changed meanwhile; reload it.")
         current.refresh_from_db()
         current.pool = pool  # with its site, read above: the audit entry names both
-        _log(actor, current, CHANGE, f"Approved: {current.gpus} GPUs {current.start:%Y-%m-%d}..{current.end:%Y-%m-%d}.")
+        message = f"Approved: {current.gpus} GPUs {current.start:%Y-%m-%d}..{current.end:%Y-%m-%d}."
+        _log(actor, current, CHANGE, message)
+        row_changed.send(
+            sender=Reservation,
+            instance=current,
+            before={"state": ReservationState.REQUESTED, "approved_by": None, "approved_at": None},
+            message=message,
+        )
     return current
 
 
 def cancel(reservation: Reservation, *, actor: Any) -> Reservation:
     """Cancel a requested, approved or active reservation (409 once expired or cancelled)."""
     with transaction.atomic():
-        moved = Reservation.objects.filter(
-            pk=reservation.pk, state__in=[ReservationState.REQUESTED, *COMMITTED_STATES]
-        ).update(state=ReservationState.CANCELLED, updated_at=timezone.now())
-        current = Reservation.objects.get(pk=reservation.pk)
-        if moved != 1:
+        current = Reservation.objects.select_for_update().get(pk=reservation.pk)
+        if current.state not in (ReservationState.REQUESTED, *COMMITTED_STATES):
             raise ConflictError(f"The reservation is {current.state}; it cannot be cancelled.")
+        before = {"state": current.state}
+        Reservation.objects.filter(pk=current.pk).update(state=ReservationState.CANCELLED, updated_at=timezone.now())
+        current.refresh_from_db()
         _log(actor, current, CHANGE, "Cancelled.")
+        row_changed.send(sender=Reservation, instance=current, before=before, message="Cancelled.")
     return current
 
 
@@ -544,16 +553,28 @@ def advance_states(now: datetime | None = None) -> dict[str, int]:
     a request whose window has passed unapproved is cancelled. Conditional UPDATEs: safe to run
     anywhere, any number of times."""
     now = now or timezone.now()
-    expired = (
-        Reservation.objects.committed().filter(end__lte=now).update(state=ReservationState.EXPIRED, updated_at=now)
-    )
-    started = Reservation.objects.filter(state=ReservationState.APPROVED, start__lte=now, end__gt=now).update(
-        state=ReservationState.ACTIVE, updated_at=now
-    )
-    stale = Reservation.objects.filter(state=ReservationState.REQUESTED, end__lte=now).update(
-        state=ReservationState.CANCELLED, updated_at=now
-    )
-    return {"activated": started, "expired": expired, "lapsed": stale}
+    moves = {
+        "expired": (Reservation.objects.committed().filter(end__lte=now), ReservationState.EXPIRED),
+        "activated": (
+            Reservation.objects.filter(state=ReservationState.APPROVED, start__lte=now, end__gt=now),
+            ReservationState.ACTIVE,
+        ),
+        "lapsed": (
+            Reservation.objects.filter(state=ReservationState.REQUESTED, end__lte=now),
+            ReservationState.CANCELLED,
+        ),
+    }
+    counts = {}
+    for name, (due, to) in moves.items():
+        with transaction.atomic():
+            # Locked, then moved: the audit log gets each row's state before, and a second runner
+            # skips the locked rows rather than moving them twice.
+            was = dict(due.select_for_update(skip_locked=True).values_list("pk", "state"))
+            counts[name] = Reservation.objects.filter(pk__in=was).update(state=to, updated_at=now)
+            for reservation in Reservation.objects.filter(pk__in=was):
+                before = {"state": was[reservation.pk]}
+                row_changed.send(sender=Reservation, instance=reservation, before=before, message=name.title())
+    return counts
 
 
 def preemptible_at_risk(pool: Pool, *, now: datetime | None = None) -> list[Reservation]:

@@ -24,6 +24,7 @@ from django.db.models import F, Max
 from django.utils import timezone
 
 from console import live
+from console.signals import row_changed
 from incidents.choices import (
     OPEN_STATES,
     SEVERITY_RANK,
@@ -547,6 +548,8 @@ def _transition(incident: Incident, to: str, *, actor: Actor, note: str = "") ->
     now = timezone.now()
     with transaction.atomic():
         updates: dict[str, Any] = {"state": to, stamp: now, "auto_resolve_at": None}
+        # The row as it was, for the audit log (the UPDATE below is what decides the race).
+        before = Incident.objects.filter(pk=incident.pk).values(*updates, "acknowledged_at").first() or {}
         claimed = Incident.objects.filter(pk=incident.pk, state__in=allowed).update(**updates)
         if not claimed:
             current = Incident.objects.filter(pk=incident.pk).values_list("state", flat=True).first()
@@ -554,7 +557,9 @@ def _transition(incident: Incident, to: str, *, actor: Actor, note: str = "") ->
         # Acknowledging is implied by mitigating or resolving: keep MTTA honest.
         Incident.objects.filter(pk=incident.pk, acknowledged_at__isnull=True).update(acknowledged_at=now)
         incident.refresh_from_db()
-        _record(incident, TimelineKind.STATE, f"{verb} by {actor.label}" + (f": {note}" if note else ""), actor)
+        message = f"{verb} by {actor.label}" + (f": {note}" if note else "")
+        _record(incident, TimelineKind.STATE, message, actor)
+        row_changed.send(sender=Incident, instance=incident, before=before, message=message)
         _after_commit(incident.pk, to if to in (IncidentState.ACKNOWLEDGED, IncidentState.RESOLVED) else None)
     return incident
 

@@ -21,6 +21,8 @@ from django.contrib.auth.models import User
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from rest_framework.views import APIView
 
+from compliance.models import Dataset, GpaiModel, Lineage
+from compliance.services import summary
 from fleet.models import (
     Endpoint,
     Gpu,
@@ -43,6 +45,7 @@ pytestmark = [pytest.mark.browser]
 DESK = {"width": 1440, "height": 900}
 PHONE = {"width": 390, "height": 844}
 SKIPPED_PREFIXES = ("api/", "admin/")  # the JSON API and Django's admin are not console pages
+DOWNLOADS = (".csv",)  # files, not pages: their own tests check them
 LOGIN = "login"  # loaded signed out: signed in, it redirects home
 
 GPU_UUID = "GPU-00000000-0000-4000-8000-000000000101"
@@ -63,7 +66,7 @@ def page_routes() -> list[tuple[str, str]]:
     pages = []
     for route, name, pattern in _walk(get_resolver().url_patterns):
         view = getattr(pattern.callback, "view_class", None)
-        if route.startswith(SKIPPED_PREFIXES) or view is None or issubclass(view, APIView):
+        if route.startswith(SKIPPED_PREFIXES) or route.endswith(DOWNLOADS) or view is None or issubclass(view, APIView):
             continue  # function views are the probes (/healthz, /readyz); APIViews speak JSON or text
         if "get" in view.http_method_names and hasattr(view, "get"):
             pages.append((route, name))
@@ -105,6 +108,20 @@ def _capacity_data(site: Site) -> None:
     )
 
 
+def _summarised_model() -> GpaiModel:
+    """A model with a dataset and its training-content summary published twice (so the pages show
+    a version, its hash and a diff)."""
+    model = GpaiModel.objects.create(name="every-page", version="1", provider_name="Goodput Labs")
+    dataset = Dataset.objects.create(
+        name="every-page-web", source_category="crawled", modality="text", size=5 * 10**9, size_unit="tokens"
+    )
+    Lineage.objects.create(model=model, dataset=dataset)
+    summary.publish(model, user=None)
+    GpaiModel.objects.filter(pk=model.pk).update(provider_contact="ai-office@goodput.example")
+    summary.publish(model, user=None)
+    return model
+
+
 def _page_kwargs(incident_id: int) -> dict[str, dict[str, Any]]:
     """Real objects for the pages that show one thing."""
     return {
@@ -121,6 +138,10 @@ def _page_kwargs(incident_id: int) -> dict[str, dict[str, Any]]:
         "serving:endpoint_detail": {
             "pk": Endpoint.objects.get_or_create(site=Site.objects.order_by("pk").first(), name="every-page")[0].pk
         },
+        "compliance:summary": {"pk": (summarised := _summarised_model()).pk},
+        "compliance:summary-version": {"pk": summarised.pk, "version": 2},
+        "compliance:model-detail": {"pk": summarised.pk},
+        "compliance:dataset-detail": {"pk": summarised.lineage.get().dataset_id},
     }
 
 

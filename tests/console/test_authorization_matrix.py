@@ -33,6 +33,19 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, resolve
 from django.utils import timezone
 
+from compliance.models import (
+    AuditEntry,
+    CompliancePack,
+    DataAsset,
+    Dataset,
+    GpaiModel,
+    LegalHold,
+    Lineage,
+    RetentionPolicy,
+    RetentionRun,
+    SubjectRequest,
+)
+from compliance.services import summary
 from console import roles
 from console.asgi import application
 from console.models import PersonalToken
@@ -58,6 +71,7 @@ OPERATOR_TOKEN = "personal-token(operator)"
 EVERY_ROLE = frozenset({ADMIN, OPERATOR, COMPLIANCE, VIEWER})
 OPERATORS = frozenset({ADMIN, OPERATOR})
 ADMINS = frozenset({ADMIN})
+OFFICERS = frozenset({ADMIN, COMPLIANCE})  # compliance records: reads too
 
 
 @dataclass
@@ -179,6 +193,8 @@ DEFAULT_VALUES = {
     "app_label": "fleet",
     "url": "no-such-page",
     "format": "json",  # DRF's format-suffix variants: same rule as their base route
+    "version": "1",  # a published summary version (the summary_model target has one)
+    "fmt": "md",  # a summary export
 }
 _REGEX_GROUP = re.compile(r"\(\?P<(?P<name>\w+)>[^)]*\)")
 _ROUTE_PARAMETER = re.compile(r"<(?:(?P<converter>\w+):)?(?P<name>\w+)>")
@@ -269,6 +285,7 @@ RULES: dict[str, Rule] = {
     "serving:dashboard": page(),
     "power:dashboard": page(),
     "capacity:plan": page(),
+    # request (fleet.add_reservation), approve and cancel (fleet.change_reservation)
     "capacity:reservations": page(post=OPERATORS),
     "serving:endpoint_detail": page(post=OPERATORS, target="endpoint"),  # the SLO form: fleet.change_endpoint
     "incidents:list": page(),
@@ -377,6 +394,58 @@ RULES: dict[str, Rule] = {
     # the admin
     "admin:login": Rule(Kind.ADMIN_LOGIN, {"GET": ADMINS}),
     "admin:*": Rule(Kind.STAFF, {"GET": ADMINS}),
+    # compliance: officers and admins only, for reads too (each area adds its routes below)
+    "compliance:home": page(read=OFFICERS),
+    # the compliance pack: request (POST), follow, download (a pack not built yet is a 409)
+    "compliance:pack-list": page(read=OFFICERS, post=OFFICERS),
+    "api:compliance-api:pack-list": api(read=OFFICERS, post=OFFICERS),
+    "api:compliance-api:pack-detail": api(read=OFFICERS, target="compliance_pack"),
+    "api:compliance-api:pack-download": api(read=OFFICERS, target="compliance_pack"),
+    # audit: the log page, its CSV export and the read-only API (no write method at all)
+    "compliance:audit-list": page(read=OFFICERS),
+    "compliance:audit-export": page(read=OFFICERS),
+    "api:compliance-api:audit-list": api(read=OFFICERS),
+    "api:compliance-api:audit-detail": api(read=OFFICERS, target="audit_entry"),
+    # gdpr: records of processing and data-subject requests (never deleted)
+    "compliance:processing": page(read=OFFICERS, post=OFFICERS),
+    "api:compliance-api:data-asset-list": api(read=OFFICERS, post=OFFICERS),
+    "api:compliance-api:data-asset-detail": api(read=OFFICERS, patch=OFFICERS, delete=OFFICERS, target="data_asset"),
+    "api:compliance-api:subject-request-list": api(read=OFFICERS, post=OFFICERS),
+    "api:compliance-api:subject-request-detail": api(read=OFFICERS, patch=OFFICERS, target="subject_request"),
+    # retention: policies, legal holds (placed and released), runs (read-only), preview and run now
+    "compliance:retention": page(read=OFFICERS, post=OFFICERS),
+    "api:compliance-api:retention-policy-list": api(read=OFFICERS, post=OFFICERS),
+    "api:compliance-api:retention-policy-detail": api(
+        read=OFFICERS, patch=OFFICERS, delete=OFFICERS, target="retention_policy"
+    ),
+    "api:compliance-api:legal-hold-list": api(read=OFFICERS, post=OFFICERS),
+    "api:compliance-api:legal-hold-detail": api(read=OFFICERS, target="legal_hold"),
+    "api:compliance-api:legal-hold-release": api(read=None, post=OFFICERS, target="legal_hold"),
+    "api:compliance-api:retention-run-list": api(read=OFFICERS),
+    "api:compliance-api:retention-run-detail": api(read=OFFICERS, target="retention_run"),
+    "api:compliance-api:retention-preview": api(read=None, post=OFFICERS),
+    "api:compliance-api:retention-run-now": api(read=None, post=OFFICERS),
+    # the register: models, datasets (with the crawler CSV) and lineage
+    "compliance:model-list": page(read=OFFICERS, post=OFFICERS),
+    "compliance:model-detail": page(read=OFFICERS, post=OFFICERS, target="register_model"),
+    "compliance:dataset-list": page(read=OFFICERS, post=OFFICERS),
+    "compliance:dataset-detail": page(read=OFFICERS, post=OFFICERS, target="register_dataset"),
+    "api:compliance-api:model-list": api(read=OFFICERS, post=OFFICERS),
+    "api:compliance-api:model-detail": api(read=OFFICERS, patch=OFFICERS, delete=OFFICERS, target="register_model"),
+    "api:compliance-api:dataset-list": api(read=OFFICERS, post=OFFICERS),
+    "api:compliance-api:dataset-detail": api(read=OFFICERS, patch=OFFICERS, delete=OFFICERS, target="register_dataset"),
+    "api:compliance-api:dataset-domains": api(read=OFFICERS, post=OFFICERS, target="register_dataset"),
+    "api:compliance-api:lineage-list": api(read=OFFICERS, post=OFFICERS),
+    "api:compliance-api:lineage-detail": api(read=OFFICERS, delete=OFFICERS, target="register_lineage"),
+    # the training-content summary: the page publishes (POST); published versions are read-only
+    "compliance:summary": page(read=OFFICERS, post=OFFICERS, target="summary_model"),
+    "compliance:summary-version": page(read=OFFICERS, target="summary_model"),
+    "api:compliance-api:summary-draft": api(read=OFFICERS, target="summary_model"),
+    "api:compliance-api:summary-publish": api(read=None, post=OFFICERS, target="summary_model"),
+    "api:compliance-api:summary-version-list": api(read=OFFICERS, target="summary_model"),
+    "api:compliance-api:summary-version-detail": api(read=OFFICERS, target="summary_model"),
+    "api:compliance-api:summary-version-export": api(read=OFFICERS, target="summary_model"),
+    "api:compliance-api:summary-version-diff": api(read=OFFICERS, target="summary_model"),
     # websockets
     "ws:ws/live/": Rule(Kind.WEBSOCKET, {"CONNECT": EVERY_ROLE}),
 }
@@ -549,6 +618,31 @@ def targets(site_a: Site, site_b: Site, admin_user: User) -> dict[str, Any]:
         "job": Job.objects.create(site=site_b, name="llama", team="research", gang_size=8, scheduler_id="matrix"),
         "notification_channel": NotificationChannel.objects.create(
             name="hook", kind="webhook", url="http://127.0.0.1:9/hook", enabled=False
+        ),
+        # a model with its summary's version 1 published
+        "summary_model": summary.publish(GpaiModel.objects.create(name="matrix", version="1"), user=admin_user).model,
+        # a register model version trained on a crawled dataset
+        "register_lineage": (
+            lineage := Lineage.objects.create(
+                model=GpaiModel.objects.create(name="matrix", version="2"),
+                dataset=Dataset.objects.create(name="matrix", source_category="crawled", modality="text"),
+            )
+        ),
+        "register_model": lineage.model,
+        "register_dataset": lineage.dataset,
+        # gdpr and retention
+        "data_asset": DataAsset.objects.create(name="matrix", data_class="audit", lawful_basis="legal_obligation"),
+        "subject_request": SubjectRequest.objects.create(kind="access", subject_reference="m", received_on=soon.date()),
+        "retention_policy": RetentionPolicy.objects.create(data_class="incidents", days=730),
+        "legal_hold": LegalHold.objects.create(name="matrix", data_class="audit", reason="matrix"),
+        "retention_run": RetentionRun.objects.create(
+            data_class="audit", cutoff=soon, started_at=soon, finished_at=soon
+        ),
+        # the creations above were audited: the latest entry will do
+        "audit_entry": AuditEntry.objects.latest("pk"),
+        # a built pack (its download answers 200)
+        "compliance_pack": CompliancePack.objects.create(
+            period_start=soon.date(), period_end=soon.date(), status="done", progress=100, content=b"PK", size=2
         ),
     }
 

@@ -13,6 +13,7 @@ from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import connections
+from django.utils import timezone
 
 from console.roles import ADMIN
 from console.runtime import describe_mode
@@ -68,6 +69,12 @@ class Command(BaseCommand):
             from fleet.simulator_training import release_simulated_jobs
 
             release_simulated_jobs(run=f"demo-{int(time.time()):x}", log=self.stdout.write)
+            # A model, its datasets, records of processing, requests and holds for the compliance pages.
+            from compliance.demo import seed_compliance
+
+            added = seed_compliance(today=timezone.localdate())
+            if any(added.values()):
+                self.stdout.write("  compliance: added " + ", ".join(f"{n} {kind}" for kind, n in added.items() if n))
             connections.close_all()
 
         stop = threading.Event()

@@ -1,0 +1,174 @@
+"""The compliance records in Django's admin. Published summaries and the audit log are read-only
+here as everywhere (the database refuses changes to them anyway)."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+
+from compliance.models import SummaryVersion
+
+# --- summary: published versions are frozen (the table's trigger refuses UPDATE and DELETE) ---
+
+
+@admin.register(SummaryVersion)
+class SummaryVersionAdmin(admin.ModelAdmin):
+    """Read-only: a published summary is published through the summary page, never edited."""
+
+    list_display = ["model", "version", "last_update", "sha256", "published_by"]
+    list_filter = ["model"]
+    readonly_fields = ["model", "version", "document", "text", "sha256", "last_update", "published_at", "published_by"]
+
+    def has_add_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
+        return False
+
+
+# --- gdpr and retention: records of processing, requests, policies, holds; runs are read-only ---
+
+from compliance.models import DataAsset, LegalHold, RetentionPolicy, RetentionRun, SubjectRequest  # noqa: E402
+
+
+@admin.register(DataAsset)
+class DataAssetAdmin(admin.ModelAdmin):
+    list_display = ["name", "data_class", "lawful_basis", "updated_at"]
+    list_filter = ["data_class", "lawful_basis"]
+    search_fields = ["name", "purposes"]
+
+
+@admin.register(SubjectRequest)
+class SubjectRequestAdmin(admin.ModelAdmin):
+    list_display = ["subject_reference", "kind", "received_on", "due_on", "status", "closed_on"]
+    list_filter = ["kind", "status"]
+    readonly_fields = ["due_on"]
+    filter_horizontal = ["assets"]
+
+
+@admin.register(RetentionPolicy)
+class RetentionPolicyAdmin(admin.ModelAdmin):
+    list_display = ["data_class", "tenant", "days", "action", "owner", "review_due"]
+    list_filter = ["data_class", "action"]
+
+
+@admin.register(LegalHold)
+class LegalHoldAdmin(admin.ModelAdmin):
+    list_display = ["name", "data_class", "tenant", "placed_by", "placed_at", "released_at"]
+    list_filter = ["data_class"]
+    readonly_fields = ["placed_by", "placed_at"]
+
+
+@admin.register(RetentionRun)
+class RetentionRunAdmin(admin.ModelAdmin):
+    """Read-only: a run is what happened."""
+
+    list_display = ["started_at", "data_class", "tenant", "dry_run", "affected", "held", "triggered_by"]
+    list_filter = ["data_class", "dry_run", "triggered_by"]
+
+    def get_readonly_fields(self, request, obj=None):  # type: ignore[no-untyped-def]
+        return [f.name for f in self.model._meta.fields]
+
+    def has_add_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
+        return False
+
+
+from compliance.models import AuditEntry  # noqa: E402
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(admin.ModelAdmin):
+    """Read-only: no add, change or delete here (a POST to those views gets 403), and the database
+    trigger refuses an UPDATE or DELETE from any other path."""
+
+    list_display = ["at", "actor", "action", "app_label", "model", "object_id", "object_repr"]
+    list_filter = ["action", "app_label", "model"]
+    search_fields = ["actor", "object_id", "object_repr", "message"]
+    date_hierarchy = "at"
+
+    def get_readonly_fields(self, request, obj=None):  # type: ignore[no-untyped-def]
+        return [f.name for f in self.model._meta.fields]
+
+    def has_add_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
+        return False
+
+
+from compliance.models import CompliancePack  # noqa: E402
+
+
+@admin.register(CompliancePack)
+class CompliancePackAdmin(admin.ModelAdmin):
+    """Read-only: packs are requested and downloaded on the pack page (which audits downloads);
+    the zip itself is not shown here."""
+
+    list_display = ["pk", "period_start", "period_end", "status", "progress", "size", "created_by", "created_at"]
+    list_filter = ["status"]
+    exclude = ["content"]
+
+    def get_readonly_fields(self, request, obj=None):  # type: ignore[no-untyped-def]
+        return [f.name for f in self.model._meta.fields if f.name != "content"]
+
+    def has_add_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
+        return False
+
+
+# --- register: models, datasets with their crawled domains, lineage ---
+
+from compliance.models import CrawledDomain, Dataset, GpaiModel, Lineage  # noqa: E402
+
+
+@admin.register(GpaiModel)
+class GpaiModelAdmin(admin.ModelAdmin):
+    list_display = ["name", "version", "provider_name", "placed_on_market", "training_compute_flop", "systemic_risk"]
+    list_filter = ["weights_classification"]
+    search_fields = ["name", "version", "provider_name"]
+    autocomplete_fields = ["base_model"]
+
+    @admin.display(boolean=True, description="Systemic risk")
+    def systemic_risk(self, obj: GpaiModel) -> bool:
+        return obj.systemic_risk
+
+
+class CrawledDomainInline(admin.TabularInline):
+    """Most bytes first; a crawl holds thousands, so imports go through the CSV on the dataset page."""
+
+    model = CrawledDomain
+    extra = 0
+    ordering = ["-bytes", "domain"]
+
+
+@admin.register(Dataset)
+class DatasetAdmin(admin.ModelAdmin):
+    list_display = ["name", "source_category", "modality", "size", "size_unit", "personal_data", "lawful_basis"]
+    list_filter = ["source_category", "modality", "personal_data"]
+    search_fields = ["name", "description", "licence"]
+    inlines = [CrawledDomainInline]
+
+
+@admin.register(Lineage)
+class LineageAdmin(admin.ModelAdmin):
+    list_display = ["model", "dataset", "job", "recorded_at", "recorded_by"]
+    list_filter = ["model"]
+    raw_id_fields = ["job"]
+    readonly_fields = ["recorded_at", "recorded_by"]
+    autocomplete_fields = ["model", "dataset"]

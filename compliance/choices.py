@@ -1,0 +1,110 @@
+"""The compliance register's vocabularies, named as the AI Office template and the GDPR name them."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class Modality(models.TextChoices):
+    TEXT = "text", "Text"
+    IMAGE = "image", "Image"
+    AUDIO = "audio", "Audio"
+    VIDEO = "video", "Video"
+    OTHER = "other", "Other"
+
+
+class SourceCategory(models.TextChoices):
+    """Section 2 of the training-content summary template (AI Office, July 2025)."""
+
+    PUBLIC = "public", "2.1 Publicly available datasets"
+    LICENSED = "licensed", "2.2.1 Private: licensed from rightsholders"
+    THIRD_PARTY = "third_party", "2.2.2 Private: obtained from other third parties"
+    CRAWLED = "crawled", "2.3 Crawled and scraped online"
+    USER_DATA = "user_data", "2.4 User data"
+    SYNTHETIC = "synthetic", "2.5 Synthetic data"
+    OTHER = "other", "2.6 Other sources"
+
+
+class SizeUnit(models.TextChoices):
+    """The unit a dataset's size is counted in; the template's ranges are per modality in tokens
+    (text), items (images) or hours (audio, video)."""
+
+    TOKENS = "tokens", "tokens"
+    IMAGES = "images", "images"
+    HOURS = "hours", "hours"
+    ITEMS = "items", "items"
+    BYTES = "bytes", "bytes"
+
+
+class LawfulBasis(models.TextChoices):
+    """GDPR Art. 6(1)."""
+
+    CONSENT = "consent", "(a) consent"
+    CONTRACT = "contract", "(b) contract"
+    LEGAL_OBLIGATION = "legal_obligation", "(c) legal obligation"
+    VITAL_INTERESTS = "vital_interests", "(d) vital interests"
+    PUBLIC_TASK = "public_task", "(e) public task"
+    LEGITIMATE_INTERESTS = "legitimate_interests", "(f) legitimate interests"
+
+
+class WeightsClassification(models.TextChoices):
+    PUBLIC = "public", "Public (open weights)"
+    INTERNAL = "internal", "Internal"
+    CONFIDENTIAL = "confidential", "Confidential"
+    TRADE_SECRET = "trade_secret", "Trade secret"
+
+
+class DataClass(models.TextChoices):
+    """What a retention policy or a record of processing is about. The first three are the
+    platform's data (the console holds none of them); the rest are the console's own records."""
+
+    TRAINING_CORPUS = "training_corpus", "Training corpora"
+    INFERENCE_CONTENT = "inference_content", "Inference prompts and outputs"
+    MODEL_WEIGHTS = "model_weights", "Model weights"
+    TELEMETRY = "telemetry", "GPU telemetry (samples and rollups)"
+    SERVING_SAMPLES = "serving_samples", "Serving metric samples"
+    INCIDENTS = "incidents", "Incidents and their timelines"
+    AUDIT = "audit", "Audit log entries"
+
+
+# The classes whose data lives in the console's database: a policy on them is enforced by the
+# retention task. A policy on any other class is an attestation with an owner and a review date.
+CONSOLE_HELD = frozenset({DataClass.TELEMETRY, DataClass.SERVING_SAMPLES, DataClass.INCIDENTS, DataClass.AUDIT})
+
+
+class RetentionAction(models.TextChoices):
+    DELETE = "delete", "Delete"
+    ANONYMISE = "anonymise", "Anonymise"
+
+
+class RequestKind(models.TextChoices):
+    """Data-subject requests the register must answer for training data (Art. 15, 17, 21)."""
+
+    ACCESS = "access", "Access (Art. 15)"
+    ERASURE = "erasure", "Erasure (Art. 17)"
+    OBJECTION = "objection", "Objection (Art. 21)"
+
+
+class RequestStatus(models.TextChoices):
+    OPEN = "open", "Open"
+    IN_PROGRESS = "in_progress", "In progress"
+    COMPLETED = "completed", "Completed"
+    REFUSED = "refused", "Refused"
+
+
+OPEN_REQUEST_STATES = (RequestStatus.OPEN, RequestStatus.IN_PROGRESS)
+
+
+class AuditAction(models.TextChoices):
+    CREATE = "create", "Create"
+    UPDATE = "update", "Update"
+    DELETE = "delete", "Delete"
+    EXPORT = "export", "Export"  # a download of a compliance document
+    ACTION = "action", "Action"  # anything else worth a line: a publish, a retention run
+
+
+class PackStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"

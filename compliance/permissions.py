@@ -1,0 +1,37 @@
+"""Compliance records are for compliance officers and admins only: one permission,
+``console.manage_compliance``, gates every page, API route, export and the pack, for reads too
+(viewers and operators get 403)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.contrib.auth.mixins import PermissionRequiredMixin
+from rest_framework import permissions
+
+if TYPE_CHECKING:
+    from rest_framework.request import Request
+
+COMPLIANCE_PERMISSION = "console.manage_compliance"
+
+
+def may_manage_compliance(user: Any) -> bool:
+    return bool(user and user.is_authenticated and user.is_active and user.has_perm(COMPLIANCE_PERMISSION))
+
+
+class ComplianceRequiredMixin(PermissionRequiredMixin):
+    """For pages: a signed-in user without the role gets 403 (LoginRequiredMiddleware has sent
+    anyone signed out to the login page already)."""
+
+    permission_required = COMPLIANCE_PERMISSION
+    raise_exception = True
+
+
+class CompliancePermission(permissions.BasePermission):
+    """For the API: every method needs the compliance role (sessions and personal tokens; agent
+    tokens never hold it)."""
+
+    message = "Compliance records need the Compliance officer or Admin role."
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return may_manage_compliance(request.user)

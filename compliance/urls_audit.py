@@ -1,0 +1,19 @@
+"""The audit pages (mounted under /compliance/) and API routes (under /api/v1/compliance/)."""
+
+from __future__ import annotations
+
+from django.urls import URLPattern, URLResolver, path
+from rest_framework.routers import SimpleRouter
+
+from compliance import views_audit
+from compliance.api import audit as api
+
+urlpatterns: list[URLPattern | URLResolver] = [
+    path("audit/", views_audit.AuditLogView.as_view(), name="audit-list"),
+    path("audit.csv", views_audit.AuditExportView.as_view(), name="audit-export"),
+]
+
+router = SimpleRouter()
+router.register("audit", api.AuditEntryViewSet, basename="audit")
+
+api_urlpatterns: list[URLPattern | URLResolver] = [*router.urls]

@@ -1,0 +1,19 @@
+"""The gdpr pages (mounted under /compliance/) and API routes (under /api/v1/compliance/)."""
+
+from __future__ import annotations
+
+from django.urls import URLPattern, URLResolver, path
+from rest_framework.routers import SimpleRouter
+
+from compliance import views_gdpr
+from compliance.api import gdpr
+
+# SimpleRouter: the areas share /api/v1/compliance/, so no area claims its root view.
+router = SimpleRouter()
+router.register("processing/records", gdpr.DataAssetViewSet, basename="data-asset")
+router.register("processing/requests", gdpr.SubjectRequestViewSet, basename="subject-request")
+
+urlpatterns: list[URLPattern | URLResolver] = [
+    path("processing/", views_gdpr.ProcessingView.as_view(), name="processing"),
+]
+api_urlpatterns: list[URLPattern | URLResolver] = [*router.urls]

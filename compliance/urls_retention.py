@@ -1,0 +1,24 @@
+"""The retention pages (mounted under /compliance/) and API routes (under /api/v1/compliance/)."""
+
+from __future__ import annotations
+
+from django.urls import URLPattern, URLResolver, path
+from rest_framework.routers import SimpleRouter
+
+from compliance import views_retention
+from compliance.api import retention
+
+# SimpleRouter: the areas share /api/v1/compliance/, so no area claims its root view.
+router = SimpleRouter()
+router.register("retention/policies", retention.RetentionPolicyViewSet, basename="retention-policy")
+router.register("retention/holds", retention.LegalHoldViewSet, basename="legal-hold")
+router.register("retention/runs", retention.RetentionRunViewSet, basename="retention-run")
+
+urlpatterns: list[URLPattern | URLResolver] = [
+    path("retention/", views_retention.RetentionView.as_view(), name="retention"),
+]
+api_urlpatterns: list[URLPattern | URLResolver] = [
+    path("retention/preview/", retention.RetentionPreviewView.as_view(), name="retention-preview"),
+    path("retention/run/", retention.RetentionRunNowView.as_view(), name="retention-run-now"),
+    *router.urls,
+]
