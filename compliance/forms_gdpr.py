@@ -3,12 +3,15 @@ ones the API asks too (compliance.services.gdpr)."""
 
 from __future__ import annotations
 
+from datetime import date
 from typing import Any
 
 from django import forms
+from django.utils import timezone
 
 from compliance.choices import RequestStatus
 from compliance.models import DataAsset, SubjectRequest
+from compliance.models.gdpr import received_on_error
 from compliance.services import gdpr
 
 
@@ -60,6 +63,13 @@ class SubjectRequestForm(forms.ModelForm):
             "assets": forms.CheckboxSelectMultiple,
             "notes": forms.Textarea(attrs={"rows": 2}),
         }
+
+    def clean_received_on(self) -> date:
+        value = self.cleaned_data["received_on"]
+        error = received_on_error(value, timezone.localdate())
+        if error:
+            raise forms.ValidationError(error)
+        return value
 
 
 class RequestStatusForm(forms.Form):

@@ -20,6 +20,7 @@ from compliance.models import AuditEntry
 from compliance.permissions import ComplianceRequiredMixin
 from compliance.services.audit import field_diff, record
 from compliance.signals import AUDITED
+from console import spreadsheet
 
 PAGE_SIZE = 50
 CSV_COLUMNS = [
@@ -83,7 +84,8 @@ def _csv_lines(entries: Any) -> Iterator[str]:
     yield writer.writerow(CSV_COLUMNS)
     for e in entries.iterator(chunk_size=2000):
         yield writer.writerow(
-            [
+            spreadsheet.cell(v)
+            for v in [
                 e.at.isoformat(),
                 e.actor,
                 e.actor_id if e.actor_id is not None else "",

@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db.models import Case, Count, Sum, When
+from django.db.models import Case, Count, IntegerField, OuterRef, QuerySet, Subquery, Sum, When
+from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.urls import NoReverseMatch, reverse
@@ -17,7 +18,7 @@ from django.views.generic import TemplateView
 
 from compliance.choices import SourceCategory
 from compliance.forms_register import DatasetForm, DomainCsvForm, GpaiModelForm, LineageForm
-from compliance.models.register import Dataset, GpaiModel
+from compliance.models.register import CrawledDomain, Dataset, GpaiModel, Lineage
 from compliance.permissions import ComplianceRequiredMixin
 from compliance.services import register
 
@@ -105,11 +106,19 @@ class DatasetListView(ComplianceRequiredMixin, TemplateView):
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
+        # Counted in subqueries: two joined counts would multiply lineage rows by domain rows.
         context["datasets"] = Dataset.objects.annotate(
-            models=Count("lineage__model", distinct=True), domain_count=Count("domains", distinct=True)
+            models=_count(Lineage.objects.filter(dataset=OuterRef("pk")), "model"),
+            domain_count=_count(CrawledDomain.objects.filter(dataset=OuterRef("pk")), "pk"),
         ).order_by(_CATEGORY_ORDER, "name")
         context.setdefault("form", DatasetForm())
         return context
+
+
+def _count(rows: QuerySet[Any], field: str) -> Coalesce:
+    """COUNT(DISTINCT field) of ``rows`` as a scalar subquery (0 when there are none)."""
+    counted = rows.order_by().values("dataset").annotate(n=Count(field, distinct=True)).values("n")
+    return Coalesce(Subquery(counted, output_field=IntegerField()), 0)
 
 
 class DatasetDetailView(ComplianceRequiredMixin, TemplateView):

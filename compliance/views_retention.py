@@ -67,7 +67,9 @@ class RetentionView(ComplianceRequiredMixin, TemplateView):
             messages.success(request, f"Legal hold placed: {hold}.")
         elif action == "release":
             raw = request.POST.get("hold", "")
-            hold = LegalHold.objects.filter(pk=int(raw)).first() if raw.isdigit() else None
+            # ASCII digits only ("²".isdigit() is true), and within the id column's range.
+            valid = raw.isascii() and raw.isdigit() and int(raw) < 2**63
+            hold = LegalHold.objects.filter(pk=int(raw)).first() if valid else None
             if hold is None:
                 return self.render_to_response(self.get_context_data(action_error="No such legal hold."), status=400)
             try:

@@ -7,6 +7,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 
 from console.models import AgentToken, PersonalToken
+from console.signals import row_changed
 
 
 @admin.register(AgentToken)
@@ -34,7 +35,14 @@ class AgentTokenAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke selected tokens")
     def revoke(self, request: HttpRequest, queryset: Any) -> None:
-        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        now = timezone.now()
+        count = 0
+        for token in queryset.filter(revoked_at__isnull=True):
+            # One conditional UPDATE per token, each in the audit log (a bulk update sends nothing).
+            if AgentToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=now):
+                token.revoked_at = now
+                row_changed.send(sender=AgentToken, instance=token, before={"revoked_at": None}, message="Revoked.")
+                count += 1
         self.message_user(request, f"Revoked {count} token(s).")
 
 

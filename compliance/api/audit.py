@@ -41,6 +41,8 @@ class AuditEntryFilterSet(django_filters.FilterSet):
         return queryset.filter(at__gte=_start_of(value))
 
     def filter_until(self, queryset: QuerySet[AuditEntry], name: str, value: date) -> QuerySet[AuditEntry]:
+        if value >= date.max - timedelta(days=1):
+            return queryset  # the end of the calendar: nothing is after it
         return queryset.filter(at__lt=_start_of(value + timedelta(days=1)))
 
 

@@ -6,12 +6,14 @@ deleted through the API: it is part of the record of how the controller answered
 
 from __future__ import annotations
 
+from datetime import date
 from typing import Any
 
 from django.utils import timezone
 from rest_framework import mixins, serializers, viewsets
 
 from compliance.models import DataAsset, SubjectRequest
+from compliance.models.gdpr import received_on_error
 from compliance.permissions import CompliancePermission
 from compliance.services import gdpr
 
@@ -78,6 +80,12 @@ class SubjectRequestSerializer(serializers.ModelSerializer):
 
     def get_overdue(self, obj: SubjectRequest) -> bool:
         return obj.is_overdue(timezone.localdate())
+
+    def validate_received_on(self, value: date) -> date:
+        error = received_on_error(value, timezone.localdate())
+        if error:
+            raise serializers.ValidationError(error)
+        return value
 
 
 class SubjectRequestViewSet(

@@ -5,6 +5,7 @@ Compliance officers and admins only, reads included."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.db.models import QuerySet
@@ -112,7 +113,9 @@ class SummaryExportView(_SummaryAPIView):
             raise Http404(f"No export as {fmt}: one of {', '.join(summary.EXPORT_FORMATS)}.")
         obj = self.get_version()
         response = HttpResponse(summary.export(obj, fmt, actor=request.user), content_type=summary.EXPORT_FORMATS[fmt])
-        filename = f"summary-{obj.model.name}-{obj.model.version}-v{obj.version}.{fmt}".replace(" ", "_")
+        # A header value: only characters no name can turn into a second header or a broken one.
+        stem = re.sub(r"[^A-Za-z0-9._-]+", "_", f"summary-{obj.model.name}-{obj.model.version}-v{obj.version}")
+        filename = f"{stem}.{fmt}"
         response["Content-Disposition"] = f'attachment; filename="{filename}"'
         return response
 

@@ -19,6 +19,13 @@ def one_month_after(day: date) -> date:
     return date(y, m, min(day.day, calendar.monthrange(y, m)[1]))
 
 
+def received_on_error(day: date, today: date) -> str | None:
+    """Why a request's date of receipt cannot be taken: a request is logged once it has arrived."""
+    if day > today:
+        return "A request cannot be received in the future."
+    return None
+
+
 class DataAsset(models.Model):
     """One record of processing: a data asset with the Art. 30 fields."""
 

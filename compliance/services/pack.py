@@ -40,6 +40,7 @@ from compliance.models import (
 )
 from compliance.services.audit import _json_safe
 from compliance.services.pdf import render_pdf
+from console import spreadsheet
 
 # A year and a leap day: an annual review fits, and an extract stays a size a worker builds in
 # minutes rather than hours.
@@ -423,7 +424,7 @@ def _csv(rows: Iterable[dict[str, Any]], columns: tuple[str, ...]) -> bytes:
     writer = csv.writer(out, lineterminator="\r\n")
     writer.writerow(columns)
     for row in rows:
-        writer.writerow([_cell(row[c]) for c in columns])
+        writer.writerow([spreadsheet.cell(_cell(row[c])) for c in columns])
     return out.getvalue().encode()
 
 

@@ -13,10 +13,12 @@ import re
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
+from django.db.models import Count, Sum
 
-from compliance.choices import SourceCategory
+from compliance.choices import AuditAction, SourceCategory
 from compliance.models.register import CrawledDomain, Dataset, GpaiModel, Lineage
+from compliance.services import audit
 
 CSV_HEADER = ["domain", "bytes"]
 # A host name: dot-separated labels of letters, digits and inner hyphens, at most 253 characters.
@@ -71,9 +73,17 @@ def import_domains(dataset: Dataset, text: str) -> int:
     domains = parse_domains(text)
     with transaction.atomic():
         Dataset.objects.select_for_update().filter(pk=dataset.pk).first()  # one import at a time
+        old = CrawledDomain.objects.filter(dataset=dataset).aggregate(domains=Count("pk"), bytes=Sum("bytes"))
         CrawledDomain.objects.filter(dataset=dataset).delete()
         CrawledDomain.objects.bulk_create(
             CrawledDomain(dataset=dataset, domain=domain, bytes=count) for domain, count in domains.items()
+        )
+        audit.record(
+            AuditAction.UPDATE,
+            obj=dataset,
+            before={"domains": old["domains"], "domain_bytes": old["bytes"] or 0},
+            after={"domains": len(domains), "domain_bytes": sum(domains.values())},
+            message="Crawled domains imported from CSV",
         )
     return len(domains)
 
@@ -83,11 +93,14 @@ def record_lineage(model: GpaiModel, dataset: Dataset, job: Any = None, user: An
     Recording the same triple again returns the row already there, so a retried API call or a
     double-submitted form leaves one row."""
     values = {"model": model, "dataset": dataset, "job": job}
-    with transaction.atomic():
-        existing = Lineage.objects.filter(**values).first()
-        if existing is not None:
-            return existing, False
-        return Lineage.objects.create(**values, recorded_by=user if user and user.is_authenticated else None), True
+    existing = Lineage.objects.filter(**values).first()
+    if existing is not None:
+        return existing, False
+    try:
+        with transaction.atomic():  # a savepoint: the same link posted twice at once loses here
+            return Lineage.objects.create(**values, recorded_by=user if user and user.is_authenticated else None), True
+    except IntegrityError:
+        return Lineage.objects.get(**values), False
 
 
 def lineage_graph(model: GpaiModel) -> dict[str, list]:

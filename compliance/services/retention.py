@@ -113,12 +113,18 @@ def effective_policies() -> list[Effective]:
     return result
 
 
+# The longest policy taken: beyond it a cutoff falls off the calendar (and means "forever" anyway).
+MAX_POLICY_DAYS = 36_500
+
+
 def policy_errors(
     *, data_class: str, tenant: str, days: int | None, action: str, owner: str, review_due: date | None
 ) -> dict[str, str]:
     """Field -> message for a policy the console could not honour as written (forms and the API
     both ask this, so a bad policy is refused the same way at each door)."""
     errors: dict[str, str] = {}
+    if days is not None and days > MAX_POLICY_DAYS:
+        errors["days"] = f"At most {MAX_POLICY_DAYS} days (100 years)."
     if data_class in CONSOLE_HELD:
         if action != RetentionAction.DELETE:
             errors["action"] = "The console deletes what it holds; anonymise applies to attested stores."
@@ -188,7 +194,8 @@ def _apply_incidents(eff: Effective, tenants_with_policy: set[str], *, now: date
     if eff.tenant:
         due = due.filter(labels__tenant=eff.tenant)
     elif tenants_with_policy:
-        due = due.exclude(labels__tenant__in=sorted(tenants_with_policy))
+        # Not "labels->tenant NOT IN (...)": that is NULL, so false, for incidents with no tenant label.
+        due = due.exclude(Q(labels__has_key="tenant") & Q(labels__tenant__in=sorted(tenants_with_policy)))
     hold_q = _hold_filter(LegalHold.objects.active().filter(data_class=DataClass.INCIDENTS))
     due_ids = set(due.values_list("pk", flat=True))
     held_ids = set(due.filter(hold_q).values_list("pk", flat=True)) if hold_q is not None and due_ids else set()

@@ -93,15 +93,22 @@ class SummaryUnchanged(Exception):
     """Publishing a draft identical to the latest version (HTTP 409): no duplicate versions."""
 
 
+def _inline(text: str) -> str:
+    """Free text as it may stand in one line of the published Markdown: line breaks folded (a
+    heading or bullet cannot be forged into the hashed text) and pipes, which would make a table
+    row of it, replaced."""
+    return " ".join(text.replace("|", "/").split())
+
+
 def _answer(value: Any) -> str:
     """A register field as an answer: blank is "to be provided", a date is ISO."""
-    if value is None or value == "":
+    if value is None or value == "" or (isinstance(value, str) and not value.strip()):
         return TO_BE_PROVIDED
     if isinstance(value, bool):
         return YES if value else NO
     if isinstance(value, date):
         return value.isoformat()
-    return str(value)
+    return _inline(str(value))
 
 
 def _amount(value: Decimal) -> str:
@@ -133,9 +140,9 @@ def _modality_size(modality: str, datasets: list[Dataset]) -> str:
 
 def _general(model: GpaiModel, datasets: list[Dataset]) -> dict[str, Any]:
     if model.base_model is not None:
-        dependencies = f"{model.base_model} (registered)"
+        dependencies = _inline(f"{model.base_model} (registered)")
     elif model.base_model_external:
-        dependencies = f"{model.base_model_external} (external)"
+        dependencies = _inline(f"{model.base_model_external} (external)")
     else:
         dependencies = TO_BE_PROVIDED
     by_modality: dict[str, list[Dataset]] = defaultdict(list)
@@ -159,7 +166,7 @@ def _general(model: GpaiModel, datasets: list[Dataset]) -> dict[str, Any]:
             "authorised_representative": _answer(model.authorised_representative),
         },
         "model": {
-            "versioned_name": str(model),
+            "versioned_name": _inline(str(model)),
             "dependencies": dependencies,
             "placed_on_market": _answer(model.placed_on_market),
         },
@@ -173,7 +180,7 @@ def _general(model: GpaiModel, datasets: list[Dataset]) -> dict[str, Any]:
 
 def _dataset_entry(dataset: Dataset) -> dict[str, str]:
     return {
-        "name": dataset.name,
+        "name": _inline(dataset.name),
         "modality": dataset.get_modality_display(),
         "size": _size(dataset),
         "description": _answer(dataset.description),
@@ -193,12 +200,13 @@ def _large_public(datasets: list[Dataset]) -> list[dict[str, str]]:
         group = by_modality.get(modality, [])
         units = {d.size_unit for d in group}
         if any(d.size is None for d in group) or len(units) > 1:
-            large += [{"name": d.name, "modality": modality.label, "share": TO_BE_PROVIDED} for d in group]
+            large += [{"name": _inline(d.name), "modality": modality.label, "share": TO_BE_PROVIDED} for d in group]
             continue
         total = sum((d.size for d in group if d.size is not None), Decimal(0))
         for d in group:
             if total and d.size is not None and d.size / total > LARGE_PUBLIC_SHARE:
-                large.append({"name": d.name, "modality": modality.label, "share": f"{d.size / total * 100:.1f} %"})
+                share = f"{d.size / total * 100:.1f} %"
+                large.append({"name": _inline(d.name), "modality": modality.label, "share": share})
     return large
 
 
@@ -284,7 +292,7 @@ def build_document(model: GpaiModel) -> dict[str, Any]:
     published and compared with the next draft)."""
     datasets = list(Dataset.objects.filter(lineage__model=model).distinct().order_by("name"))
     return {
-        "model": str(model),
+        "model": _inline(str(model)),
         "general": _general(model, datasets),
         "sources": _sources(datasets),
         "processing": {

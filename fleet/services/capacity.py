@@ -45,6 +45,7 @@ from django.db import transaction
 from django.db.models import BigIntegerField, Count, F, Func
 from django.utils import timezone
 
+from console import spreadsheet
 from console.signals import row_changed
 from fleet.choices import PriorityTier
 from fleet.models import Gpu
@@ -741,8 +742,9 @@ def plan_csv(data: dict[str, Any]) -> str:
 
     def write(row: dict[str, Any], site: str, pool: str, model: str) -> None:
         healthy = "" if row["healthy"] is None else row["healthy"]
+        names = [spreadsheet.cell(site), spreadsheet.cell(pool), model]
         w.writerow(
-            [row["month"], site, pool, model, row["installed"], row["energised"], healthy]
+            [row["month"], *names, row["installed"], row["energised"], healthy]
             + [row["reserved"][t] for t in tiers]
             + [int(row["conflict"])]
         )
@@ -766,9 +768,9 @@ def reservations_csv(reservations: Iterable[Reservation]) -> str:
         w.writerow(
             [
                 r.pk,
-                r.team,
-                r.pool.site.name,
-                r.pool.name,
+                spreadsheet.cell(r.team),
+                spreadsheet.cell(r.pool.site.name),
+                spreadsheet.cell(r.pool.name),
                 r.gpus,
                 r.start.isoformat(),
                 r.end.isoformat(),

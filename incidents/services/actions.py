@@ -16,7 +16,15 @@ from django.utils import timezone
 
 from incidents.choices import IncidentState, Severity, TimelineKind
 from incidents.models import ActionItem, Finding, Incident, Silence, TimelineEntry
-from incidents.services.engine import Actor, TransitionError, _after_commit, _record, affected_gpus, worse
+from incidents.services.engine import (
+    Actor,
+    TransitionError,
+    _after_commit,
+    _record,
+    affected_gpus,
+    audit_change,
+    worse,
+)
 from incidents.services.matchers import LABEL_NAME, matches_all
 from incidents.services.silences import create_silence
 
@@ -24,13 +32,16 @@ from incidents.services.silences import create_silence
 def reopen_incident(incident: Incident, *, actor: Actor, note: str = "") -> Incident:
     """Move a resolved incident back to triggered (a merged one stays closed: reopen its target)."""
     with transaction.atomic():
+        before = {"state": IncidentState.RESOLVED, "resolved_at": incident.resolved_at, "auto_resolve_at": None}
         claimed = Incident.objects.filter(
             pk=incident.pk, state=IncidentState.RESOLVED, merged_into__isnull=True
         ).update(state=IncidentState.TRIGGERED, resolved_at=None, auto_resolve_at=None)
         if not claimed:
             raise TransitionError(f"Incident #{incident.pk} is not a resolved incident that can be reopened.")
         incident.refresh_from_db()
-        _record(incident, TimelineKind.STATE, f"Reopened by {actor.label}" + (f": {note}" if note else ""), actor)
+        text = f"Reopened by {actor.label}" + (f": {note}" if note else "")
+        _record(incident, TimelineKind.STATE, text, actor)
+        audit_change(incident, before, text)
         _after_commit(incident.pk)
     return incident
 
@@ -49,6 +60,7 @@ def change_severity(incident: Incident, *, severity: str, actor: Actor, note: st
         incident.refresh_from_db()
         text = f"Severity changed from {old} to {new} by {actor.label}" + (f": {note}" if note else "")
         _record(incident, TimelineKind.STATE, text, actor, severity_from=old, severity_to=new)
+        audit_change(incident, {"severity": old}, text)
         _after_commit(incident.pk)
     return incident
 
@@ -90,6 +102,14 @@ def merge_incidents(source: Incident, *, into: Incident, actor: Actor) -> Incide
             raise TransitionError(f"Incident #{source.pk} was already merged.")
         if source.is_open:
             Incident.objects.filter(pk=source.pk, acknowledged_at__isnull=True).update(acknowledged_at=now)
+        source_before = {
+            "merged_into": None,
+            "state": source.state,
+            "auto_resolve_at": source.auto_resolve_at,
+            "resolved_at": source.resolved_at,
+            "acknowledged_at": source.acknowledged_at,
+        }
+        audit_change(Incident.objects.get(pk=source.pk), source_before, f"Merged into #{target.pk} by {actor.label}")
         moved = Finding.objects.filter(incident=source).update(incident=target)
         ActionItem.objects.filter(incident=source).update(incident=target)
         TimelineEntry.objects.bulk_create(
@@ -113,7 +133,9 @@ def merge_incidents(source: Incident, *, into: Incident, actor: Actor) -> Incide
         }
         if target.findings.firing().exists():
             updates["auto_resolve_at"] = None
+        target_before = {k: getattr(target, k) for k in updates}
         Incident.objects.filter(pk=target.pk).update(**updates)
+        audit_change(Incident.objects.get(pk=target.pk), target_before, f"#{source.pk} merged in by {actor.label}")
         _record(
             source,
             TimelineKind.STATE,
@@ -241,9 +263,11 @@ def draft_postmortem(incident: Incident, *, actor: Actor) -> Incident:
         changed = {k: v for k, v in draft.items() if v and not getattr(incident, k).strip()}
         if not changed:
             return incident
+        before = {k: getattr(incident, k) for k in changed}
         Incident.objects.filter(pk=incident.pk).update(**changed)
         incident.refresh_from_db()
         names = ", ".join(k.removeprefix("pm_").replace("_", " ") for k in changed)
+        audit_change(incident, before, f"Postmortem drafted from the timeline ({names})")
         _record(
             incident,
             TimelineKind.POSTMORTEM,

@@ -549,7 +549,7 @@ def _transition(incident: Incident, to: str, *, actor: Actor, note: str = "") ->
     with transaction.atomic():
         updates: dict[str, Any] = {"state": to, stamp: now, "auto_resolve_at": None}
         # The row as it was, for the audit log (the UPDATE below is what decides the race).
-        before = Incident.objects.filter(pk=incident.pk).values(*updates, "acknowledged_at").first() or {}
+        before = Incident.objects.select_for_update().filter(pk=incident.pk).values(*updates, "acknowledged_at").first()
         claimed = Incident.objects.filter(pk=incident.pk, state__in=allowed).update(**updates)
         if not claimed:
             current = Incident.objects.filter(pk=incident.pk).values_list("state", flat=True).first()
@@ -559,9 +559,15 @@ def _transition(incident: Incident, to: str, *, actor: Actor, note: str = "") ->
         incident.refresh_from_db()
         message = f"{verb} by {actor.label}" + (f": {note}" if note else "")
         _record(incident, TimelineKind.STATE, message, actor)
-        row_changed.send(sender=Incident, instance=incident, before=before, message=message)
+        audit_change(incident, before or {}, message)
         _after_commit(incident.pk, to if to in (IncidentState.ACKNOWLEDGED, IncidentState.RESOLVED) else None)
     return incident
+
+
+def audit_change(incident: Incident, before: dict[str, Any], message: str) -> None:
+    """Tell the audit log what a conditional UPDATE of ``incident`` (refreshed) changed: the
+    fields' values ``before`` it (console.signals.row_changed; an UPDATE sends no post_save)."""
+    row_changed.send(sender=Incident, instance=incident, before=before, message=message)
 
 
 def acknowledge_incident(incident: Incident, *, actor: Actor, note: str = "") -> Incident:
@@ -588,9 +594,11 @@ def resolve_incident(incident: Incident, *, actor: Actor, note: str = "") -> Inc
 def assign_role(incident: Incident, *, role: str, user: Any, actor: Actor) -> Incident:
     field = IncidentRole(role).value
     with transaction.atomic():
+        before = {field: getattr(incident, f"{field}_id")}
         Incident.objects.filter(pk=incident.pk).update(**{field: user})
         incident.refresh_from_db()
         who = user.get_username() if user else "nobody"
+        audit_change(incident, before, f"{IncidentRole(role).label}: {who}")
         _record(
             incident,
             TimelineKind.ROLE,
@@ -618,10 +626,12 @@ def save_postmortem(incident: Incident, *, actor: Actor, **fields: str) -> Incid
     if not changed:
         return incident
     with transaction.atomic():
+        before = {k: getattr(incident, k) for k in changed}
         Incident.objects.filter(pk=incident.pk).update(**changed)
         incident.refresh_from_db()
         names = ", ".join(k.removeprefix("pm_").replace("_", " ") for k in changed)
         _record(incident, TimelineKind.POSTMORTEM, f"Postmortem edited ({names})", actor, fields=sorted(changed))
+        audit_change(incident, before, f"Postmortem edited ({names})")
     return incident
 
 
