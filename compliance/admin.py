@@ -5,18 +5,29 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from compliance.models import SummaryVersion
+from compliance.models import (
+    AuditEntry,
+    CompliancePack,
+    CrawledDomain,
+    DataAsset,
+    Dataset,
+    GpaiModel,
+    LegalHold,
+    Lineage,
+    RetentionPolicy,
+    RetentionRun,
+    SubjectRequest,
+    SummaryVersion,
+)
 
-# --- summary: published versions are frozen (the table's trigger refuses UPDATE and DELETE) ---
 
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Shown, never added, changed or deleted here: what happened (runs, packs) and what is frozen
+    (published summaries, audit entries; their tables' triggers refuse changes from any path).
+    Every field is read-only, except those a subclass ``exclude``s."""
 
-@admin.register(SummaryVersion)
-class SummaryVersionAdmin(admin.ModelAdmin):
-    """Read-only: a published summary is published through the summary page, never edited."""
-
-    list_display = ["model", "version", "last_update", "sha256", "published_by"]
-    list_filter = ["model"]
-    readonly_fields = ["model", "version", "document", "text", "sha256", "last_update", "published_at", "published_by"]
+    def get_readonly_fields(self, request, obj=None):  # type: ignore[no-untyped-def]
+        return [f.name for f in self.model._meta.fields if f.name not in (self.exclude or ())]
 
     def has_add_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
         return False
@@ -28,9 +39,18 @@ class SummaryVersionAdmin(admin.ModelAdmin):
         return False
 
 
-# --- gdpr and retention: records of processing, requests, policies, holds; runs are read-only ---
+# --- summary: published versions are frozen (the table's trigger refuses UPDATE and DELETE) ---
 
-from compliance.models import DataAsset, LegalHold, RetentionPolicy, RetentionRun, SubjectRequest  # noqa: E402
+
+@admin.register(SummaryVersion)
+class SummaryVersionAdmin(ReadOnlyAdmin):
+    """Read-only: a published summary is published through the summary page, never edited."""
+
+    list_display = ["model", "version", "last_update", "sha256", "published_by"]
+    list_filter = ["model"]
+
+
+# --- gdpr and retention: records of processing, requests, policies, holds; runs are read-only ---
 
 
 @admin.register(DataAsset)
@@ -62,30 +82,15 @@ class LegalHoldAdmin(admin.ModelAdmin):
 
 
 @admin.register(RetentionRun)
-class RetentionRunAdmin(admin.ModelAdmin):
+class RetentionRunAdmin(ReadOnlyAdmin):
     """Read-only: a run is what happened."""
 
     list_display = ["started_at", "data_class", "tenant", "dry_run", "affected", "held", "triggered_by"]
     list_filter = ["data_class", "dry_run", "triggered_by"]
 
-    def get_readonly_fields(self, request, obj=None):  # type: ignore[no-untyped-def]
-        return [f.name for f in self.model._meta.fields]
-
-    def has_add_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
-        return False
-
-
-from compliance.models import AuditEntry  # noqa: E402
-
 
 @admin.register(AuditEntry)
-class AuditEntryAdmin(admin.ModelAdmin):
+class AuditEntryAdmin(ReadOnlyAdmin):
     """Read-only: no add, change or delete here (a POST to those views gets 403), and the database
     trigger refuses an UPDATE or DELETE from any other path."""
 
@@ -94,24 +99,9 @@ class AuditEntryAdmin(admin.ModelAdmin):
     search_fields = ["actor", "object_id", "object_repr", "message"]
     date_hierarchy = "at"
 
-    def get_readonly_fields(self, request, obj=None):  # type: ignore[no-untyped-def]
-        return [f.name for f in self.model._meta.fields]
-
-    def has_add_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
-        return False
-
-
-from compliance.models import CompliancePack  # noqa: E402
-
 
 @admin.register(CompliancePack)
-class CompliancePackAdmin(admin.ModelAdmin):
+class CompliancePackAdmin(ReadOnlyAdmin):
     """Read-only: packs are requested and downloaded on the pack page (which audits downloads);
     the zip itself is not shown here."""
 
@@ -119,22 +109,8 @@ class CompliancePackAdmin(admin.ModelAdmin):
     list_filter = ["status"]
     exclude = ["content"]
 
-    def get_readonly_fields(self, request, obj=None):  # type: ignore[no-untyped-def]
-        return [f.name for f in self.model._meta.fields if f.name != "content"]
-
-    def has_add_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
-        return False
-
 
 # --- register: models, datasets with their crawled domains, lineage ---
-
-from compliance.models import CrawledDomain, Dataset, GpaiModel, Lineage  # noqa: E402
 
 
 @admin.register(GpaiModel)
