@@ -258,9 +258,7 @@ def _apply_audit(eff: Effective, *, now: datetime, dry_run: bool, by: str) -> Re
             detail={"skipped": f"legal hold '{hold.name}' on audit entries"},
         )
     if count and not dry_run:
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute("SET LOCAL goodput.audit_purge = 'on'")
-            count, _ = due.delete()
+        count = audit.purge_entries_before(cutoff)
     return _new_run(eff, cutoff=cutoff, started=started, dry_run=dry_run, triggered_by=by, affected=count)
 
 
