@@ -11,28 +11,14 @@ from django.utils import timezone
 
 from compliance.choices import RequestStatus
 from compliance.models import DataAsset, SubjectRequest
-from compliance.models.gdpr import received_on_error
+from compliance.models.gdpr import RECORD_FIELDS, received_on_error
 from compliance.services import gdpr
 
 
 class DataAssetForm(forms.ModelForm):
     class Meta:
         model = DataAsset
-        fields = [
-            "name",
-            "data_class",
-            "controller_contact",
-            "purposes",
-            "data_subject_categories",
-            "personal_data_categories",
-            "special_categories",
-            "recipients",
-            "third_country_transfers",
-            "erasure_time_limit",
-            "security_measures",
-            "lawful_basis",
-            "balancing_note",
-        ]
+        fields = list(RECORD_FIELDS)
         widgets = {
             name: forms.Textarea(attrs={"rows": 2})
             for name in (

@@ -13,7 +13,7 @@ from django.utils import timezone
 from rest_framework import mixins, serializers, viewsets
 
 from compliance.models import DataAsset, SubjectRequest
-from compliance.models.gdpr import received_on_error
+from compliance.models.gdpr import RECORD_FIELDS, received_on_error
 from compliance.permissions import CompliancePermission
 from compliance.services import gdpr
 
@@ -23,19 +23,7 @@ class DataAssetSerializer(serializers.ModelSerializer):
         model = DataAsset
         fields = [
             "id",
-            "name",
-            "data_class",
-            "controller_contact",
-            "purposes",
-            "data_subject_categories",
-            "personal_data_categories",
-            "special_categories",
-            "recipients",
-            "third_country_transfers",
-            "erasure_time_limit",
-            "security_measures",
-            "lawful_basis",
-            "balancing_note",
+            *RECORD_FIELDS,
             "created_at",
             "updated_at",
         ]

@@ -26,6 +26,25 @@ def received_on_error(day: date, today: date) -> str | None:
     return None
 
 
+# A record of processing as the register, its API, its form and the pack show it: the Art. 30
+# fields with the lawful basis (and its balancing note), in this order.
+RECORD_FIELDS = (
+    "name",
+    "data_class",
+    "controller_contact",
+    "purposes",
+    "data_subject_categories",
+    "personal_data_categories",
+    "special_categories",
+    "recipients",
+    "third_country_transfers",
+    "erasure_time_limit",
+    "security_measures",
+    "lawful_basis",
+    "balancing_note",
+)
+
+
 class DataAsset(models.Model):
     """One record of processing: a data asset with the Art. 30 fields."""
 

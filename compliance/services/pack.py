@@ -38,6 +38,7 @@ from compliance.models import (
     SubjectRequest,
     SummaryVersion,
 )
+from compliance.models.gdpr import RECORD_FIELDS
 from compliance.services.audit import _json_safe
 from compliance.services.pdf import render_pdf
 from console import spreadsheet
@@ -100,21 +101,7 @@ CSV_FILES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "records_of_processing.csv",
         "records_of_processing",
-        (
-            "name",
-            "data_class",
-            "controller_contact",
-            "purposes",
-            "data_subject_categories",
-            "personal_data_categories",
-            "special_categories",
-            "recipients",
-            "third_country_transfers",
-            "erasure_time_limit",
-            "security_measures",
-            "lawful_basis",
-            "balancing_note",
-        ),
+        RECORD_FIELDS,
     ),
     (
         "subject_requests.csv",
