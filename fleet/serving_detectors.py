@@ -836,6 +836,7 @@ def serving_burn_rate(now: datetime) -> list[FindingSpec]:
                         "error_budget": alert["budget_spent"],  # the incident's error budget burned
                         "budget_left": status[slo]["budget_left"],
                         "burn_rates": burns,
+                        "symptom": True,  # a cause joining the incident gives it its title
                     },
                     category="serving",
                     started_at=already.get(fingerprint) or now - _window(alert["short_window"]),

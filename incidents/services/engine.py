@@ -270,14 +270,28 @@ def _join(incident: Incident, finding: Finding, *, actor: Actor, now: datetime) 
     # The joining finding's cost counts at once (a failed job's GPU fault joining its incident),
     # as a repeat raise's does.
     updates["gpu_hours_lost"] = max(incident.gpu_hours_lost, float((finding.impact or {}).get("gpu_hours") or 0))
+    # An incident opened by a symptom (an SLO burning) takes the title of the first cause that
+    # joins it (the queueing collapse behind the burn): the on-call engineer reads the cause first.
+    if not is_symptom(finding) and all(
+        is_symptom(other) for other in incident.findings.exclude(pk=finding.pk).only("impact")
+    ):
+        updates["title"] = finding.summary[:300]
     Incident.objects.filter(pk=incident.pk).update(**updates)
     text = f"Finding joined: {finding.summary}"
+    if "title" in updates:
+        text += "; the incident is retitled after it (it opened on a symptom, this names a cause)"
     if "severity" in updates:
         text += f" (severity raised to {new_severity})"
     if "auto_resolve_at" in updates:
         text += "; auto-resolution cancelled"
     _record(incident, TimelineKind.FINDING, text, actor, fingerprint=finding.fingerprint, labels=finding.labels)
     _after_commit(incident.pk)
+
+
+def is_symptom(finding: Finding) -> bool:
+    """A symptom finding (``impact["symptom"]``: an SLO's error budget burning) says that users
+    are hurt, not why; detectors that name a cause leave it unset."""
+    return bool((finding.impact or {}).get("symptom"))
 
 
 def affected_gpus(incident: Incident) -> int:

@@ -65,6 +65,36 @@ def test_a_finding_joining_an_incident_brings_its_gpu_hours_at_once() -> None:
 
 
 @pytest.mark.django_db
+def test_an_incident_opened_by_a_symptom_takes_the_title_of_the_first_cause_that_joins() -> None:
+    endpoint = {"site": "ams-1", "endpoint": "3"}
+
+    def burn(slo: str) -> Finding:
+        summary = f"Error budget burn on llama: {slo} SLO burning 15x over 1h"
+        impact = {"error_budget": 0.02, "symptom": True}
+        return raise_finding(f"burn:{slo}", {**endpoint, "slo": slo}, "SEV2", summary, impact=impact, source="d:b")
+
+    burn("ttft")
+    burn("itl")  # a second symptom changes nothing
+    incident = Incident.objects.get()
+    assert incident.title.startswith("Error budget burn on llama: ttft")
+    raise_finding("collapse:3", endpoint, "SEV2", "Queueing collapse on llama", source="d:q")
+    raise_finding("cold:3", endpoint, "SEV3", "Cold start on llama", source="d:c")  # the cause is already named
+    incident.refresh_from_db()
+    assert incident.title == "Queueing collapse on llama"
+    assert incident.findings.count() == 4
+    [retitled] = incident.timeline.filter(text__contains="retitled")
+    assert "Queueing collapse on llama" in retitled.text
+
+
+@pytest.mark.django_db
+def test_a_symptom_joining_an_incident_opened_by_a_cause_leaves_its_title() -> None:
+    endpoint = {"site": "ams-1", "endpoint": "4"}
+    raise_finding("collapse:4", endpoint, "SEV2", "Queueing collapse on qwen", source="d:q")
+    raise_finding("burn:4", endpoint, "SEV2", "Error budget burn on qwen", impact={"symptom": True}, source="d:b")
+    assert Incident.objects.get().title == "Queueing collapse on qwen"
+
+
+@pytest.mark.django_db
 def test_grouping_only_within_the_window(settings) -> None:
     settings.INCIDENT_GROUP_WINDOW_SECONDS = 60
     xid("GPU-1")
