@@ -8,6 +8,11 @@ the floor), other 4xx are never retried. While the console cannot be reached, ba
 spool directory on disk and are drained oldest first once it answers again, so an agent restart
 or a console outage loses nothing. Each batch carries one Idempotency-Key for all its attempts,
 so a retry after a timeout cannot store a batch twice.
+
+Two faults must not lose data or kill the agent. SIGTERM or SIGINT during a tick lets that tick
+finish: the batch already read is sent, or spooled after a single attempt, then the agent exits 0.
+A spool that cannot be written (disk full, quota, read-only) holds batches in memory instead, up
+to an hour of them, until the console answers or the disk has room again.
 """
 
 from __future__ import annotations
@@ -15,14 +20,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import errno
 import json
 import logging
 import os
 import random
+import signal
 import socket
 import sys
+import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -35,6 +44,7 @@ logger = logging.getLogger("goodput.agent")
 
 MAX_BACKOFF_S = 5.0
 BASE_BACKOFF_S = 0.5
+MAX_HELD_BATCHES = 360  # an hour of batches at the default 10 s interval
 INGEST_PATH = "/api/v1/ingest/gpu-samples"
 
 
@@ -223,11 +233,17 @@ class Spool:
             files[0].unlink(missing_ok=True)
         name = f"{time.time_ns():020d}-{batch.key}.json"
         tmp = self.directory / (name + ".tmp")
-        with open(tmp, "wb") as f:
-            f.write(batch.body)
-            f.flush()
-            os.fsync(f.fileno())  # on disk before it is visible: power loss leaves no empty batch
-        os.replace(tmp, self.directory / name)  # atomic: a crash never leaves half a batch to send
+        try:
+            with open(tmp, "wb") as f:
+                f.write(batch.body)
+                f.flush()
+                os.fsync(f.fileno())  # on disk before it is visible: power loss leaves no empty batch
+            os.replace(tmp, self.directory / name)  # atomic: a crash never leaves half a batch to send
+        except OSError:
+            # A full disk fails mid-write: the partial file would only take the space the next try needs.
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            raise
 
     def files(self) -> list[Path]:
         return sorted(self.directory.glob("*.json"))
@@ -259,6 +275,12 @@ class Unreachable(Exception):
 
 
 class Sender:
+    """Posts batches to the console with retries; ``stop`` cuts the retry schedule short.
+
+    Once ``stop`` is set, a batch gets no attempt after the one in flight and the backoff wait ends
+    at once, so shutdown waits for one HTTP timeout at most, never for a whole retry schedule.
+    """
+
     def __init__(
         self,
         url: str,
@@ -266,14 +288,16 @@ class Sender:
         *,
         attempts: int = 5,
         timeout: float = 10,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], object] | None = None,
+        stop: threading.Event | None = None,
     ) -> None:
         self.url = url.rstrip("/") + INGEST_PATH
         self.session = requests.Session()
         self.session.headers.update({"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
         self.attempts = attempts
         self.timeout = timeout
-        self.sleep = sleep
+        self.stop = stop or threading.Event()
+        self.sleep = sleep or self.stop.wait  # a backoff wait that a stop request ends early
 
     @staticmethod
     def backoff(attempt: int, retry_after: str | None) -> float:
@@ -288,6 +312,8 @@ class Sender:
     def send(self, batch: Batch, *, attempts: int | None = None) -> None:
         attempts = attempts or self.attempts
         for attempt in range(attempts):
+            if attempt and self.stop.is_set():
+                raise Unreachable(f"stopping: gave up after {attempt} of {attempts} attempts")
             retry_after = None
             try:
                 response = self.session.post(
@@ -308,46 +334,128 @@ class Sender:
 
 
 class Agent:
-    def __init__(self, reader: Any, sender: Sender, spool: Spool, *, hostname: str) -> None:
+    """One tick reads the GPUs and delivers the batch; what cannot be delivered waits.
+
+    Waiting batches are delivered oldest first: the spool's files, then the batches held in
+    memory because the spool could not be written, then the new batch. A batch goes to the spool
+    only when nothing waits in memory, so every spooled file is older than every held batch.
+    """
+
+    def __init__(
+        self, reader: Any, sender: Sender, spool: Spool, *, hostname: str, max_held: int = MAX_HELD_BATCHES
+    ) -> None:
         self.reader = reader
         self.sender = sender
         self.spool = spool
         self.hostname = hostname
+        self.stop = sender.stop
+        self.held: deque[Batch] = deque()  # batches the spool could not take, oldest first
+        self.max_held = max_held
+        self.spool_error: OSError | None = None  # set while the spool cannot be written
+        self.delivered: set[str] = set()  # spooled files sent but not removable (a read-only disk)
+
+    @property
+    def waiting(self) -> int:
+        return len(self.spool) - len(self.delivered) + len(self.held)
+
+    def _deliver_waiting(self, batch: Batch) -> bool:
+        """One attempt for a waiting batch: True when it is done with (taken or refused for good)."""
+        try:
+            self.sender.send(batch, attempts=1)
+        except Rejected as exc:
+            if exc.is_auth:  # a revoked or rotated token: keep the data for the new one
+                logger.error("console refused the token (%s); waiting batches kept", exc)
+                return False
+            logger.error("waiting batch %s refused, dropped: %s", batch.key, exc)
+        except Unreachable:
+            return False
+        return True
 
     def drain(self) -> bool:
-        """Send spooled batches oldest first; stop at the first that cannot be delivered.
+        """Send waiting batches oldest first; stop at the first that cannot be delivered.
 
         One attempt per batch: while the console is down, a drain must not hold up sampling
-        for a whole retry schedule. What is not sent now waits for the next tick.
+        for a whole retry schedule. What is not sent now waits for the next tick, and so does
+        everything once the agent is stopping: it is on disk, or it is spooled below.
         """
-        for path in self.spool.files():
-            batch = Spool.load(path)
-            try:
-                self.sender.send(batch, attempts=1)
-            except Rejected as exc:
-                if exc.is_auth:  # a revoked or rotated token: keep the data for the new one
-                    logger.error("console refused the token (%s); spooled batches kept", exc)
-                    return False
-                logger.error("spooled batch %s refused, dropped: %s", batch.key, exc)
-            except Unreachable:
+        files = self.spool.files()
+        self.delivered &= {path.name for path in files}  # forget the ones that are gone
+        for path in files:
+            if path.name in self.delivered:
+                continue
+            if self.stop.is_set() or not self._deliver_waiting(Spool.load(path)):
                 return False
-            path.unlink(missing_ok=True)
+            self._remove(path)
+        while self.held:
+            if self.stop.is_set() or not self._deliver_waiting(self.held[0]):
+                return False
+            self.held.popleft()
         return True
+
+    def _remove(self, path: Path) -> None:
+        """A delivered batch leaves the spool; on a read-only disk it is remembered instead, so
+        it is not sent again on every tick (its Idempotency-Key would keep it from being stored twice)."""
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            self._spool_failed(exc)
+            self.delivered.add(path.name)
+
+    def _spool_failed(self, exc: OSError) -> None:
+        """Logged once per episode: a full disk stays full for many ticks, and one line says it all."""
+        if self.spool_error is None:
+            code = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+            logger.error(
+                "cannot write to the spool %s (%s: %s): holding up to %d batches in memory until it can",
+                self.spool.directory,
+                code,
+                exc.strerror or exc,
+                self.max_held,
+            )
+        self.spool_error = exc
+
+    def spool_held(self) -> None:
+        """Move batches held in memory to the spool, oldest first, while the disk takes them."""
+        while self.held:
+            try:
+                self.spool.put(self.held[0])
+            except OSError as exc:
+                self._spool_failed(exc)
+                return
+            self.held.popleft()
+            if self.spool_error is not None:
+                logger.warning("the spool %s can be written again", self.spool.directory)
+                self.spool_error = None
+
+    def keep(self, batch: Batch) -> None:
+        """Keep an undelivered batch: on disk if it can be written, else in memory, within bounds."""
+        self.held.append(batch)
+        self.spool_held()
+        while len(self.held) > self.max_held:
+            dropped = self.held.popleft()
+            samples = len(json.loads(dropped.body)["samples"])
+            logger.error(
+                "spool unwritable and %d batches held in memory: dropped the oldest, %d samples lost",
+                self.max_held,
+                samples,
+            )
 
     def tick(self) -> None:
         samples = self.reader.read(self.hostname)
         batch = Batch(key=str(uuid.uuid4()), body=json.dumps({"samples": samples}).encode())
-        # Order matters: older spooled batches go first, and a new batch queues behind them.
-        if len(self.spool) and not self.drain():
-            self.spool.put(batch)
+        # Order matters: older waiting batches go first, and a new batch queues behind them.
+        if (self.held or len(self.spool)) and not self.drain():
+            self.keep(batch)
             return
         try:
             self.sender.send(batch)
         except Rejected as exc:
             logger.error("batch refused by the console, not retried: %s", exc)
-        except Unreachable:
-            logger.warning("console unreachable: batch spooled (%d waiting)", len(self.spool) + 1)
-            self.spool.put(batch)
+        except Unreachable as exc:
+            logger.warning("console unreachable (%s): batch kept (%d waiting)", exc, self.waiting + 1)
+            self.keep(batch)
+        else:
+            logger.debug("batch %s sent: %d samples", batch.key, len(samples))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -386,20 +494,43 @@ def main(argv: list[str] | None = None) -> int:
     except AgentSetupError as exc:
         print(f"goodput-agent: {exc}", file=sys.stderr)
         return 2
-    agent = Agent(reader, Sender(args.url, token), Spool(Path(args.spool_dir)), hostname=args.hostname)
+    stop = threading.Event()
+    agent = Agent(reader, Sender(args.url, token, stop=stop), Spool(Path(args.spool_dir)), hostname=args.hostname)
     logger.info(
         "reporting %d GPU(s) on %s to %s every %g s", len(reader.handles), args.hostname, args.url, args.interval
     )
+    reason = "--once"
+
+    def request_stop(signum: int, frame: object) -> None:
+        """Only ask for the stop: the tick in progress finishes, so the batch it read is kept.
+
+        The event is set from a helper thread because Event.set takes the event's lock, which the
+        main thread may hold inside stop.wait() at the moment the signal lands: setting it here
+        could deadlock. Logging waits for that thread too, for the same reason.
+        """
+        nonlocal reason
+        reason = signal.Signals(signum).name
+
+        def stop_now() -> None:
+            stop.set()
+            logger.info("%s received: finishing this tick", reason)
+
+        threading.Thread(target=stop_now, name="goodput-agent-stop").start()
+
+    previous = {signum: signal.signal(signum, request_stop) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
-        while True:
+        while not stop.is_set():
             started = time.monotonic()
             agent.tick()
-            if args.once:
-                return 0
-            time.sleep(max(0.0, args.interval - (time.monotonic() - started)))
-    except KeyboardInterrupt:
+            if args.once or stop.wait(max(0.0, args.interval - (time.monotonic() - started))):
+                break
+        agent.spool_held()  # one last try: memory does not survive the exit
+        lost = f", {len(agent.held)} held in memory are lost (the spool cannot be written)" if agent.held else ""
+        logger.info("stopping: %s; %d batch(es) wait in the spool%s", reason, len(agent.spool), lost)
         return 0
     finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         reader.close()
 
 

@@ -1,4 +1,5 @@
-"""goodput-agent: NVML readings in console units, no-driver help, retry/backoff, and the disk spool.
+"""goodput-agent: NVML readings in console units, no-driver help, retry/backoff, the disk spool,
+a graceful stop on SIGTERM/SIGINT, and a spool whose disk is full or read-only.
 
 The only fake is at the pynvml boundary: ``FakeNvml`` answers the calls the agent makes, with the
 real pynvml ctypes types for handles and results and the real pynvml exception classes, so the
@@ -9,9 +10,14 @@ delivery, retries and the spool go through real sockets, real ``requests`` and r
 from __future__ import annotations
 
 import ctypes
+import errno
 import importlib.metadata
 import json
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import uuid
 from collections import deque
@@ -280,12 +286,19 @@ class Received:
 
 
 class FakeConsole:
-    """Answers POSTs from a script of (status, headers), then 202; records every request it gets."""
+    """Answers POSTs from a script of (status, headers), then 202; records every request it gets.
+
+    ``hold_next()`` makes the next request wait in the handler, as a slow console would, until
+    ``release()``: ``arrived`` says the request is being held.
+    """
 
     def __init__(self, port: int = 0) -> None:
         self._lock = threading.Lock()
         self._received: list[Received] = []
         self._script: list[tuple[int, dict[str, str]]] = []
+        self._gate: threading.Event | None = None
+        self._gates: list[threading.Event] = []
+        self.arrived = threading.Event()
         console = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -293,6 +306,11 @@ class FakeConsole:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 with console._lock:
                     console._received.append(Received(self.path, self.headers, body))
+                    gate, console._gate = console._gate, None
+                if gate is not None:
+                    console.arrived.set()
+                    gate.wait()
+                with console._lock:
                     status, headers = console._script.pop(0) if console._script else (202, {})
                 payload = json.dumps({"error": "refused"} if 400 <= status < 500 else {}).encode()
                 self.send_response(status)
@@ -318,12 +336,22 @@ class FakeConsole:
         with self._lock:
             self._script = [r if isinstance(r, tuple) else (r, {}) for r in responses]
 
+    def hold_next(self) -> None:
+        with self._lock:
+            self._gate = threading.Event()
+            self._gates.append(self._gate)
+
+    def release(self) -> None:
+        for gate in self._gates:
+            gate.set()
+
     @property
     def received(self) -> list[Received]:
         with self._lock:
             return list(self._received)
 
     def stop(self) -> None:
+        self.release()
         self.server.shutdown()
         self.server.server_close()
 
@@ -613,6 +641,7 @@ def test_a_spool_write_is_atomic_and_leaves_no_temporary_file(tmp_path: Path, mo
     with pytest.raises(OSError):
         spool.put(batch())
     assert spool.files() == [path]
+    assert list(spool.directory.iterdir()) == [path]  # the written-but-not-renamed file is removed
 
 
 def test_a_half_written_spool_file_from_a_crash_is_cleaned_up(tmp_path: Path) -> None:
@@ -631,3 +660,339 @@ def test_a_full_spool_drops_the_oldest_batch(tmp_path: Path, caplog: pytest.LogC
     assert [Spool.load(p) for p in spool.files()] == batches[2:]
     assert len(list(spool.directory.iterdir())) == 3
     assert "spool full" in caplog.text
+
+
+# --- 7. stopping on SIGTERM / SIGINT -----------------------------------------------------------
+
+
+def test_a_stop_request_skips_the_remaining_attempts_and_spools_the_batch(console: FakeConsole, tmp_path: Path) -> None:
+    stop = threading.Event()
+    sender = Sender(console.url, "t", attempts=5, stop=stop)  # the real backoff wait: stop.wait
+    console.answer(*[503] * 5)
+    stop.set()
+    with pytest.raises(Unreachable, match="stopping"):
+        sender.send(batch())
+    assert len(console.received) == 1  # the attempt in flight, then nothing
+
+    spool = Spool(tmp_path / "spool")
+    older = batch(1)
+    spool.put(older)
+    reader, _ = make_reader()
+    Agent(reader, sender, spool, hostname=HOST).tick()
+    # Stopping: the spooled batch waits on disk for the next start, and this tick's batch joins it.
+    assert len(console.received) == 1
+    waiting = [Spool.load(p) for p in spool.files()]
+    assert waiting[0] == older and len(waiting) == 2
+    assert len(json.loads(waiting[1].body)["samples"]) == 2
+
+
+FAKE_PYNVML = """\
+# pynvml as goodput-agent calls it, for running the agent as a process without a driver.
+from types import SimpleNamespace
+
+
+class NVMLError(Exception):
+    pass
+
+
+class NVMLError_NotSupported(NVMLError):
+    pass
+
+
+class NVMLError_Timeout(NVMLError):
+    pass
+
+
+NVML_TEMPERATURE_GPU = {NVML_TEMPERATURE_GPU}
+NVML_CLOCK_SM = {NVML_CLOCK_SM}
+NVML_CLOCK_MEM = {NVML_CLOCK_MEM}
+NVML_MEMORY_ERROR_TYPE_CORRECTED = {NVML_MEMORY_ERROR_TYPE_CORRECTED}
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED = {NVML_MEMORY_ERROR_TYPE_UNCORRECTED}
+NVML_VOLATILE_ECC = {NVML_VOLATILE_ECC}
+nvmlEventTypeXidCriticalError = {nvmlEventTypeXidCriticalError}
+UUIDS = ["GPU-5b9f1a0e-8c4d-4e6f-9a21-3c7d2e8b1f40", "GPU-0d3e7c21-44aa-4b0e-8f19-6a5e2c9d7b33"]
+
+
+def nvmlInit(): pass
+def nvmlShutdown(): pass
+def nvmlDeviceGetCount(): return len(UUIDS)
+def nvmlDeviceGetHandleByIndex(index): return index
+def nvmlDeviceGetUUID(handle): return UUIDS[handle]
+def nvmlDeviceGetName(handle): return "NVIDIA H100 80GB HBM3"
+def nvmlDeviceGetUtilizationRates(handle): return SimpleNamespace(gpu=87, memory=41)
+def nvmlDeviceGetMemoryInfo(handle): return SimpleNamespace(used=61_440 * 2**20, free=20_119 * 2**20)
+def nvmlDeviceGetTemperature(handle, sensor): return 67
+def nvmlDeviceGetPowerUsage(handle): return 612_345
+def nvmlDeviceGetClockInfo(handle, clock): return 1980
+def nvmlDeviceGetTotalEnergyConsumption(handle): return 123_456_789
+def nvmlDeviceGetTotalEccErrors(handle, error_type, counter_type): return 0
+def nvmlDeviceGetRemappedRows(handle): return (0, 0, 0, 0)
+def nvmlDeviceGetPcieReplayCounter(handle): return 0
+def nvmlDeviceGetCurrentClocksEventReasons(handle): return 0
+def nvmlEventSetCreate(): return object()
+def nvmlDeviceRegisterEvents(handle, event_types, event_set): pass
+def nvmlEventSetWait_v2(event_set, timeout_ms): raise NVMLError_Timeout()
+def nvmlEventSetFree(event_set): pass
+"""
+
+
+class AgentProcess:
+    """``python -m fleet.agent`` as a service manager runs it, with the fake pynvml first on the path."""
+
+    def __init__(self, tmp_path: Path, url: str, *args: str) -> None:
+        fake = tmp_path / "fake-nvml"
+        fake.mkdir(exist_ok=True)
+        names = [n for n in dir(pynvml) if n.startswith("NVML_") or n == "nvmlEventTypeXidCriticalError"]
+        (fake / "pynvml.py").write_text(FAKE_PYNVML.format(**{n: getattr(pynvml, n) for n in names}))
+        self.spool_dir = tmp_path / "spool"
+        env = {**os.environ, "PYTHONPATH": str(fake), "PYTHONUNBUFFERED": "1"}
+        command = [sys.executable, "-m", "fleet.agent", "--url", url, "--token", "t"]
+        self.proc = subprocess.Popen(
+            [*command, "--spool-dir", str(self.spool_dir), "--verbose", *args],
+            cwd=Path(agent.__file__).resolve().parents[1],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self._lines: list[str] = []
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            with self._changed:
+                self._lines.append(line)
+                self._changed.notify_all()
+
+    @property
+    def log(self) -> str:
+        with self._changed:
+            return "".join(self._lines)
+
+    def wait_for(self, text: str) -> None:
+        with self._changed:
+            found = self._changed.wait_for(lambda: text in "".join(self._lines), timeout=60)
+        assert found, f"agent never logged {text!r}:\n{self.log}"
+
+    def finish(self) -> int:
+        """The exit status; a process still running after a minute has ignored the signal."""
+        try:
+            return self.proc.wait(timeout=60)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            self._reader.join()
+
+
+def keys_in(spool_dir: Path) -> list[str]:
+    return [Spool.load(p).key for p in sorted(spool_dir.glob("*.json"))]
+
+
+@pytest.mark.parametrize("answer", [503, 202])
+def test_sigterm_mid_tick_finishes_the_tick_and_exits_0_with_the_batch_sent_or_spooled(
+    console: FakeConsole, tmp_path: Path, answer: int
+) -> None:
+    console.answer(*[answer] * 5)
+    console.hold_next()  # the console is slow: the agent's first POST hangs until we release it
+    process = AgentProcess(tmp_path, console.url, "--interval", "3600")
+    try:
+        assert console.arrived.wait(timeout=60), process.log
+        process.proc.send_signal(signal.SIGTERM)
+        process.wait_for("SIGTERM received")  # the stop is requested while the request is in flight
+        console.release()
+    finally:
+        status = process.finish()
+    assert status == 0, process.log  # well before the 3600 s interval, and before any retry schedule
+
+    [posted] = console.received  # one attempt: a stopping agent skips its remaining retries
+    validate(posted.body)
+    assert len(json.loads(posted.body)["samples"]) == 2
+    assert "Traceback" not in process.log
+    if answer == 503:
+        # Not taken: the batch is on disk, under its key, for the next start.
+        assert keys_in(process.spool_dir) == [posted.key]
+        assert "stopping: SIGTERM; 1 batch(es) wait in the spool" in process.log
+        console.answer()
+        assert AgentProcess(tmp_path, console.url, "--once").finish() == 0
+        received = console.received
+        assert [r.key for r in received][:2] == [posted.key, posted.key]  # the same key: stored once
+        assert received[1].body == posted.body and len(received) == 3
+        assert keys_in(process.spool_dir) == []
+    else:
+        assert keys_in(process.spool_dir) == []
+        assert "stopping: SIGTERM; 0 batch(es) wait in the spool" in process.log
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_between_ticks_exits_0_at_once_with_nothing_lost(
+    console: FakeConsole, tmp_path: Path, signum: signal.Signals
+) -> None:
+    process = AgentProcess(tmp_path, console.url, "--interval", "3600")
+    try:
+        process.wait_for("sent: 2 samples")  # the first tick is done; the agent waits for the next
+        process.proc.send_signal(signum)
+    finally:
+        status = process.finish()
+    assert status == 0, process.log  # the 3600 s wait ends with the signal
+    [posted] = console.received
+    validate(posted.body)
+    assert keys_in(process.spool_dir) == []
+    assert f"stopping: {signum.name}; 0 batch(es) wait in the spool" in process.log
+    assert "Traceback" not in process.log
+
+
+# --- 8. a spool whose disk is full -------------------------------------------------------------
+
+
+class SpoolDisk:
+    """The spool's own small filesystem, which the test can fill and free.
+
+    A 64 KiB tmpfs when the tests may mount one (they run as root): a real ENOSPC from write().
+    Elsewhere, the spool directory is moved aside and a file put in its place: every write under
+    it fails with ENOTDIR, the same OSError path, and moving it back is the space returning.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir()
+        mount = ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(root)]
+        self.tmpfs = subprocess.run(mount, capture_output=True, check=False).returncode == 0
+        self.errno = "ENOSPC" if self.tmpfs else "ENOTDIR"
+        self.spool_dir = root / "spool"
+
+    def fill(self) -> None:
+        if self.tmpfs:
+            with open(self.root / "filler", "ab", buffering=0) as f, pytest.raises(OSError) as excinfo:
+                while True:
+                    f.write(b"\0" * 4096)
+            assert excinfo.value.errno == errno.ENOSPC
+        else:
+            self.spool_dir.rename(self.root / "spool.aside")
+            self.spool_dir.write_bytes(b"")
+
+    def free(self) -> None:
+        if self.tmpfs:
+            (self.root / "filler").unlink()
+        else:
+            self.spool_dir.unlink()
+            (self.root / "spool.aside").rename(self.spool_dir)
+
+    def close(self) -> None:
+        if self.tmpfs:
+            subprocess.run(["umount", "-l", str(self.root)], check=True)
+
+
+@pytest.fixture
+def disk(tmp_path: Path) -> Iterator[SpoolDisk]:
+    spool_disk = SpoolDisk(tmp_path / "disk")
+    yield spool_disk
+    spool_disk.close()
+
+
+def test_a_full_spool_disk_holds_batches_in_memory_and_delivers_them_in_order_with_their_keys(
+    disk: SpoolDisk, caplog: pytest.LogCaptureFixture
+) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    reader, _ = make_reader()
+    spool = Spool(disk.spool_dir)
+    # The first batch of an outage gets the full retry schedule; no test time goes to its waits.
+    sender = Sender(url, "t", attempts=2, sleep=lambda s: None)
+    ticker = Agent(reader, sender, spool, hostname=HOST, max_held=3)
+
+    def unwritable_logs() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "cannot write to the spool" in r.getMessage()]
+
+    # 1. The console is down and the disk has room: the batch is spooled.
+    ticker.tick()
+    [a] = keys_in(disk.spool_dir)
+
+    # 2. The disk fills. Four ticks: no exception, batches held in memory, the oldest beyond 3 dropped.
+    disk.fill()
+    first_held: list[str] = []
+    for n in range(4):
+        ticker.tick()
+        first_held = first_held or [held.key for held in ticker.held]
+        assert not list(disk.root.rglob("*.tmp"))  # a failed write leaves no half-written file
+        assert len(ticker.held) == min(n + 1, 3)
+    [b] = first_held
+    c, d, e = [held.key for held in ticker.held]
+    assert b not in (c, d, e) and keys_in(disk.spool_dir) in ([a], [])  # [] when the spool is moved aside
+    [message] = unwritable_logs()  # once for the episode, not once a tick
+    assert str(disk.spool_dir) in message and disk.errno in message
+    [drop] = [r for r in caplog.records if "dropped the oldest" in r.getMessage()]
+    assert drop.levelname == "ERROR" and "2 samples lost" in drop.getMessage()
+
+    # 3. Space returns, the console is still down: held batches go to disk behind the spooled one.
+    disk.free()
+    ticker.tick()
+    assert not ticker.held
+    f = keys_in(disk.spool_dir)[-1]
+    assert keys_in(disk.spool_dir) == [a, c, d, e, f]
+    assert "can be written again" in caplog.text
+
+    # 4. The console answers: everything drains oldest first, then this tick's batch.
+    console = FakeConsole(port)
+    try:
+        ticker.tick()
+        delivered = [r.key for r in console.received]
+    finally:
+        console.stop()
+    g = delivered[-1]
+    assert delivered == [a, c, d, e, f, g] and keys_in(disk.spool_dir) == []
+
+    # 5. A second episode: the disk fills while the console is down; the batches wait in memory.
+    disk.fill()
+    ticker.tick()
+    ticker.tick()
+    h, i = [held.key for held in ticker.held]
+    assert len(unwritable_logs()) == 2 and keys_in(disk.spool_dir) == []
+
+    # 6. The console answers while the disk is still full: held batches go straight from memory.
+    console = FakeConsole(port)
+    try:
+        ticker.tick()
+        received = console.received
+    finally:
+        console.stop()
+    assert [r.key for r in received][:2] == [h, i] and len(received) == 3
+    assert not ticker.held
+    everything = delivered + [r.key for r in received]
+    assert len(everything) == len(set(everything)) == 9 and b not in everything  # each once; only b lost
+    assert sum(len(validate(r.body).samples) for r in received) == 6
+
+
+def test_a_read_only_spool_does_not_resend_delivered_batches_or_crash(
+    disk: SpoolDisk, console: FakeConsole, caplog: pytest.LogCaptureFixture
+) -> None:
+    """EROFS (a disk remounted read-only after an error): files can be read but not removed."""
+    spool = Spool(disk.spool_dir)
+    spooled = [batch(1), batch(2)]
+    for waiting in spooled:
+        spool.put(waiting)
+    if disk.tmpfs:
+        subprocess.run(["mount", "-o", "remount,ro", str(disk.root)], check=True)
+        code = "EROFS"
+    else:
+        disk.spool_dir.chmod(0o555)  # not root: a directory we may not write to behaves the same
+        code = "EACCES"
+    reader, _ = make_reader()
+    ticker = Agent(reader, Sender(console.url, "t", attempts=2, sleep=lambda s: None), spool, hostname=HOST)
+    try:
+        ticker.tick()
+        ticker.tick()
+    finally:
+        if disk.tmpfs:
+            subprocess.run(["mount", "-o", "remount,rw", str(disk.root)], check=True)
+        else:
+            disk.spool_dir.chmod(0o755)
+    keys = [r.key for r in console.received]
+    assert keys[:2] == [w.key for w in spooled] and len(keys) == 4 and len(set(keys)) == 4  # none sent twice
+    assert len(spool) == 2 and not ticker.held and ticker.waiting == 0
+    [message] = [r.getMessage() for r in caplog.records if "cannot write to the spool" in r.getMessage()]
+    assert code in message
