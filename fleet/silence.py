@@ -10,13 +10,16 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
+import redis
 from django.conf import settings
 from django.core.cache import cache
 from django.db.models import F, Max, Min
+from django.utils import timezone
 
 from fleet.choices import ScrapeHealth
 from fleet.detectors import SILENT_HORIZON, _gpu_finding, _gpu_rows, _node_impact
 from fleet.models import GpuState, IngestBatch, ScrapeTarget
+from fleet.services import ingest_stream
 from incidents.choices import Severity
 from incidents.detectors import FindingSpec, register
 
@@ -41,7 +44,21 @@ def _ingest_settled(now: datetime, gap: timedelta) -> bool:
     received = IngestBatch.objects.order_by()
     before = received.filter(received_at__lte=now - gap).aggregate(t=Max("received_at"))["t"]
     after = received.filter(received_at__gt=now - gap, received_at__lte=now).aggregate(t=Min("received_at"))["t"]
-    return before is not None and after is not None and after - before <= gap
+    return before is not None and after is not None and after - before <= gap and not _ingest_behind(gap)
+
+
+def _ingest_behind(gap: timedelta) -> bool:
+    """Whether GPU batches the console accepted have waited for a writer for more than a third
+    of the gap: its own backlog (a writer killed mid-batch holds its batches until they are
+    reclaimed, a minute), during which a site whose batches wait in the queue is not silent. The
+    queue's age is wall-clock (its entries carry Redis's clock), whatever ``now`` the run judges."""
+    if settings.EAGER_TASKS:  # embedded mode writes at once: nothing waits
+        return False
+    try:
+        oldest = ingest_stream.oldest_waiting()
+    except redis.RedisError:  # the queue cannot be read: neither can who was heard be judged
+        return True
+    return oldest is not None and timezone.now() - oldest > gap / 3
 
 
 @lru_cache(maxsize=2)

@@ -39,7 +39,7 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -210,6 +210,19 @@ def drain(slot: int | None = None, token: str | None = None, *, consumer: str | 
     if periodic:  # the beat's run also tidies the group
         _forget_idle_consumers(client)
     return stored
+
+
+def oldest_waiting() -> datetime | None:
+    """When the oldest GPU batch still waiting for a writer was queued (None: none waits).
+
+    Entries leave the stream once written, so its first entry is the oldest unwritten batch,
+    and an entry's id is the Redis server's clock in milliseconds when it was added. Raises
+    redis.RedisError when the broker cannot be reached."""
+    first = redis_client().xrange(STREAM, count=1)
+    if not first:
+        return None
+    millis = int(first[0][0].split(b"-", 1)[0])
+    return datetime.fromtimestamp(millis / 1000, UTC)
 
 
 def is_outage(exc: BaseException) -> bool:

@@ -4,7 +4,7 @@ data is not health, true fault times, and flapping held on one incident."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from itertools import count
 from typing import Any
 
@@ -178,6 +178,27 @@ def test_a_quiet_site_is_one_finding_for_the_site(site_a, site_b) -> None:
 
     run_detectors(only=["gpu-silent", "ingest-silent"])
 
+    assert list(Finding.objects.values_list("fingerprint", flat=True)) == ["silent-site:iad-2"]
+
+
+def test_a_site_whose_batches_wait_in_the_consoles_own_queue_is_not_silent(site_a, site_b, broker_mode) -> None:
+    # A writer killed mid-batch holds the queue for a minute: iad-2's batches were accepted and
+    # wait there, while ams-1's telemetry (pushed, another path) is stored. Not iad-2's silence.
+    from fleet.services import ingest_stream
+
+    steady_ingest(site_a, start=now() - timedelta(minutes=5), end=now())
+    report(site_b, ("gpu-b-001", ["GPU-b1000000-0000"]), ("gpu-b-002", ["GPU-b2000000-0000"]))
+    heard_ago(120)
+    report(site_a, NODE_1, NODE_2)
+    queued_ms = int((now() - timedelta(seconds=40)).timestamp() * 1000)
+    broker_mode.xadd(ingest_stream.STREAM, {"k": "waiting", "s": site_b.id, "n": 2}, id=f"{queued_ms}-0")
+    assert ingest_stream.oldest_waiting() == datetime.fromtimestamp(queued_ms / 1000, UTC)
+
+    run_detectors(only=["gpu-silent", "ingest-silent"])
+    assert not Finding.objects.exists()
+
+    broker_mode.delete(ingest_stream.STREAM)  # written at last, yet still nothing new from iad-2
+    run_detectors(only=["gpu-silent", "ingest-silent"])
     assert list(Finding.objects.values_list("fingerprint", flat=True)) == ["silent-site:iad-2"]
 
 
