@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test lint install install-dev clean-data
+.PHONY: demo test soak lint install install-dev clean-data
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,11 @@ test: $(DEV_STAMP)
 	ALLOWED_HOSTS=$${ALLOWED_HOSTS:-127.0.0.1,localhost} \
 	SECRET_KEY=$${SECRET_KEY:-test-only-secret-key} \
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The reliability soak on its own PostgreSQL and Redis: faults, live load, memory, backups
+# (bench/soak.py; about an hour). CI runs the short subset: `make soak SOAK_ARGS=--short`.
+soak: $(DEV_STAMP)
+	$(BIN)/python bench/soak.py $(SOAK_ARGS)
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check .

@@ -164,7 +164,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json({"type": "error", "error": message})
 
     async def live_message(self, event: dict[str, Any]) -> None:
-        await self.send_json(event["payload"])
+        await self.send(text_data=event["text"])  # JSON encoded once for every socket (live.broadcast)
 
 
 def _json_kind(value: Any) -> str:

@@ -286,17 +286,25 @@ def overview_snapshot(*, range_key: str = DEFAULT_RANGE, site_id: int | None = N
     }
 
 
-def build_fleet_delta(topic: str, watermark: str | None) -> tuple[dict[str, Any], str | None]:
+def build_fleet_delta(topic: str, watermark: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """The `fleet` topic's push: totals and site cards now, and the GPU rows changed since the
-    previous push."""
+    previous push.
+
+    The watermark is the newest state time sent and the sample time of each GPU row in the
+    previous push's window: the overlap reads those rows again, and one that has not changed since
+    is not sent again (pushes come faster than the overlap: without this each row went out several times)."""
+    if isinstance(watermark, str):  # a watermark from before the sent rows were remembered
+        watermark = {"t": watermark, "sent": {}}
     since = (
-        datetime.fromisoformat(watermark) - WATERMARK_OVERLAP
-        if watermark
+        datetime.fromisoformat(watermark["t"]) - WATERMARK_OVERLAP
+        if watermark and watermark.get("t")
         else timezone.now() - timedelta(seconds=settings.FLEET_STALE_SECONDS)
     )
+    sent = (watermark or {}).get("sent") or {}
     # Read the watermark before the rows: a state written in between is sent now or next time.
     newest = GpuState.objects.aggregate(m=Max("updated_at"))["m"]
-    rows = gpu_rows(updated_since=since)
+    window = gpu_rows(updated_since=since)
+    rows = [row for row in window if sent.get(row["uuid"]) != row["ts"]]
     payload = {
         "type": "fleet.delta",
         "topic": topic,
@@ -305,7 +313,8 @@ def build_fleet_delta(topic: str, watermark: str | None) -> tuple[dict[str, Any]
         "sites": site_summaries(),
         "gpus": rows,
     }
-    return payload, newest.isoformat() if newest else watermark
+    mark = newest.isoformat() if newest else (watermark or {}).get("t")
+    return payload, {"t": mark, "sent": {row["uuid"]: row["ts"] for row in window}}  # all delivered by now
 
 
 # --- One GPU's and one node's pages ----------------------------------------------------------

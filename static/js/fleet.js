@@ -3,7 +3,7 @@
   "use strict";
 
   // The live charts keep the snapshot's resolution: one point per bucket, a window as long as
-  // the chosen range. Deltas arrive up to once a second; only one per bucket becomes a point.
+  // the chosen range. Deltas arrive up to twice a second; only one per bucket becomes a point.
   var bucketMs = 10000;
   var windowPoints = 90;
   var lastPointMs = 0;

@@ -150,3 +150,32 @@ def test_pushes_are_coalesced_to_one_per_interval(settings, monkeypatch, site_a,
     # (less a little for the timer's own slack), where unfolded sends would be milliseconds apart.
     gaps = [b - a for a, b in itertools.pairwise(sent_at)]
     assert all(gap >= 0.9 for gap in gaps), gaps
+
+
+def test_a_fleet_push_does_not_resend_rows_the_previous_push_carried(site_a) -> None:
+    # The overlap window reads the rows of the previous push again; unchanged, they stay out.
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from fleet.services.dashboard import build_fleet_delta
+    from fleet.services.telemetry import store_gpu_samples
+    from tests.fleet.telemetry.test_rollups_and_retention import sample
+
+    now = timezone.now()
+    a = sample(gpu_uuid="GPU-aaaa0000-0001", hostname="gpu-a-001", gpu_index=0, ts=now - timedelta(seconds=1))
+    b = sample(gpu_uuid="GPU-bbbb0000-0002", hostname="gpu-a-001", gpu_index=1, ts=now - timedelta(seconds=1))
+    store_gpu_samples(site_id=site_a.id, batch_key="first", samples=[a, b])
+    first, mark = build_fleet_delta("fleet", None)
+    assert sorted(g["uuid"] for g in first["gpus"]) == [a.gpu_uuid, b.gpu_uuid]
+
+    again, mark = build_fleet_delta("fleet", mark)
+    assert again["gpus"] == [] and again["totals"]["gpus"] == 2  # totals always, rows only when new
+
+    newer = sample(gpu_uuid=a.gpu_uuid, hostname="gpu-a-001", gpu_index=0, ts=now, gpu_util=12.5)
+    store_gpu_samples(site_id=site_a.id, batch_key="second", samples=[newer])
+    third, mark = build_fleet_delta("fleet", mark)
+    assert [(g["uuid"], g["util"]) for g in third["gpus"]] == [(a.gpu_uuid, 12.5)]
+    assert build_fleet_delta("fleet", mark)[0]["gpus"] == []
+    # A watermark kept by an older release (a bare time) still works: it re-sends the overlap.
+    assert len(build_fleet_delta("fleet", mark["t"])[0]["gpus"]) == 2
