@@ -21,8 +21,10 @@ and probes of the dashboard APIs (``soak_sources``). Then, in order:
    one; every table's row count and checksum compared.
 
 Each phase prints its ``RESULT`` line; the last line repeats the verdict. ``--short`` is the CI
-subset (six rounds, a 20 s console stop, 50 clients, a 3-minute memory run). Exit status 0 only
-if every acceptance figure holds. ``--keep`` keeps the work directory (logs, database) for a look.
+subset (six rounds, a 20 s console stop, 50 clients, a 3-minute memory run), judged on
+correctness only (nothing lost or stored twice, no 5xx, no false incident, every client back, no
+snapshot gap, the restore equal): its timings are printed, not asserted, since CI machines differ.
+Exit status 0 only if every acceptance figure holds. ``--keep`` keeps the work directory (logs, database) for a look.
 """
 
 from __future__ import annotations
@@ -468,13 +470,25 @@ class Soak:
         )
         self.results.append(live["result"])
         p99 = live.get("p99_ms")
-        if p99 is None or p99 > 1000 or live["ws_clients"] < self.args.clients or live.get("api_5xx"):
-            self.failures.append("live load: p99 over 1,000 ms (or none measured), a client lost or an API 5xx")
+        if p99 is None or live["ws_clients"] < self.args.clients or live.get("api_5xx"):
+            self.failures.append("live load: no delivery measured, a client lost or an API 5xx")
+        elif p99 > 1000:
+            self.timing("live load: delivery p99 over 1,000 ms")
         rolling = soak_live.rolling_restart(self.stack, load_tokens, password=PASSWORD, clients=self.args.clients)
         self.results.append(rolling["result"])
-        if not rolling["passed"]:
-            self.failures.append("rolling restart: a client stayed away too long, was dropped or saw a gap")
+        if rolling["dropped"] or rolling["snapshot_gaps"]:
+            self.failures.append("rolling restart: a client was dropped or a snapshot after a reconnect had a gap")
+        elif not rolling["passed"]:
+            self.timing("rolling restart: a client was away longer than the page's longest reconnect wait")
         self._record_stops(rolling.get("stop_s", {}))
+
+    def timing(self, problem: str) -> None:
+        """A figure past its target. The full soak fails on it; ``--short`` (CI, on whatever machine
+        runs it) reports it and judges correctness only: speed is measured, never asserted in CI."""
+        if self.args.short:
+            log(f"NOTE (not judged in --short): {problem}")
+        else:
+            self.failures.append(problem)
 
     def run_memory(self) -> None:
         import soak_live
@@ -511,7 +525,7 @@ class Soak:
         web, worker = growth(self.stack.web_names()), growth(self.stack.worker_names())
         self.emit(f"RESULT minutes={minutes} web_rss_growth_pct={web:.1f} worker_rss_growth_pct={worker:.1f}")
         if web > 10 or worker > 10:
-            self.failures.append("memory grew more than 10 % after the warm-up")
+            self.timing("memory grew more than 10 % after the warm-up")
 
     def run_backup(self) -> None:
         """Back up the soak's database, restore it into an empty one, compare every table."""
@@ -546,7 +560,7 @@ class Soak:
         for name, seconds in sorted(self.stop_times.items()):
             grace = WORKER_GRACE_S if name.startswith("worker") else WEB_GRACE_S
             if seconds > grace + 1:
-                self.failures.append(f"{name} took {seconds:.1f} s to stop, over its {grace} s grace")
+                self.timing(f"{name} took {seconds:.1f} s to stop, over its {grace} s grace")
         slowest = max(self.stop_times.values(), default=0.0)
         self.emit(f"RESULT graceful_stops={len(self.stop_times)} slowest_stop_s={slowest:.1f}")
 
