@@ -23,30 +23,13 @@ import uuid
 from collections import Counter, deque
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import requests
+from soak_nvml.soak_ledger import gpu_uuid, read_ledger  # noqa: F401 (read_ledger: for bench/soak.py)
 
 PUSH_PATH = "/api/v1/ingest/prometheus"
 MODEL = "NVIDIA H100 80GB HBM3"
-
-
-def gpu_uuid(host: str, index: int) -> str:
-    """The stable UUID of GPU ``index`` on ``host``, as bench/soak_nvml/pynvml.py derives it."""
-    return f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{host}/gpu{index}')}"
-
-
-def read_ledger(path: str | Path) -> dict[str, int]:
-    """GPU UUID -> the highest reading number the fake NVML recorded for it."""
-    last: dict[str, int] = {}
-    path = Path(path)
-    if path.exists():
-        for line in path.read_text().splitlines():
-            parts = line.split()
-            if len(parts) == 2:
-                last[parts[0]] = max(last.get(parts[0], 0), int(parts[1]))
-    return last
 
 
 # --- dcgm-exporter pushes ---------------------------------------------------------------------------

@@ -164,7 +164,11 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json({"type": "error", "error": message})
 
     async def live_message(self, event: dict[str, Any]) -> None:
-        await self.send(text_data=event["text"])  # JSON encoded once for every socket (live.broadcast)
+        text = event.get("text")  # JSON encoded once for every socket (live.broadcast)
+        if text is None:  # from a process of the previous release, during a rolling deploy
+            await self.send_json(event["payload"])
+            return
+        await self.send(text_data=text)
 
 
 def _json_kind(value: Any) -> str:

@@ -78,7 +78,7 @@ def group_name(topic: str) -> str:
 
 def broadcast(topic: str, payload: dict[str, Any]) -> None:
     """Send one message to every websocket subscribed to ``topic``, encoded once here: with 100
-    sockets on a web process, encoding the same 100 KiB push per socket cost more CPU than
+    sockets on a web process, encoding the same 125 KiB push per socket cost more CPU than
     everything else the push does (measured by bench/soak.py's live load)."""
     text = json.dumps(payload, separators=(",", ":"))
     send_to_group(group_name(topic), {"type": MESSAGE_TYPE, "text": text})

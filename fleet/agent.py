@@ -44,6 +44,7 @@ logger = logging.getLogger("goodput.agent")
 
 MAX_BACKOFF_S = 5.0
 BASE_BACKOFF_S = 0.5
+HELD_SECONDS = 3600  # how much reading an unwritable spool's memory holds
 MAX_HELD_BATCHES = 360  # an hour of batches at the default 10 s interval
 INGEST_PATH = "/api/v1/ingest/gpu-samples"
 
@@ -495,7 +496,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"goodput-agent: {exc}", file=sys.stderr)
         return 2
     stop = threading.Event()
-    agent = Agent(reader, Sender(args.url, token, stop=stop), Spool(Path(args.spool_dir)), hostname=args.hostname)
+    agent = Agent(
+        reader,
+        Sender(args.url, token, stop=stop),
+        Spool(Path(args.spool_dir)),
+        hostname=args.hostname,
+        max_held=max(1, int(HELD_SECONDS / args.interval)),  # an hour of batches at any interval
+    )
     logger.info(
         "reporting %d GPU(s) on %s to %s every %g s", len(reader.handles), args.hostname, args.url, args.interval
     )

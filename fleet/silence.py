@@ -14,7 +14,6 @@ import redis
 from django.conf import settings
 from django.core.cache import cache
 from django.db.models import F, Max, Min
-from django.utils import timezone
 
 from fleet.choices import ScrapeHealth
 from fleet.detectors import SILENT_HORIZON, _gpu_finding, _gpu_rows, _node_impact
@@ -51,14 +50,14 @@ def _ingest_behind(gap: timedelta) -> bool:
     """Whether GPU batches the console accepted have waited for a writer for more than a third
     of the gap: its own backlog (a writer killed mid-batch holds its batches until they are
     reclaimed, a minute), during which a site whose batches wait in the queue is not silent. The
-    queue's age is wall-clock (its entries carry Redis's clock), whatever ``now`` the run judges."""
+    queue's age is on Redis's own clock, whatever ``now`` the run judges."""
     if settings.EAGER_TASKS:  # embedded mode writes at once: nothing waits
         return False
     try:
-        oldest = ingest_stream.oldest_waiting()
+        waited = ingest_stream.oldest_waiting_seconds()
     except redis.RedisError:  # the queue cannot be read: neither can who was heard be judged
         return True
-    return oldest is not None and timezone.now() - oldest > gap / 3
+    return waited is not None and waited > gap.total_seconds() / 3
 
 
 @lru_cache(maxsize=2)

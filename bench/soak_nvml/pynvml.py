@@ -30,10 +30,11 @@ import os
 import random
 import socket
 import time
-import uuid
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+
+from soak_ledger import gpu_uuid, read_ledger  # beside this file, on the agents' PYTHONPATH
 
 # --- the constants and exceptions the agent uses (values as in NVML) -----------------------------
 
@@ -84,22 +85,7 @@ MIB = 2**20
 TOTAL_MIB = 81_559
 
 
-def gpu_uuid(host: str, index: int) -> str:
-    """The stable UUID of GPU ``index`` on ``host`` (bench/soak_sources.py derives it the same way)."""
-    return f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{host}/gpu{index}')}"
-
-
 UUIDS = [gpu_uuid(HOST, i) for i in range(GPU_COUNT)]
-
-
-def _read_ledger() -> dict[str, int]:
-    last: dict[str, int] = {}
-    if LEDGER is not None and LEDGER.exists():
-        for line in LEDGER.read_text().splitlines():
-            parts = line.split()
-            if len(parts) == 2:
-                last[parts[0]] = max(last.get(parts[0], 0), int(parts[1]))
-    return last
 
 
 def _read_delivered() -> set[tuple[str, int]]:
@@ -108,7 +94,7 @@ def _read_delivered() -> set[tuple[str, int]]:
     return {(u, int(x)) for u, x in (line.split() for line in DELIVERED.read_text().splitlines() if line.strip())}
 
 
-_seq = {u: n for u, n in _read_ledger().items() if u in UUIDS}
+_seq = {u: n for u, n in read_ledger(LEDGER).items() if u in UUIDS}
 _ledger_file = LEDGER.open("a") if LEDGER is not None else None
 _delivered = _read_delivered()
 _control: dict[str, Any] = {"read_at": float("-inf"), "xid": {}}

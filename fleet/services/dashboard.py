@@ -6,6 +6,7 @@ that reconnects and re-fetches the snapshot lands on exactly what the deltas wou
 
 from __future__ import annotations
 
+import zlib
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -290,8 +291,8 @@ def build_fleet_delta(topic: str, watermark: Any) -> tuple[dict[str, Any], dict[
     """The `fleet` topic's push: totals and site cards now, and the GPU rows changed since the
     previous push.
 
-    The watermark is the newest state time sent and the sample time of each GPU row in the
-    previous push's window: the overlap reads those rows again, and one that has not changed since
+    The watermark is the newest state time sent and a digest of each GPU row in the previous
+    push's window: the overlap reads those rows again, and one whose content has not changed since
     is not sent again (pushes come faster than the overlap: without this each row went out several times)."""
     if isinstance(watermark, str):  # a watermark from before the sent rows were remembered
         watermark = {"t": watermark, "sent": {}}
@@ -303,8 +304,8 @@ def build_fleet_delta(topic: str, watermark: Any) -> tuple[dict[str, Any], dict[
     sent = (watermark or {}).get("sent") or {}
     # Read the watermark before the rows: a state written in between is sent now or next time.
     newest = GpuState.objects.aggregate(m=Max("updated_at"))["m"]
-    window = gpu_rows(updated_since=since)
-    rows = [row for row in window if sent.get(row["uuid"]) != row["ts"]]
+    window = [(row, _row_digest(row)) for row in gpu_rows(updated_since=since)]
+    rows = [row for row, digest in window if sent.get(row["uuid"]) != digest]
     payload = {
         "type": "fleet.delta",
         "topic": topic,
@@ -314,7 +315,14 @@ def build_fleet_delta(topic: str, watermark: Any) -> tuple[dict[str, Any], dict[
         "gpus": rows,
     }
     mark = newest.isoformat() if newest else (watermark or {}).get("t")
-    return payload, {"t": mark, "sent": {row["uuid"]: row["ts"] for row in window}}  # all delivered by now
+    # Every row of the window is in this push or was in the previous one.
+    return payload, {"t": mark, "sent": {row["uuid"]: digest for row, digest in window}}
+
+
+def _row_digest(row: dict[str, Any]) -> int:
+    """A row's content as a number, the same in every process (a state rewritten with the same
+    sample time but other values, a second source for one GPU, differs)."""
+    return zlib.crc32(repr(tuple(row.values())).encode())
 
 
 # --- One GPU's and one node's pages ----------------------------------------------------------

@@ -39,7 +39,7 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -212,17 +212,21 @@ def drain(slot: int | None = None, token: str | None = None, *, consumer: str | 
     return stored
 
 
-def oldest_waiting() -> datetime | None:
-    """When the oldest GPU batch still waiting for a writer was queued (None: none waits).
+def oldest_waiting_seconds() -> float | None:
+    """How long the oldest GPU batch still waiting for a writer has waited (None: none waits).
 
-    Entries leave the stream once written, so its first entry is the oldest unwritten batch,
-    and an entry's id is the Redis server's clock in milliseconds when it was added. Raises
-    redis.RedisError when the broker cannot be reached."""
-    first = redis_client().xrange(STREAM, count=1)
+    Entries leave the stream once written, so its first entry is the oldest unwritten batch. An
+    entry's id is the Redis server's clock in milliseconds when it was added, and the age is taken
+    on that clock too, so clock skew between hosts cannot fake a backlog. Raises redis.RedisError
+    when the broker cannot be reached."""
+    pipe = redis_client().pipeline(transaction=False)
+    pipe.xrange(STREAM, count=1)
+    pipe.time()
+    first, (seconds, micros) = pipe.execute()
     if not first:
         return None
     millis = int(first[0][0].split(b"-", 1)[0])
-    return datetime.fromtimestamp(millis / 1000, UTC)
+    return max(0.0, seconds + micros / 1e6 - millis / 1000)
 
 
 def is_outage(exc: BaseException) -> bool:

@@ -272,9 +272,8 @@ def _join(incident: Incident, finding: Finding, *, actor: Actor, now: datetime) 
     updates["gpu_hours_lost"] = max(incident.gpu_hours_lost, float((finding.impact or {}).get("gpu_hours") or 0))
     # An incident opened by a symptom (an SLO burning) takes the title of the first cause that
     # joins it (the queueing collapse behind the burn): the on-call engineer reads the cause first.
-    if not is_symptom(finding) and all(
-        is_symptom(other) for other in incident.findings.exclude(pk=finding.pk).only("impact")
-    ):
+    others = incident.findings.exclude(pk=finding.pk)
+    if not is_symptom(finding) and not others.exclude(impact__has_key="symptom", impact__symptom=True).exists():
         updates["title"] = finding.summary[:300]
     Incident.objects.filter(pk=incident.pk).update(**updates)
     text = f"Finding joined: {finding.summary}"

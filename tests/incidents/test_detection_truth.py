@@ -4,7 +4,7 @@ data is not health, true fault times, and flapping held on one incident."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from itertools import count
 from typing import Any
 
@@ -192,7 +192,7 @@ def test_a_site_whose_batches_wait_in_the_consoles_own_queue_is_not_silent(site_
     report(site_a, NODE_1, NODE_2)
     queued_ms = int((now() - timedelta(seconds=40)).timestamp() * 1000)
     broker_mode.xadd(ingest_stream.STREAM, {"k": "waiting", "s": site_b.id, "n": 2}, id=f"{queued_ms}-0")
-    assert ingest_stream.oldest_waiting() == datetime.fromtimestamp(queued_ms / 1000, UTC)
+    assert 39 < ingest_stream.oldest_waiting_seconds() < 60
 
     run_detectors(only=["gpu-silent", "ingest-silent"])
     assert not Finding.objects.exists()

@@ -177,5 +177,10 @@ def test_a_fleet_push_does_not_resend_rows_the_previous_push_carried(site_a) -> 
     third, mark = build_fleet_delta("fleet", mark)
     assert [(g["uuid"], g["util"]) for g in third["gpus"]] == [(a.gpu_uuid, 12.5)]
     assert build_fleet_delta("fleet", mark)[0]["gpus"] == []
+    # The same sample time with other values (a second source for the GPU) is news too.
+    same_time = sample(gpu_uuid=a.gpu_uuid, hostname="gpu-a-001", gpu_index=0, ts=now, gpu_util=80.0)
+    store_gpu_samples(site_id=site_a.id, batch_key="third", samples=[same_time])
+    fourth, mark = build_fleet_delta("fleet", mark)
+    assert [(g["uuid"], g["util"]) for g in fourth["gpus"]] == [(a.gpu_uuid, 80.0)]
     # A watermark kept by an older release (a bare time) still works: it re-sends the overlap.
     assert len(build_fleet_delta("fleet", mark["t"])[0]["gpus"]) == 2
