@@ -38,7 +38,7 @@ test: $(DEV_STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The reliability soak on its own PostgreSQL and Redis: faults, live load, memory, backups
-# (bench/soak.py; about an hour). CI runs the short subset: `make soak SOAK_ARGS=--short`.
+# (bench/soak.py; about 45 minutes). CI runs the short subset: `make soak SOAK_ARGS=--short`.
 soak: $(DEV_STAMP)
 	$(BIN)/python bench/soak.py $(SOAK_ARGS)
 
