@@ -85,7 +85,7 @@ def setup_django(**extra_env: str) -> None:
 
 def bench_sites(gpus: int) -> tuple[Any, ...]:
     """Three sites of 1,024 GPUs together (384 + 384 + 256), scaled up for larger fleets."""
-    from fleet.simulator import A100, H100, H200, L40S, NodeGroup, SiteSpec
+    from fleet.telemetry.simulator import A100, H100, H200, L40S, NodeGroup, SiteSpec
 
     k = max(1, math.ceil(gpus / 1024))
     return (
@@ -115,7 +115,7 @@ def bench_sites(gpus: int) -> tuple[Any, ...]:
 
 def bench_fleet(gpus: int) -> tuple[tuple[Any, ...], dict[str, list[Any]]]:
     """(site specs, site name -> simulated GPUs), the same for every run with the same ``gpus``."""
-    from fleet.simulator import build_fleet
+    from fleet.telemetry.simulator import build_fleet
 
     sites = bench_sites(gpus)
     return sites, build_fleet(sites, gpu_limit=gpus, seed=7)
@@ -176,7 +176,7 @@ def drf_serializer() -> type:
     """The DRF equivalent of the ingest schema (same fields, same bounds): the naive baseline."""
     from rest_framework import serializers
 
-    from fleet.telemetry_fields import GPU_SAMPLE_FIELDS
+    from fleet.telemetry.fields import GPU_SAMPLE_FIELDS
 
     fields: dict[str, serializers.Field] = {
         "gpu_uuid": serializers.RegexField(r"^(GPU|MIG)-[0-9A-Za-z-]{6,60}$"),

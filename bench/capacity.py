@@ -66,7 +66,7 @@ TARGET_P95_MS = 150.0
 def build_inventory() -> list[Any]:
     """The four sites' inventory (kept across runs) with rack budgets and contracts set; returns the pools."""
     from fleet.models import Pool, Rack, Site
-    from fleet.simulator import A100, H100, H200, L40S, GpuModel, NodeGroup, SiteSpec, build_fleet
+    from fleet.telemetry.simulator import A100, H100, H200, L40S, GpuModel, NodeGroup, SiteSpec, build_fleet
 
     l4 = GpuModel("NVIDIA L4", 23034, 72, 16, 2040, 6251, 87)
     models = (H100, H200, A100, L40S, l4)
@@ -110,9 +110,9 @@ def build_plan_data(pools: list[Any], requested: int, rng: random.Random) -> lis
     """Orders, approvals, quotas and reservations (module docstring); returns the requested ids."""
     from django.db import connection
 
+    from fleet.capacity.services import pool_figures
     from fleet.choices import PriorityTier
     from fleet.models import PowerApproval, ProcurementOrder, Reservation, TeamQuota
-    from fleet.services.capacity import pool_figures
 
     now = datetime.now(UTC)
     today = now.date()
@@ -256,8 +256,8 @@ def main() -> None:
     setup_django()
     # Each refused approval is a 409 that django.request logs as a warning: expected here.
     logging.getLogger("django.request").setLevel(logging.ERROR)
+    from fleet.capacity import services as capacity
     from fleet.models import Reservation
-    from fleet.services import capacity
 
     rng = random.Random(5)
     started = time.perf_counter()

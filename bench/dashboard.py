@@ -6,7 +6,7 @@ Data (in the bench database; see bench/_common.py):
 * raw samples for the last 24 h at one per GPU every 15 s (about 5.9 M rows), generated in pure
   Python (per-GPU training / diurnal inference load, power, temperature, clocks, rare XIDs and
   throttling) and written by binary COPY, an hour at a time;
-* after each hour, its minutes are marked dirty and fleet.services.rollups.update_rollups builds
+* after each hour, its minutes are marked dirty and fleet.telemetry.rollups.update_rollups builds
   the per-GPU and group 1-minute rollups and the 1-hour rollups, exactly as the beat task does;
 * the six days before: per-GPU 1-hour rollups synthesised in SQL, then grouped by the rollup
   module's own GROUP_SQL, so the 7d range has a week to read;
@@ -19,7 +19,7 @@ loads again.
 
 Timing: GET /api/v1/fleet/overview/?range=1h|24h|7d through Django's test client (the whole stack:
 middleware, session auth of a Viewer, DRF, JSON rendering) ``--requests`` times each after two
-warm-up requests; then fleet.services.dashboard.site_series_from_raw(seconds=86400), the 24 h
+warm-up requests; then fleet.telemetry.dashboard.site_series_from_raw(seconds=86400), the 24 h
 series computed from raw samples, three times. A breakdown of the overview's parts is printed.
 
 Ends with RESULT p95_ms_1h=... p95_ms_24h=... p95_ms_7d=... raw_24h_ms=... speedup_24h=... where
@@ -178,8 +178,8 @@ def load_raw(gen: SampleGenerator, start: datetime, end: datetime) -> int:
     """COPY samples for ticks in [start, end) an hour at a time, rolling each hour up as it lands."""
     import psycopg
 
-    from fleet.services import partitions, rollups
-    from fleet.services.telemetry import SAMPLE_COLUMNS, SAMPLE_TYPES
+    from fleet.telemetry import partitions, rollups
+    from fleet.telemetry.store import SAMPLE_COLUMNS, SAMPLE_TYPES
 
     partitions.forget_known_partitions()
     partitions.ensure_partitions(partitions.SAMPLES, start, end)
@@ -225,7 +225,7 @@ def load_raw(gen: SampleGenerator, start: datetime, end: datetime) -> int:
 
 def synthesise_hours(gpu_ids: list[int], start: datetime, end: datetime) -> int:
     """Per-GPU 1-hour rollups for the hours in [start, end), then their group rollups."""
-    from fleet.services import partitions, rollups
+    from fleet.telemetry import partitions, rollups
 
     hours = []
     hour = start
@@ -254,7 +254,7 @@ def synthesise_hours(gpu_ids: list[int], start: datetime, end: datetime) -> int:
 
 def refresh_states(gpu_ids: list[int], newest: datetime) -> None:
     """Each GPU's latest state from its newest sample (what the ingest writer keeps up to date)."""
-    from fleet.telemetry_fields import METRIC_NAMES
+    from fleet.telemetry.fields import METRIC_NAMES
 
     columns = ", ".join(("gpu_id", "ts", *METRIC_NAMES))
     updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in ("ts", *METRIC_NAMES, "updated_at"))
@@ -378,7 +378,7 @@ def describe(body: dict[str, Any]) -> str:
 
 def breakdown(requests: int) -> None:
     """Median ms of each part of the overview, called directly."""
-    from fleet.services import dashboard
+    from fleet.telemetry import dashboard
 
     parts = {
         "fleet_totals": lambda: dashboard.fleet_totals(),
@@ -412,7 +412,7 @@ def main() -> None:
     sites, fleet = bench_fleet(1024)
     _, gpu_ids = ensure_inventory(sites, fleet)
     stats = prepare(fleet, gpu_ids, reload=args.reload)
-    from fleet.services import dashboard
+    from fleet.telemetry import dashboard
 
     (samples,) = sql("SELECT count(*) FROM fleet_gpusample WHERE ts >= now() - interval '24 hours'")[0]
     log(f"data ready in {stats['prepare_s']:.0f} s: {samples:,} raw samples in the last 24 h")

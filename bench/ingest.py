@@ -1,7 +1,7 @@
 """GPU-sample ingest throughput: the real HTTP -> Celery -> PostgreSQL path against its limit and a
 naive baseline, in one run, on the same pre-generated rows.
 
-Workload: a simulated fleet (default 1,024 GPUs on three sites, fleet.simulator's H100/H200/A100/
+Workload: a simulated fleet (default 1,024 GPUs on three sites, fleet.telemetry.simulator's H100/H200/A100/
 L40S behaviour, a sample a second per GPU) cut into per-site batches of ``--batch-size`` samples.
 The batches are serialised once, cut at each timestamp; each use joins them with timestamps one
 cycle later, so every batch is new data, and it goes with a unique Idempotency-Key.
@@ -68,6 +68,8 @@ from _common import (
     setup_django,
 )
 
+from console.processes import healthy, uvicorn_command
+
 INGEST_PATH = "/api/v1/ingest/gpu-samples"
 PLACEHOLDER = "@@{:07d}@@"  # a tick's timestamp in a batch template
 PLACEHOLDER_RE = re.compile(rb"@@(\d{7})@@")
@@ -125,9 +127,9 @@ class Workload:
 
 
 def build_workload(fleet: dict[str, list[Any]], gpu_ids: dict[str, int], *, batch_size: int, ticks: int) -> Workload:
-    from fleet.services.ingest import parse_gpu_batch
-    from fleet.simulator import FleetSimulator
-    from fleet.telemetry_fields import METRIC_NAMES
+    from fleet.ingest.batches import parse_gpu_batch
+    from fleet.telemetry.fields import METRIC_NAMES
+    from fleet.telemetry.simulator import FleetSimulator
 
     interval = timedelta(seconds=1)
     # Two days back: all timestamps stay in the past (ingest refuses the future) for half an hour
@@ -173,7 +175,7 @@ def reset_tables() -> None:
 
 
 def ensure_partitions_for(workload: Workload) -> None:
-    from fleet.services import partitions
+    from fleet.telemetry import partitions
 
     partitions.forget_known_partitions()
     partitions.ensure_partitions(partitions.SAMPLES, workload.base, datetime.now(UTC) + timedelta(days=1))
@@ -202,7 +204,7 @@ def stored_by_batches() -> int:
 def run_raw_copy(workload: Workload, seconds: float, fold: int) -> float:
     import psycopg
 
-    from fleet.services.telemetry import SAMPLE_COLUMNS, SAMPLE_TYPES
+    from fleet.telemetry.store import SAMPLE_COLUMNS, SAMPLE_TYPES
 
     reset_tables()
     ensure_partitions_for(workload)
@@ -242,7 +244,7 @@ def run_naive(workload: Workload, seconds: float) -> float:
     from django.db import transaction
 
     from fleet.models import Gpu, GpuSample
-    from fleet.telemetry_fields import METRIC_NAMES
+    from fleet.telemetry.fields import METRIC_NAMES
 
     reset_tables()
     ensure_partitions_for(workload)
@@ -460,36 +462,12 @@ def start_stack(procs: Processes, args: argparse.Namespace, port: int) -> None:
     )
     procs.spawn(
         "web",
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "console.asgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            str(args.web_workers),
-            "--lifespan",
-            "off",
-            "--log-level",
-            "warning",
-            "--no-access-log",
-        ],
+        uvicorn_command(port, workers=args.web_workers, access_log=False),
         env,
     )
 
-    def web_ready() -> bool:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-        try:
-            conn.request("GET", "/healthz")
-            return conn.getresponse().status == 200
-        finally:
-            conn.close()
-
     procs.wait_until("worker", lambda: "[goodput:worker]" in procs.log_text("worker"))
-    procs.wait_until("web", web_ready)
+    procs.wait_until("web", lambda: healthy(port))
     if args.web_workers > 1:  # the supervisor answers before every worker process has started
         procs.wait_until("web", lambda: len(procs.tree("web")) >= args.web_workers + 1)
 
@@ -600,22 +578,22 @@ MARKERS = (
     ("token auth", "AgentTokenAuthentication.authenticate", "console/authentication.py"),
     ("new PostgreSQL connection", "BaseDatabaseWrapper.connect", "django/db/backends/base/base.py"),
     ("new Redis connection", ".connect", "redis/connection.py"),
-    ("parse_gpu_batch (validation)", "parse_gpu_batch", "fleet/services/ingest.py"),
-    ("check_site_scope", "check_site_scope", "fleet/services/ingest.py"),
+    ("parse_gpu_batch (validation)", "parse_gpu_batch", "fleet/ingest/batches.py"),
+    ("check_site_scope", "check_site_scope", "fleet/ingest/batches.py"),
     ("queue_depth", "queue_depth", "console/queues.py"),
-    ("encode_rows (MessagePack)", "encode_rows", "fleet/services/ingest.py"),
-    ("enqueue (XADD and drainer slot)", "enqueue", "fleet/services/ingest_stream.py"),
+    ("encode_rows (MessagePack)", "encode_rows", "fleet/ingest/batches.py"),
+    ("enqueue (XADD and drainer slot)", "enqueue", "fleet/ingest/stream.py"),
     ("counters.increment", "increment", "console/counters.py"),
     ("DRF response render", "JSONRenderer.render", "rest_framework/renderers.py"),
     ("task drain_gpu_ingest (all of it)", "drain_gpu_ingest", "fleet/tasks.py"),
     ("stream reads and acknowledgements", "", "redis/commands/core.py"),
-    ("decode_rows (MessagePack)", "decode_rows", "fleet/services/ingest.py"),
-    ("ensure_partitions", "ensure_partitions", "fleet/services/partitions.py"),
-    ("_claim_batches", "_claim_batches", "fleet/services/telemetry.py"),
-    ("_resolve_gpus", "_resolve_gpus", "fleet/services/telemetry.py"),
-    ("_copy_samples (COPY)", "_copy_samples", "fleet/services/telemetry.py"),
-    ("_upsert_latest_state", "_upsert_latest_state", "fleet/services/telemetry.py"),
-    ("mark_dirty_minutes", "mark_dirty_minutes", "fleet/services/telemetry.py"),
+    ("decode_rows (MessagePack)", "decode_rows", "fleet/ingest/batches.py"),
+    ("ensure_partitions", "ensure_partitions", "fleet/telemetry/partitions.py"),
+    ("_claim_batches", "_claim_batches", "fleet/telemetry/store.py"),
+    ("_resolve_gpus", "_resolve_gpus", "fleet/telemetry/store.py"),
+    ("_copy_samples (COPY)", "_copy_samples", "fleet/telemetry/store.py"),
+    ("_upsert_latest_state", "_upsert_latest_state", "fleet/telemetry/store.py"),
+    ("mark_dirty_minutes", "mark_dirty_minutes", "fleet/telemetry/store.py"),
     ("transaction commit (Atomic.__exit__)", "Atomic.__exit__", "django/db/transaction.py"),
     ("live push request (on commit)", "request_push", "console/live.py"),
     ("live push task (push_topic)", "push_topic", "console/live.py"),
@@ -717,8 +695,11 @@ def run_breakdown(workload: Workload, site_ids: dict[str, int], seconds: float, 
 
     from console import live
     from console.models import AgentToken
+    from fleet.ingest import stream as ingest_stream
+    from fleet.ingest import batches as ingest
     from fleet.models import Site
-    from fleet.services import ingest, ingest_stream, partitions, telemetry
+    from fleet.telemetry import partitions
+    from fleet.telemetry import store as telemetry
 
     reset_tables()
     ensure_partitions_for(workload)

@@ -6,8 +6,8 @@ bench/_common.py). 30 days of 15 s scrapes of 20 endpoints are 3.5 M scrapes, ab
 rows: far more than a benchmark run can write on a small machine, so the history is built in
 three parts, all in the row conventions the console itself writes:
 
-* real raw scrapes, written through fleet.services.serving.store_serving_points and rolled up by
-  fleet.services.serving_rollups.roll_everything: the last ``--raw-hours`` (7) for all 20
+* real raw scrapes, written through fleet.serving.store.store_serving_points and rolled up by
+  fleet.serving.rollups.roll_everything: the last ``--raw-hours`` (7) for all 20
   endpoints, and the last 3 days and 3 hours for endpoint ``bench-llm-00`` (the raw baseline's
   endpoint), 56 series a scrape (vLLM names: TTFT and inter-token latency histograms with vLLM's
   own bucket bounds, request_success_total by finished_reason stop / length / error, prompt and
@@ -69,6 +69,8 @@ from typing import Any
 os.environ.setdefault("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/bench_serving")
 
 from _common import BENCH_REDIS_URL, Processes, bench_env, free_port, log, percentile, setup_django
+
+from console.processes import healthy, uvicorn_command
 
 SITE = "bench-serving"
 ENDPOINTS = 20
@@ -179,7 +181,7 @@ class Scraper:
     """Cumulative vLLM series of one endpoint, advanced a 15 s tick at a time."""
 
     def __init__(self, model: Model, seed: int, state: dict[tuple[str, str], float] | None = None) -> None:
-        from fleet.services.serving import ServingPoint
+        from fleet.serving.store import ServingPoint
 
         self.model = model
         self.rng = random.Random(seed)
@@ -255,7 +257,7 @@ class Writer:
         self.seconds = 0.0
 
     def store(self, points: list[Any]) -> None:
-        from fleet.services.serving import store_serving_points
+        from fleet.serving.store import store_serving_points
 
         started = time.perf_counter()
         stored = store_serving_points(site_id=self.site_id, batch_key=f"{self.run}-{self.batches}", points=points)
@@ -411,8 +413,8 @@ def synthesise(
 
 def hours_from_minutes(endpoint_ids: list[int], first: datetime, last: datetime) -> None:
     """The hours of [first, last) from the synthesised minutes, by the rollup module's own SQL."""
-    from fleet.services import serving_metrics as sm
-    from fleet.services.serving_rollups import HOURS_SQL
+    from fleet.serving import metrics as sm
+    from fleet.serving.rollups import HOURS_SQL
 
     hours = []
     hour = first
@@ -480,7 +482,8 @@ def intact_until(ids: list[int], now: datetime) -> datetime | None:
 
 def load(site: Any, ids: dict[str, int], ms: list[Model], now: datetime, raw_hours: int) -> dict[str, float]:
     """Everything afresh: synthesised rollups, then real raw scrapes written and rolled up."""
-    from fleet.services import partitions, serving_rollups
+    from fleet.serving import rollups as serving_rollups
+    from fleet.telemetry import partitions
 
     stats: dict[str, float] = {}
     endpoint_ids = [ids[m.name] for m in ms]
@@ -564,7 +567,7 @@ def load(site: Any, ids: dict[str, int], ms: list[Model], now: datetime, raw_hou
 
 def top_up(site: Any, ids: dict[str, int], ms: list[Model]) -> int:
     """Raw scrapes from the last one to the present, continuing each series, then rolled up."""
-    from fleet.services import serving_rollups
+    from fleet.serving import rollups as serving_rollups
 
     scrapers, newest = [], None
     for n, m in enumerate(ms):
@@ -587,7 +590,7 @@ def top_up(site: Any, ids: dict[str, int], ms: list[Model]) -> int:
 
 def run_ingest(site: Any, ms: list[Model], minutes: int) -> dict[str, float]:
     """An hour of scrapes of 20 more endpoints through store_serving_points, then rolled up."""
-    from fleet.services import serving_rollups
+    from fleet.serving import rollups as serving_rollups
 
     names = [f"bench-ingest-{n:02d}" for n in range(ENDPOINTS)]
     ids = ensure_endpoints(site, names)
@@ -628,33 +631,11 @@ def run_ingest(site: Any, ms: list[Model], minutes: int) -> dict[str, float]:
 def start_web(procs: Processes, port: int) -> None:
     procs.spawn(
         "web",
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "console.asgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--lifespan",
-            "off",
-            "--log-level",
-            "warning",
-            "--no-access-log",
-        ],
+        uvicorn_command(port, access_log=False),
         bench_env(),
     )
 
-    def ready() -> bool:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-        try:
-            conn.request("GET", "/healthz")
-            return conn.getresponse().status == 200
-        finally:
-            conn.close()
-
-    procs.wait_until("web", ready)
+    procs.wait_until("web", lambda: healthy(port))
 
 
 def viewer_token() -> str:
@@ -697,7 +678,7 @@ def time_api(port: int, token: str, endpoint_ids: list[int], requests: int) -> t
 
 
 def breakdown(endpoint: Any, runs: int = 15) -> None:
-    from fleet.services import serving
+    from fleet.serving import slo as serving
 
     parts = {
         "slo_status (period + 5 burn windows, 2 queries)": lambda: serving.slo_status(endpoint),
@@ -732,9 +713,9 @@ def raw_figures(endpoint: Any, windows: dict[str, timedelta], now: datetime) -> 
     """Each window's SLIs from raw samples: per-series increases (a decrease is a restart, as in
     Prometheus increase()) credited to the later sample, summed per window and series; histograms
     per window from the bucket series; SLIs with the same arithmetic as the console's."""
-    from fleet.services import serving
-    from fleet.services import serving_metrics as sm
-    from fleet.services.serving_rollups import LOOKBACK
+    from fleet.serving import metrics as sm
+    from fleet.serving import slo as serving
+    from fleet.serving.rollups import LOOKBACK
 
     end = serving.read_end(now)
     starts = {name: (end - length).replace(second=0, microsecond=0) for name, length in windows.items()}
@@ -774,7 +755,7 @@ def raw_figures(endpoint: Any, windows: dict[str, timedelta], now: datetime) -> 
 
 def check_agreement(endpoint: Any, windows: dict[str, timedelta], raw: dict[str, Any], now: datetime) -> int:
     """The rollup read of the same windows must give the raw figures; returns the values checked."""
-    from fleet.services import serving
+    from fleet.serving import slo as serving
 
     totals = serving.window_totals(endpoint.pk, windows, now=now)
     checked, problems = 0, []
@@ -808,8 +789,8 @@ def main() -> None:
 
     setup_django()
     from fleet.models import Endpoint
-    from fleet.services import serving
-    from fleet.services import serving_metrics as sm
+    from fleet.serving import metrics as sm
+    from fleet.serving import slo as serving
 
     started_all = time.perf_counter()
     site = bench_site()

@@ -156,7 +156,7 @@ class Soak:
         args = [
             sys.executable,
             "-m",
-            "fleet.agent",
+            "clients.agent",
             "--url",
             url,
             "--token-file",

@@ -653,7 +653,7 @@ from datetime import timedelta
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.utils import timezone
-from fleet.services import dashboard
+from fleet.telemetry import dashboard
 
 def median_ms(fn, runs=5):
     took = []

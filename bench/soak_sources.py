@@ -62,7 +62,7 @@ DCGM_METRICS = {
 
 
 def dcgm_values(index: int, seq: int) -> dict[str, float]:
-    """GPU ``index``'s reading number ``seq``: healthy and steady (fleet/detectors.py sees no XID,
+    """GPU ``index``'s reading number ``seq``: healthy and steady (fleet/telemetry/detectors.py sees no XID,
     ECC error, remapped row, PCIe replay, throttling or heat); what is not listed is 0."""
     i = index % 8
     return {

@@ -25,6 +25,8 @@ import redis
 import requests
 from _common import ROOT, free_port, log
 
+from console.processes import uvicorn_command
+
 DATABASE = "goodput"
 WEB_GRACE_S = 10  # uvicorn's --timeout-graceful-shutdown, as the README's production command
 WORKER_GRACE_S = 30  # Celery's warm shutdown: the task in hand finishes (a drain hands over sooner)
@@ -288,24 +290,7 @@ class Stack:
         name = f"web{index + 1}"
         self.spawn(
             name,
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "console.asgi:application",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.web_ports[index]),
-                "--lifespan",
-                "off",
-                "--log-level",
-                "warning",
-                "--ws-ping-interval",
-                "20",
-                "--timeout-graceful-shutdown",
-                str(WEB_GRACE_S),
-            ],
+            uvicorn_command(self.web_ports[index], ws_ping_interval_s=20, graceful_shutdown_s=WEB_GRACE_S),
         )
         url = self.web_urls[index]
         self.wait_until(name, lambda: requests.get(url + "/healthz", timeout=2).ok, name)

@@ -16,9 +16,9 @@ Data and phases (in the bench database and Redis; see bench/_common.py):
   fleet_jobevent from one psycopg connection, a commit per batch: no HTTP, no validation, no job
   update.
 * ``overview``: the events are emptied and the 200 jobs get 7 days of history written through
-  fleet.services.training.store_job_events (a step event every 30-60 s, a blocking checkpoint
+  fleet.training.events.store_job_events (a step event every 30-60 s, a blocking checkpoint
   every 30-60 min, failures with a restart and a restore from the last checkpoint, a few
-  preemptions, completions and a data-starved job), fleet.services.goodput_accounts.
+  preemptions, completions and a data-starved job), fleet.training.accounts.
   refresh_job_accounts(budget_s=None) builds the hourly accounts, then GET /api/v1/training/overview?range=7d
   is timed ``--requests`` times through Django's test client as a signed-in Viewer (the whole
   stack: middleware, session, DRF, JSON), after two warm-ups; baseline: GET /api/v1/fleet/sites/
@@ -57,6 +57,8 @@ from _common import (
     setup_django,
 )
 
+from console.processes import healthy, uvicorn_command
+
 SITE = "bench-training"
 EVENTS_PATH = "/api/v1/training/jobs/{}/events"
 GANG_SIZES = (8, 16, 32, 64, 64, 128, 256, 512, 1024)
@@ -94,35 +96,11 @@ def wipe_jobs(site: Any) -> None:
 def start_web(procs: Processes, port: int, workers: int) -> None:
     procs.spawn(
         "web",
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "console.asgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            str(workers),
-            "--lifespan",
-            "off",
-            "--log-level",
-            "warning",
-            "--no-access-log",
-        ],
+        uvicorn_command(port, workers=workers, access_log=False),
         bench_env(),
     )
 
-    def ready() -> bool:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-        try:
-            conn.request("GET", "/healthz")
-            return conn.getresponse().status == 200
-        finally:
-            conn.close()
-
-    procs.wait_until("web", ready)
+    procs.wait_until("web", lambda: healthy(port))
     if workers > 1:  # the supervisor answers before every worker process has started
         procs.wait_until("web", lambda: len(procs.tree("web")) >= workers + 1)
 
@@ -331,7 +309,7 @@ def run_raw_copy(workload: IngestWorkload) -> float:
     """The same step rows, batch by batch, COPYed straight into fleet_jobevent (a commit each)."""
     import psycopg
 
-    from fleet.services.training import _COLUMNS, _TYPES
+    from fleet.training.events import _COLUMNS, _TYPES
 
     sql("DELETE FROM fleet_jobevent WHERE kind = 'step'")
     copy_sql = f"COPY fleet_jobevent ({', '.join(_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
@@ -378,7 +356,7 @@ class HistoryWriter:
         self.seq = 0
 
     def add(self, kind: str, ts: datetime, **fields: Any) -> None:
-        from fleet.services.training import JobEventIn
+        from fleet.training.events import JobEventIn
 
         self.seq += 1
         self.events.append(JobEventIn(id=f"h{self.n}-{self.seq}", ts=ts, kind=kind, **fields))
@@ -458,7 +436,7 @@ def write_history(site: Any, days: int) -> int:
 
     from fleet.choices import JobState
     from fleet.models import Job
-    from fleet.services.training import store_job_events
+    from fleet.training.events import store_job_events
 
     sql("TRUNCATE fleet_jobevent, fleet_jobaccount")
     Job.objects.filter(site=site).update(
@@ -525,7 +503,7 @@ def time_get(client: Any, url: str, requests: int) -> tuple[list[float], Any]:
 
 
 def profile_overview() -> None:
-    from fleet.services import training_dashboard
+    from fleet.training import dashboard as training_dashboard
 
     profiler = cProfile.Profile()
     profiler.enable()
@@ -537,7 +515,7 @@ def profile_overview() -> None:
 
 
 def run_overview(args: argparse.Namespace, site: Any) -> dict[str, Any]:
-    from fleet.services.goodput_accounts import refresh_job_accounts
+    from fleet.training.accounts import refresh_job_accounts
 
     events = sql(
         "SELECT count(*) FROM fleet_jobevent e JOIN fleet_job j ON j.id = e.job_id WHERE j.site_id = %s", [site.pk]

@@ -21,8 +21,8 @@ django.setup()
 
 from _common import drf_serializer  # noqa: E402
 
-from fleet.services.ingest import parse_gpu_batch  # noqa: E402
-from fleet.simulator import DEFAULT_SITES, FleetSimulator, build_fleet, utcnow  # noqa: E402
+from fleet.ingest.batches import parse_gpu_batch  # noqa: E402
+from fleet.telemetry.simulator import DEFAULT_SITES, FleetSimulator, build_fleet, utcnow  # noqa: E402
 
 
 def rate(fn, body: bytes, samples: int, seconds: float = 3.0) -> float:  # type: ignore[no-untyped-def]

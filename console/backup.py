@@ -26,7 +26,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+import dj_database_url
 import psycopg
 from psycopg import sql
 
@@ -129,7 +131,10 @@ def libpq_params(settings_dict: Mapping[str, Any]) -> dict[str, str]:
     """libpq connection keywords from a Django database settings dict.
 
     Works for both runtimes: the embedded server (``HOST`` is a unix socket directory, no port) and
-    ``DATABASE_URL`` (parsed by dj-database-url into the same shape, ``sslmode`` in OPTIONS).
+    ``DATABASE_URL`` (parsed by dj-database-url into the same shape, ``sslmode`` in OPTIONS). A
+    keyword in OPTIONS fills in where the setting itself is empty, as Django's own connection does:
+    ``postgres://postgres@/goodput?host=/srv/goodput/var/pgdata`` (libpq's spelling of a unix socket
+    directory) has no HOST but ``OPTIONS["host"]``, and must not fall back to the default socket.
     """
     params = {
         "dbname": settings_dict.get("NAME"),
@@ -139,8 +144,33 @@ def libpq_params(settings_dict: Mapping[str, Any]) -> dict[str, str]:
         "port": settings_dict.get("PORT"),
     }
     options = settings_dict.get("OPTIONS") or {}
-    params.update({key: value for key, value in options.items() if key in LIBPQ_ENV and key not in params})
+    for key, value in options.items():
+        if key in LIBPQ_ENV and params.get(key) in (None, ""):
+            params[key] = value
     return {key: str(value) for key, value in params.items() if value not in (None, "")}
+
+
+def params_from_url(url: str) -> dict[str, str]:
+    """libpq connection keywords from a ``postgres://`` URL (``manage.py restore --database-url``).
+
+    A TCP server is ``postgres://user:password@host:port/name``. A unix socket directory (the
+    embedded server listens on one, ``var/pgdata``) is not a host name and cannot stand in the URL
+    as it is: libpq spells it percent-encoded, ``postgres://postgres@%2Fsrv%2Fgoodput%2Fvar%2Fpgdata/name``,
+    or as a parameter, ``postgres://postgres@/name?host=/srv/goodput/var/pgdata``; both work here.
+    A bare path (``postgres://postgres@/srv/goodput/var/pgdata/name``) is refused rather than read
+    as a database named ``srv/goodput/...`` on whatever server the default socket leads to.
+    Raises ValueError for a URL that cannot be used.
+    """
+    split = urlsplit(url)
+    if "/" in split.path.removeprefix("/"):
+        raise ValueError(
+            f"the path {split.path!r} holds more than a database name; a unix socket directory goes in "
+            "percent-encoded (postgres://user@%2Fpath%2Fto%2Fsocket-dir/name) or as ?host=/path/to/socket-dir"
+        )
+    params = libpq_params(dj_database_url.parse(url))
+    if not params.get("dbname"):
+        raise ValueError("the URL names no database")  # not echoed: it may hold a password
+    return params
 
 
 def libpq_env(params: Mapping[str, str]) -> dict[str, str]:

@@ -66,6 +66,35 @@ def renew_watches(topics: Iterable[str]) -> None:
             watcher(topic)
 
 
+# A watch lasts a little longer than the live socket's renewal period (it renews the watches of
+# its gpu./node. topics every SESSION_RECHECK_SECONDS, 60 s), so one late renewal drops nothing.
+WATCH_SECONDS = 90
+
+
+def watch_topic(topic: str) -> None:
+    """Note that a page follows ``topic``, so ingest requests its pushes for the next WATCH_SECONDS.
+
+    Per-GPU and per-node topics are many and mostly unwatched: ingest asks for a push only for
+    the ones a page is on. Only the page renews a watch: fetching the snapshot, subscribing, and
+    the socket's periodic renewal while it stays subscribed (console.consumers). A push must not
+    renew it, or a topic would be pushed for as long as its GPU reports, long after the page closed.
+    """
+    cache.set_many({f"live:watch:{topic}": 1, "live:watch:any": 1}, timeout=WATCH_SECONDS)
+
+
+def anything_watched() -> bool:
+    """Whether any page watches any topic (the common case, nobody on a GPU page: one read)."""
+    return bool(cache.get("live:watch:any"))
+
+
+def watched(topics: list[str]) -> list[str]:
+    """Those of these topics a page is watching (see ``watch_topic``)."""
+    if not topics or not cache.get("live:watch:any"):
+        return []
+    found = cache.get_many([f"live:watch:{t}" for t in topics])
+    return sorted(key.removeprefix("live:watch:") for key in found)
+
+
 def is_valid_topic(topic: str) -> bool:
     return bool(TOPIC_PATTERN.match(topic))
 

@@ -53,6 +53,27 @@ class IsAgent(permissions.BasePermission):
         return isinstance(request.auth, AgentToken)
 
 
+def _is_agent(request: Request) -> bool:
+    from console.models import AgentToken
+
+    return isinstance(request.auth, AgentToken)
+
+
+class RoleOrSiteAgentWritePermission(RolePermission):
+    """People: their role's model permissions. An agent token: POSTs only (register a training job,
+    send its events, report a serving change), and only for its own site's objects; it reads nothing."""
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        if _is_agent(request):
+            return request.method == "POST"
+        return super().has_permission(request, view)
+
+    def has_object_permission(self, request: Request, view: Any, obj: Any) -> bool:
+        if _is_agent(request):
+            return getattr(obj, "site_id", None) == request.auth.site_id
+        return True
+
+
 class DashboardRequiredMixin(PermissionRequiredMixin):
     """For pages: a signed-in user without a role gets 403, not a login loop."""
 

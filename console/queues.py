@@ -73,7 +73,7 @@ def reset() -> None:
 # JSON-escaped and base64-encoded by the broker, costing the web and the worker more than the
 # COPY it feeds. The worker drops it once the batch is committed; a redelivered task whose body
 # is gone finds its batch key already stored. (GPU sample batches travel in their own stream,
-# fleet.services.ingest_stream.)
+# fleet.ingest.stream.)
 STASH_PREFIX = "goodput:payload:"
 STASH_TTL_SECONDS = 24 * 3600
 

@@ -6,7 +6,6 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 from console import views
 from console.metrics import MetricsView
-from fleet.power_urls import api_urlpatterns as power_api
 from incidents.api.alertmanager import AlertmanagerWebhookView
 
 # The admin's own login page would be a second open door: send it to ours instead.
@@ -14,12 +13,12 @@ admin.site.login = login_required(admin.site.login)  # type: ignore[method-assig
 admin.site.site_header = "Goodput administration"
 
 api_v1 = [
-    path("fleet/", include("fleet.api.urls")),
-    path("ingest/", include("fleet.api.ingest_urls")),
-    path("training/", include("fleet.api.training_urls")),
-    path("serving/", include("fleet.api.serving_urls")),
-    path("capacity/", include("fleet.api.capacity_urls")),
-    path("power/", include(power_api)),
+    path("fleet/", include("fleet.api_urls")),
+    path("ingest/", include("fleet.ingest.api_urls")),
+    path("training/", include("fleet.training.api_urls")),
+    path("serving/", include("fleet.serving.api_urls")),
+    path("capacity/", include("fleet.capacity.api_urls")),
+    path("power/", include("fleet.power.api_urls")),
     path("compliance/", include("compliance.api_urls")),
     path("alertmanager", AlertmanagerWebhookView.as_view(), name="alertmanager"),
     path("", include("incidents.api.urls")),
@@ -35,10 +34,10 @@ urlpatterns = [
     path("accounts/tokens/", views.PersonalTokenListView.as_view(), name="personal_tokens"),
     path("accounts/tokens/<int:pk>/revoke/", views.PersonalTokenRevokeView.as_view(), name="personal_token_revoke"),
     path("fleet/", include("fleet.urls")),
-    path("training/", include("fleet.training_urls")),
-    path("serving/", include("fleet.serving_urls")),
-    path("capacity/", include("fleet.capacity_page_urls")),
-    path("power/", include("fleet.power_urls")),
+    path("training/", include("fleet.training.urls")),
+    path("serving/", include("fleet.serving.urls")),
+    path("capacity/", include("fleet.capacity.urls")),
+    path("power/", include("fleet.power.urls")),
     path("incidents/", include("incidents.urls")),
     path("compliance/", include("compliance.urls")),
     path("api/v1/", include((api_v1, "api"))),

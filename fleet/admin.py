@@ -1,8 +1,8 @@
 from django.contrib import admin
 
+from fleet.capacity.models import Pool, PowerApproval, ProcurementOrder, Reservation, TeamQuota
 from fleet.models import Endpoint, Gpu, IngestBatch, Node, PartitionDrop, Rack, ScrapeTarget, Site
-from fleet.models.capacity import Pool, PowerApproval, ProcurementOrder, Reservation, TeamQuota
-from fleet.models.serving import EndpointChange, EndpointEval
+from fleet.serving.models import EndpointChange, EndpointEval
 
 
 class RackInline(admin.TabularInline):

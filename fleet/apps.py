@@ -7,24 +7,26 @@ class FleetConfig(AppConfig):
 
     def ready(self) -> None:
         from console import live, metrics, overview, queues
-        from fleet import detectors, power_detectors, serving_detectors, silence, training_detectors  # noqa: F401  (register the detectors)
         from fleet import metrics as fleet_metrics
-        from fleet.services import (
-            capacity_pages,
-            dashboard,
-            ingest_stream,
-            power,
-            serving_dashboard,
-            training_dashboard,
-        )
+        from fleet.capacity import pages as capacity_pages
+        from fleet.ingest import stream as ingest_stream
+        from fleet.power import detectors as power_detectors  # noqa: F401  (registers its detectors)
+        from fleet.power import services as power
+        from fleet.serving import dashboard as serving_dashboard
+        from fleet.serving import detectors as serving_detectors  # noqa: F401  (registers its detectors)
+        from fleet.telemetry import dashboard, silent_sources
+        from fleet.telemetry import detectors as gpu_health_detectors  # noqa: F401  (registers its detectors)
+        from fleet.training import dashboard as training_dashboard
+        from fleet.training import detectors as training_detectors  # noqa: F401  (registers its detectors and hook)
 
         metrics.register_collector(fleet_metrics.collect)
         queues.register_stream(ingest_stream.STREAM)
+        silent_sources.register_backlog_probe(lambda: ingest_stream.oldest_waiting_seconds())
         live.register_topic_builder("fleet", dashboard.build_fleet_delta)
         live.register_topic_builder("gpu", dashboard.build_gpu_delta)
         live.register_topic_builder("node", dashboard.build_node_delta)
-        live.register_topic_watcher("gpu", dashboard.watch_topic)
-        live.register_topic_watcher("node", dashboard.watch_topic)
+        live.register_topic_watcher("gpu", live.watch_topic)
+        live.register_topic_watcher("node", live.watch_topic)
         training_dashboard.register()
         serving_dashboard.register()
         power.register()

@@ -10,8 +10,8 @@ from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from fleet.models import ScrapeTarget
-from fleet.services import serving_rollups
-from fleet.services.rollups import rollup_lag_seconds
+from fleet.serving import rollups as serving_rollups
+from fleet.telemetry.rollups import rollup_lag_seconds
 
 RATE_WINDOW = timedelta(seconds=60)
 LATENCY_WINDOW = timedelta(minutes=5)

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from fleet import views
+from fleet.telemetry import views
 
 app_name = "fleet"
 

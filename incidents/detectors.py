@@ -69,6 +69,16 @@ def source_of(name: str) -> str:
     return f"detector:{name}"
 
 
+def firing_since(name: str) -> dict[str, datetime]:
+    """The detector's firing findings: fingerprint -> started_at (one query). Detectors with a
+    hold line (clear below a lower threshold than they fire at) ask which of theirs already fire."""
+    return dict(
+        Finding.objects.filter(source=source_of(name), status=FindingStatus.FIRING).values_list(
+            "fingerprint", "started_at"
+        )
+    )
+
+
 def run_detectors(*, now: datetime | None = None, only: Iterable[str] | None = None) -> dict[str, Any]:
     """Run every detector once and reconcile its findings. Returns counts per detector."""
     now = now or timezone.now()

@@ -23,8 +23,9 @@ from django.test import Client
 from console import counters, roles
 from console.celery import app as celery_app
 from console.models import AgentToken, forget_verified_tokens
+from fleet.inventory import directory
 from fleet.models import Site
-from fleet.services import directory, partitions
+from fleet.telemetry import partitions
 
 PASSWORD = "correct-horse-battery-staple"
 
@@ -182,7 +183,8 @@ def redis_url() -> str:
 
 
 def _forget_queued_work(client: Any) -> None:
-    from fleet.services import ingest_stream, push_queue
+    from fleet.ingest import push_queue
+    from fleet.ingest import stream as ingest_stream
 
     client.delete(
         "celery", ingest_stream.STREAM, ingest_stream.DEAD_LETTERS, ingest_stream.RECLAIM_CHECK, push_queue.DEAD_LETTERS

@@ -17,6 +17,8 @@ import redis
 import requests
 from django.db import connection
 
+from console.processes import healthy, uvicorn_command
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -172,22 +174,9 @@ class Stack:
         self.base_url = f"http://127.0.0.1:{port}"
         proc = self._spawn(
             "uvicorn",
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "console.asgi:application",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--lifespan",
-                "off",
-                "--log-level",
-                "warning",
-            ],
+            uvicorn_command(port),
         )
-        self._wait(lambda: requests.get(self.base_url + "/healthz", timeout=1).ok, "uvicorn", proc)
+        self._wait(lambda: healthy(port, timeout=1), "uvicorn", proc)
         return proc
 
     def _worker_ready(self, name: str = "worker") -> bool:

@@ -1,7 +1,7 @@
 """A fake ``pynvml`` for the soak: the NVML boundary of the real goodput-agent, and nothing else.
 
 Put ``bench/soak_nvml`` first on PYTHONPATH and ``goodput-agent`` imports this module instead of
-the NVIDIA bindings. It answers exactly the calls ``fleet.agent.NvmlReader`` makes, with healthy,
+the NVIDIA bindings. It answers exactly the calls ``clients.agent.NvmlReader`` makes, with healthy,
 steady GPUs that no detector flags (util 40-90 %, 45-70 °C, 300-600 W of a 700 W H100, normal
 clocks, no ECC errors, remapped rows, PCIe replays or clock-event reasons).
 

@@ -17,7 +17,7 @@ RetentionRun and one audit entry):
    goodput.retention_purge = 'on'`` (migration 0003).
 2. Audit entries older than the cutoff, deleted under ``SET LOCAL goodput.audit_purge = 'on'`` (the
    trigger of migration 0002 refuses it otherwise). Any active hold on audit keeps them all.
-3. Telemetry and serving samples live in daily partitions that fleet.services.partitions drops
+3. Telemetry and serving samples live in daily partitions that fleet.telemetry.partitions drops
    whole, at the deployment's retention settings (RAW_RETENTION_DAYS for samples, the rollup
    settings for rollups). The simplest correct way to enforce them here is to call its
    ``drop_expired_partitions`` rather than a second, competing deletion: so a policy on these
@@ -45,7 +45,7 @@ from compliance.choices import CONSOLE_HELD, AuditAction, DataClass, RetentionAc
 from compliance.models import AuditEntry, LegalHold, RetentionPolicy, RetentionRun
 from compliance.services import audit
 from fleet.models import PartitionDrop
-from fleet.services import partitions
+from fleet.telemetry import partitions
 from incidents.models import Finding, Incident, TimelineEntry
 
 # Defaults where no policy says otherwise (REFERENCE.md, "GDPR facts"): incidents two years,

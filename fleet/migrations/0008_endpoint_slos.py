@@ -5,7 +5,7 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
-import fleet.models.serving
+import fleet.serving.models
 
 
 class Migration(migrations.Migration):
@@ -81,7 +81,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="endpoint",
             name="availability_target_pct",
-            field=models.FloatField(default=99.9, validators=[fleet.models.serving.validate_slo_target_pct]),
+            field=models.FloatField(default=99.9, validators=[fleet.serving.models.validate_slo_target_pct]),
         ),
         migrations.AddField(
             model_name="endpoint",
@@ -91,12 +91,12 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="endpoint",
             name="itl_target_pct",
-            field=models.FloatField(default=99.0, validators=[fleet.models.serving.validate_slo_target_pct]),
+            field=models.FloatField(default=99.0, validators=[fleet.serving.models.validate_slo_target_pct]),
         ),
         migrations.AddField(
             model_name="endpoint",
             name="itl_threshold_ms",
-            field=models.FloatField(default=50, validators=[fleet.models.serving.validate_positive_ms]),
+            field=models.FloatField(default=50, validators=[fleet.serving.models.validate_positive_ms]),
         ),
         migrations.AddField(
             model_name="endpoint",
@@ -130,12 +130,12 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="endpoint",
             name="ttft_target_pct",
-            field=models.FloatField(default=99.0, validators=[fleet.models.serving.validate_slo_target_pct]),
+            field=models.FloatField(default=99.0, validators=[fleet.serving.models.validate_slo_target_pct]),
         ),
         migrations.AddField(
             model_name="endpoint",
             name="ttft_threshold_ms",
-            field=models.FloatField(default=500, validators=[fleet.models.serving.validate_positive_ms]),
+            field=models.FloatField(default=500, validators=[fleet.serving.models.validate_positive_ms]),
         ),
         migrations.AddConstraint(
             model_name="endpoint",

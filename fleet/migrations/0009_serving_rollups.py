@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 ROLLUP_TABLES_SQL = """
 -- Serving rollups: one row per endpoint, bucket, quantity and histogram bound (see
--- fleet.models.serving.ServingRollupColumns). Minutes by day, hours by month, like the GPU rollups.
+-- fleet.serving.models.ServingRollupColumns). Minutes by day, hours by month, like the GPU rollups.
 CREATE TABLE fleet_servingrollup_1m (
     endpoint_id bigint NOT NULL,
     bucket timestamptz NOT NULL,

@@ -1,4 +1,4 @@
-from fleet.models.capacity import (
+from fleet.capacity.models import (
     ApprovalStatus,
     OrderStatus,
     Pool,
@@ -8,9 +8,8 @@ from fleet.models.capacity import (
     ReservationState,
     TeamQuota,
 )
-from fleet.models.inventory import Gpu, Node, Rack, Site
-from fleet.models.scraping import ScrapeTarget
-from fleet.models.serving import (
+from fleet.inventory.models import Gpu, Node, Rack, Site
+from fleet.serving.models import (
     Endpoint,
     EndpointChange,
     EndpointChangeKind,
@@ -20,7 +19,7 @@ from fleet.models.serving import (
     ServingRollupDirty,
     ServingSample,
 )
-from fleet.models.telemetry import (
+from fleet.telemetry.models import (
     GpuRollup1h,
     GpuRollup1m,
     GpuSample,
@@ -30,8 +29,9 @@ from fleet.models.telemetry import (
     IngestBatch,
     PartitionDrop,
     RollupDirty,
+    ScrapeTarget,
 )
-from fleet.models.training import Job, JobAccount, JobEvent
+from fleet.training.models import Job, JobAccount, JobEvent
 
 __all__ = [
     "ApprovalStatus",

@@ -20,9 +20,9 @@ import requests
 from django.contrib.auth.models import User
 
 from fleet.models import Endpoint, ServingRollup1m, Site
-from fleet.models.serving import EndpointChange, EndpointEval
-from fleet.services import serving_rollups
-from fleet.services.serving import ServingPoint, store_serving_points
+from fleet.serving import rollups as serving_rollups
+from fleet.serving.models import EndpointChange, EndpointEval
+from fleet.serving.store import ServingPoint, store_serving_points
 from fleet.tasks import update_serving_rollups
 from tests.browser.support import ARTIFACTS, LIVE_TIMEOUT_MS, launch, sign_in, wait_for, wait_in_page, wait_until
 from tests.stack import Stack

@@ -17,8 +17,8 @@ import requests
 from django.contrib.auth.models import User
 
 from fleet.models import Gpu, GpuRollup1m, Job, Node, Site
-from fleet.services import partitions
-from fleet.services.goodput_accounts import refresh_job_accounts
+from fleet.telemetry import partitions
+from fleet.training.accounts import refresh_job_accounts
 from tests.browser.support import ARTIFACTS, launch, sign_in, wait_in_page, wait_until
 from tests.stack import Stack
 

@@ -17,8 +17,8 @@ from compliance.models import AuditEntry, CompliancePack, GpaiModel
 from compliance.services.audit import REDACTED, audit_purge, purge_entries_before, record
 from console import roles
 from console.models import PersonalToken
+from fleet.capacity import services as capacity
 from fleet.models import Pool, Reservation, ScrapeTarget, Site
-from fleet.services import capacity
 from tests.incidents.test_alertmanager import FIXTURE, post
 
 

@@ -17,7 +17,7 @@ from compliance.models import AuditEntry, LegalHold, RetentionPolicy, RetentionR
 from compliance.services import retention
 from compliance.tasks import apply_retention
 from fleet.models import PartitionDrop
-from fleet.services import partitions
+from fleet.telemetry import partitions
 from incidents.choices import FindingStatus, IncidentState, Severity, TimelineKind
 from incidents.models import ActionItem, Finding, Incident, TimelineEntry
 

@@ -50,8 +50,8 @@ from console import roles
 from console.asgi import application
 from console.models import PersonalToken
 from console.routing import websocket_urlpatterns
+from fleet.capacity.models import Pool, PowerApproval, ProcurementOrder, Reservation, TeamQuota
 from fleet.models import Endpoint, Gpu, Job, Node, Rack, ScrapeTarget, Site
-from fleet.models.capacity import Pool, PowerApproval, ProcurementOrder, Reservation, TeamQuota
 from incidents.models import ActionItem, Incident, MaintenanceWindow, NotificationChannel, Silence
 from incidents.services.engine import raise_finding
 from tests.conftest import _make_user

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import psycopg
 import pytest
@@ -23,7 +24,7 @@ from django.utils import timezone
 
 from compliance.demo import seed_compliance
 from compliance.models import GpaiModel
-from console.backup import libpq_params, load_manifest, manifest_path, verify_database
+from console.backup import libpq_params, load_manifest, manifest_path, params_from_url, verify_database
 from fleet.models import Gpu, GpuSample, Site
 from incidents.choices import Severity
 from incidents.models import Incident
@@ -60,7 +61,11 @@ def empty_database() -> Iterator[dict[str, str]]:
 
 
 def url_of(params: dict[str, str]) -> str:
-    return f"postgres://{params['user']}@{params['host']}:{params.get('port', 5432)}/{params['dbname']}"
+    """The ``--database-url`` a user would type for these parameters. The embedded server's host is
+    a unix socket directory, which a URL carries percent-encoded (``%2Fwork%2F...``), never as is."""
+    host = quote(params.get("host", ""), safe="")
+    port = f":{params['port']}" if params.get("port") else ""
+    return f"postgres://{quote(params['user'], safe='')}@{host}{port}/{quote(params['dbname'], safe='')}"
 
 
 def backup(tmp_path: Path) -> Path:
@@ -193,3 +198,45 @@ def test_the_oldest_client_tool_that_is_new_enough_is_chosen(monkeypatch: pytest
 
     assert backup_module.pg_binary("pg_restore", 150020) == (Path("/usr/bin/pg_restore"), "15.20")
     assert backup_module.pg_binary("pg_restore", 180001) == (Path("/embedded/pg_restore"), "18.6")
+
+
+def test_the_empty_database_is_on_the_consoles_own_server(empty_database: dict[str, str]) -> None:
+    """The restore tests target the server the suite runs on (the embedded one, on a unix socket,
+    without DATABASE_URL), never whatever server the default socket leads to."""
+    own = libpq_params(connections["default"].settings_dict)
+    target = params_from_url(url_of(empty_database))
+    where = ("host", "port", "user")
+    assert {key: target.get(key) for key in where} == {key: own.get(key) for key in where}
+    assert target["dbname"] == empty_database["dbname"]
+
+
+def test_database_urls_for_a_tcp_server_and_a_unix_socket_directory() -> None:
+    tcp = "postgres://ops:p%40ss@db.example.com:6543/goodput_restored?sslmode=require&connect_timeout=3"
+    assert params_from_url(tcp) == {
+        "dbname": "goodput_restored",
+        "user": "ops",
+        "password": "p@ss",
+        "host": "db.example.com",
+        "port": "6543",
+        "sslmode": "require",
+        "connect_timeout": "3",
+    }
+    socket = {"dbname": "goodput_restored", "user": "postgres", "host": "/Srv/Goodput/var/pgdata"}
+    # libpq's two spellings of a socket directory; the case of the path is kept.
+    assert params_from_url("postgres://postgres@%2FSrv%2FGoodput%2Fvar%2Fpgdata/goodput_restored") == socket
+    assert params_from_url("postgres://postgres@/goodput_restored?host=/Srv/Goodput/var/pgdata") == socket
+    assert params_from_url("postgres://postgres@%2Fsrv%2Fpg:5433/x")["port"] == "5433"
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("postgres://postgres@/srv/goodput/var/pgdata:5432/goodput_restored", "more than a database name"),
+        ("postgres://ops:secret@db.example.com:5432", "names no database"),
+    ],
+)
+def test_restore_refuses_a_url_it_would_misread(tmp_path: Path, url: str, message: str) -> None:
+    """A bare socket path in the URL would be read as a database name on the default socket's server."""
+    with pytest.raises(CommandError, match=message) as caught:
+        call_command("restore", str(tmp_path / "goodput-x.dump"), f"--database-url={url}")
+    assert "secret" not in str(caught.value)

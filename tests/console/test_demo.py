@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 from console.management.commands.demo import Command as DemoCommand
 from console.models import AgentToken
 from fleet.management.commands.simulate import Command as SimulateCommand
-from fleet.simulator import DEFAULT_SEED, DEFAULT_SITES, build_fleet
+from fleet.telemetry.simulator import DEFAULT_SEED, DEFAULT_SITES, build_fleet
 
 pytestmark = pytest.mark.django_db
 

@@ -15,11 +15,11 @@ from django.test import Client
 
 from console import live, sockets
 from console.asgi import application
+from fleet.ingest.batches import GpuSampleIn
 from fleet.models import Gpu, Node, Site
-from fleet.services import dashboard
-from fleet.services.ingest import GpuSampleIn
-from fleet.services.rollups import update_rollups
-from fleet.services.telemetry import store_gpu_samples
+from fleet.telemetry import dashboard
+from fleet.telemetry.rollups import update_rollups
+from fleet.telemetry.store import store_gpu_samples
 from incidents.services.engine import raise_finding
 from tests.conftest import make_sample
 
@@ -144,7 +144,7 @@ def test_a_gpu_topic_is_pushed_only_while_watched_and_sends_the_newest_sample(si
 def test_a_topic_nobody_watches_any_more_stops_being_pushed_while_samples_keep_arriving(
     site_a, viewer_client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(dashboard, "WATCH_SECONDS", 1)
+    monkeypatch.setattr(live, "WATCH_SECONDS", 1)
     store(site_a, "b0", ages_s=[30])
     store(site_a, "c0", ages_s=[30], uuid=G1, index=1)
     gpu, other = Gpu.objects.get(uuid=G0), Gpu.objects.get(uuid=G1)
@@ -154,7 +154,7 @@ def test_a_topic_nobody_watches_any_more_stops_being_pushed_while_samples_keep_a
     for n in range(100):  # the GPU keeps reporting, and every push goes out, for well past the TTL
         store(site_a, f"b{n + 1}", ages_s=[0], gpu_util=float(n))
         assert live.push_topic(f"gpu.{gpu.pk}") is not None
-        dashboard.watch_topic(f"gpu.{other.pk}")  # while someone else stays on another GPU's page
+        live.watch_topic(f"gpu.{other.pk}")  # while someone else stays on another GPU's page
         if time.monotonic() > deadline:
             break
         time.sleep(0.3)
@@ -162,14 +162,14 @@ def test_a_topic_nobody_watches_any_more_stops_being_pushed_while_samples_keep_a
 
 
 def test_the_watch_outlasts_the_socket_renewal_period() -> None:
-    assert sockets.SESSION_RECHECK_SECONDS < dashboard.WATCH_SECONDS <= 2 * sockets.SESSION_RECHECK_SECONDS
+    assert sockets.SESSION_RECHECK_SECONDS < live.WATCH_SECONDS <= 2 * sockets.SESSION_RECHECK_SECONDS
 
 
 @pytest.mark.django_db(transaction=True)
 def test_a_subscribed_socket_keeps_its_gpu_and_node_topics_watched(
     site_a, viewer_user, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(dashboard, "WATCH_SECONDS", 1)
+    monkeypatch.setattr(live, "WATCH_SECONDS", 1)
     monkeypatch.setattr(sockets, "SESSION_RECHECK_SECONDS", 0.3)
     store(site_a, "b0", ages_s=[30])
     gpu = Gpu.objects.get(uuid=G0)

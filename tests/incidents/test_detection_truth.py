@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from fleet.choices import ScrapeHealth
 from fleet.models import GpuState, IngestBatch, Node, Rack, ScrapeTarget, Site
-from fleet.services.telemetry import store_gpu_samples
+from fleet.telemetry.store import store_gpu_samples
 from incidents.detectors import run_detectors
 from incidents.models import Finding, Incident, TimelineEntry
 from incidents.services.engine import auto_resolve_due, clear_finding, raise_finding
@@ -184,7 +184,7 @@ def test_a_quiet_site_is_one_finding_for_the_site(site_a, site_b) -> None:
 def test_a_site_whose_batches_wait_in_the_consoles_own_queue_is_not_silent(site_a, site_b, broker_mode) -> None:
     # A writer killed mid-batch holds the queue for a minute: iad-2's batches were accepted and
     # wait there, while ams-1's telemetry (pushed, another path) is stored. Not iad-2's silence.
-    from fleet.services import ingest_stream
+    from fleet.ingest import stream as ingest_stream
 
     steady_ingest(site_a, start=now() - timedelta(minutes=5), end=now())
     report(site_b, ("gpu-b-001", ["GPU-b1000000-0000"]), ("gpu-b-002", ["GPU-b2000000-0000"]))

@@ -66,7 +66,7 @@ class Command(BaseCommand):
         if not options["no_simulator"]:
             # Before the embedded beat's first detector run: the last session's simulated jobs died
             # with it, and would each raise a hang and an overdue checkpoint until re-registered.
-            from fleet.simulator_training import release_simulated_jobs
+            from fleet.training.simulator import release_simulated_jobs
 
             release_simulated_jobs(run=f"demo-{int(time.time()):x}", log=self.stdout.write)
             # A model, its datasets, records of processing, requests and holds for the compliance pages.

@@ -4,10 +4,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-import dj_database_url
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from console.backup import BackupError, libpq_params, restore_database
+from console.backup import BackupError, params_from_url, restore_database
 
 
 class Command(BaseCommand):
@@ -19,7 +18,12 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("dump", type=Path, help="A goodput-<timestamp>.dump; its .manifest.json must sit beside it")
         parser.add_argument(
-            "--database-url", required=True, help="The empty target database, postgres://user@host:port/name"
+            "--database-url",
+            required=True,
+            help=(
+                "The empty target database, postgres://user@host:port/name; on a unix socket (the embedded "
+                "server's, var/pgdata): postgres://user@/name?host=/path/to/var/pgdata"
+            ),
         )
         parser.add_argument(
             "--verify",
@@ -30,7 +34,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            target = libpq_params(dj_database_url.parse(options["database_url"]))
+            target = params_from_url(options["database_url"])
         except ValueError as exc:
             raise CommandError(f"--database-url cannot be parsed: {exc}") from exc
         try:

@@ -6,7 +6,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from fleet.services import ingest_stream, push_queue
+from fleet.ingest import push_queue
+from fleet.ingest import stream as ingest_stream
 
 
 class Command(BaseCommand):

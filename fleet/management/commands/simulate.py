@@ -14,9 +14,11 @@ from django.db import ProgrammingError, close_old_connections, transaction
 from django.utils import timezone
 
 from console.models import AgentToken, hash_secret
+from fleet.capacity.simulator import seed_capacity
 from fleet.choices import Interconnect
 from fleet.models import Node, Rack, Site
-from fleet.simulator import (
+from fleet.serving.simulator import start_for_command
+from fleet.telemetry.simulator import (
     DEFAULT_SEED,
     DEFAULT_SITES,
     HOT_RACK_BUDGET_KW,
@@ -27,9 +29,7 @@ from fleet.simulator import (
     build_fleet,
     utcnow,
 )
-from fleet.simulator_capacity import seed_capacity
-from fleet.simulator_serving import start_for_command
-from fleet.simulator_training import TrainingSimulator, release_simulated_jobs
+from fleet.training.simulator import TrainingSimulator, release_simulated_jobs
 
 TOKEN_PREFIX = "simulator"
 NODES_PER_RACK = 4
@@ -215,7 +215,7 @@ class Command(BaseCommand):
                     rack, _ = Rack.objects.get_or_create(site=site, name=rack_name, defaults={"power_budget_kw": 45})
                     hot = (spec.name, rack_name) == (HOT_RACK_SITE, HOT_RACK_NAME)
                     if hot and rack.power_budget_kw != HOT_RACK_BUDGET_KW:
-                        rack.power_budget_kw = HOT_RACK_BUDGET_KW  # the rack that runs hot (fleet.simulator)
+                        rack.power_budget_kw = HOT_RACK_BUDGET_KW  # the rack that runs hot (fleet.telemetry.simulator)
                         rack.save(update_fields=["power_budget_kw"])
                     group = groups[hostname.rsplit("-", 1)[0].removeprefix(f"s{seed}-")]
                     Node.objects.update_or_create(

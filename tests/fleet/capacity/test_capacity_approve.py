@@ -8,9 +8,9 @@ import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
 
+from fleet.capacity import services as capacity
 from fleet.choices import PriorityTier
 from fleet.models import ProcurementOrder, Rack, Reservation, ReservationState, Site, TeamQuota
-from fleet.services import capacity
 from tests.fleet.capacity import add_nodes, days_ahead, make_pool, reserve
 
 pytestmark = pytest.mark.django_db

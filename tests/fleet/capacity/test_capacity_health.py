@@ -8,9 +8,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from fleet.capacity import services as capacity
 from fleet.choices import PriorityTier
 from fleet.models import Site
-from fleet.services import capacity
 from incidents.models import Incident
 from incidents.services.engine import Actor, clear_finding, raise_finding, resolve_incident
 from tests.fleet.capacity import add_nodes, make_pool, reserve
@@ -34,7 +34,7 @@ def drained(site_a: Site):
 
 
 def _drain(node, uuids) -> None:
-    # As fleet/detectors.py raises an XID 79 (GPU fallen off the bus): the whole node must drain.
+    # As fleet/telemetry/detectors.py raises an XID 79 (GPU fallen off the bus): the whole node must drain.
     raise_finding(
         f"xid79:{node.hostname}",
         {"site": node.site.name, "hostname": node.hostname, "gpu": uuids[3], "xid": "79"},

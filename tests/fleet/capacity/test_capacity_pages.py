@@ -14,9 +14,10 @@ from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
 from django.test import Client
 from django.utils import timezone
 
+from fleet.capacity import pages as capacity_pages
+from fleet.capacity import services as capacity
 from fleet.choices import PriorityTier
 from fleet.models import Pool, PowerApproval, ProcurementOrder, Reservation, ReservationState, Site, TeamQuota
-from fleet.services import capacity, capacity_pages
 from tests.fleet.capacity import add_nodes, days_ahead, make_pool, midnight, reserve
 
 pytestmark = pytest.mark.django_db

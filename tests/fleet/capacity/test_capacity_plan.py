@@ -11,9 +11,9 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from fleet.capacity import services as capacity
 from fleet.choices import PriorityTier
 from fleet.models import PowerApproval, ProcurementOrder, Site
-from fleet.services import capacity
 from tests.fleet.capacity import add_nodes, make_pool, midnight, reserve
 
 pytestmark = pytest.mark.django_db

@@ -10,12 +10,12 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from fleet import simulator
+from fleet.capacity import services as capacity
+from fleet.capacity.simulator import GRID_APPROVAL, LATE_ORDER, ON_TIME_ORDER, seed_capacity
 from fleet.choices import PriorityTier
 from fleet.management.commands.simulate import Command
 from fleet.models import Gpu, Node, Pool, PowerApproval, ProcurementOrder, Reservation, TeamQuota
-from fleet.services import capacity
-from fleet.simulator_capacity import GRID_APPROVAL, LATE_ORDER, ON_TIME_ORDER, seed_capacity
+from fleet.telemetry import simulator
 
 pytestmark = pytest.mark.django_db
 SEED = simulator.DEFAULT_SEED

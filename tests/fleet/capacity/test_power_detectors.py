@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from fleet.models import Node, Rack, Site
-from fleet.services.rollups import update_rollups
-from fleet.services.telemetry import store_gpu_samples
+from fleet.telemetry.rollups import update_rollups
+from fleet.telemetry.store import store_gpu_samples
 from incidents.choices import FindingStatus
 from incidents.detectors import run_detectors
 from incidents.models import Finding

@@ -8,11 +8,11 @@ from datetime import UTC, datetime, timedelta
 import msgspec
 import pytest
 
+from fleet.ingest.batches import GpuSampleIn
 from fleet.models import Node, Rack, Site
-from fleet.services import power
-from fleet.services.ingest import GpuSampleIn
-from fleet.services.rollups import update_rollups
-from fleet.services.telemetry import store_gpu_samples
+from fleet.power import services as power
+from fleet.telemetry.rollups import update_rollups
+from fleet.telemetry.store import store_gpu_samples
 from tests.conftest import make_sample
 
 API = "/api/v1/power/"

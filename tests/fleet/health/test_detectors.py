@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from fleet.models import Gpu, GpuState, IngestBatch, Node, Rack, Site
-from fleet.services.telemetry import store_gpu_samples
+from fleet.telemetry.store import store_gpu_samples
 from incidents import detectors
 from incidents.detectors import run_detectors
 from incidents.models import Finding, Incident

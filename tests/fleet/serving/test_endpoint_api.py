@@ -13,7 +13,7 @@ from django.test import Client
 from django.utils import timezone
 
 from fleet.models import Endpoint, Gpu, Node, Site
-from fleet.models.serving import EndpointChange, EndpointEval
+from fleet.serving.models import EndpointChange, EndpointEval
 
 pytestmark = pytest.mark.django_db
 
@@ -283,8 +283,8 @@ def test_a_bad_ready_time_is_a_400_naming_it_and_nothing_is_written(
 
 
 def test_the_slo_read_gives_budget_and_burn_rates_from_rollups(viewer_client: Client, endpoint: Endpoint) -> None:
-    from fleet.services import serving_rollups
-    from fleet.services.serving import ServingPoint, store_serving_points
+    from fleet.serving import rollups as serving_rollups
+    from fleet.serving.store import ServingPoint, store_serving_points
 
     now = timezone.now()
     ok, name = "vllm:request_success_total", endpoint.name

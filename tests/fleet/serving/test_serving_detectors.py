@@ -13,8 +13,8 @@ import pytest
 from django.utils import timezone
 
 from fleet.models import Endpoint, EndpointChange, EndpointEval, Site
-from fleet.services import serving_rollups
-from fleet.services.serving import ServingPoint, store_serving_points
+from fleet.serving import rollups as serving_rollups
+from fleet.serving.store import ServingPoint, store_serving_points
 from incidents.detectors import run_detectors
 from incidents.models import Finding, Incident
 
@@ -387,7 +387,7 @@ def test_a_rollback_that_restores_the_scores_clears_the_regression(site_a: Site)
 
 
 def test_a_minute_without_a_scrape_does_not_end_a_firing_collapse_or_exhaustion() -> None:
-    from fleet.serving_detectors import Minute, kv_exhaustion, queueing_collapse
+    from fleet.serving.detectors import Minute, kv_exhaustion, queueing_collapse
 
     t0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
     minutes = [

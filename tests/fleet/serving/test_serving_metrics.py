@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from fleet.services.serving_metrics import (
+from fleet.serving.metrics import (
     BURN_RULES,
     Histogram,
     Quantity,
@@ -372,3 +372,37 @@ def test_a_99_percent_latency_slo_burns_from_the_sli() -> None:
     assert burn_rate(err, 0.99) == pytest.approx(3.0)
     assert _fired({H6: err, M30: err}, target=0.99) == set()
     assert _fired({D3: err, H6: err}, target=0.99) == {"slow_burn"}
+
+
+# --- per-bucket counts to a cumulative histogram: one rule for +Inf ---------------------------------
+
+
+def test_bucket_counts_become_cumulative_and_end_with_inf_holding_the_total() -> None:
+    h = Histogram.from_bucket_counts({0.5: 2.0, 0.1: 3.0, 1.0: 1.0})
+    assert h.bounds == (0.1, 0.5, 1.0, math.inf)
+    assert h.counts == (3.0, 5.0, 6.0, 6.0)
+    assert h.count == 6.0 and h.total == 6.0
+
+
+def test_a_bucket_at_inf_counts_the_observations_above_the_last_bound() -> None:
+    h = Histogram.from_bucket_counts({0.1: 3.0, math.inf: 2.0}, count=5.0, sum_=1.5)
+    assert h.bounds == (0.1, math.inf) and h.counts == (3.0, 5.0)
+    assert (h.count, h.sum) == (5.0, 1.5)
+    assert histogram_quantile(0.99, h) == 0.1  # the rank falls in +Inf: the last finite bound
+
+
+def test_no_buckets_make_the_empty_histogram() -> None:
+    h = Histogram.from_bucket_counts({})
+    assert (h.bounds, h.counts, h.total) == ((), (), 0.0)
+    assert histogram_quantile(0.5, h) is None
+
+
+def test_rollup_buckets_without_inf_still_give_quantiles() -> None:
+    """Prometheus gives no quantile (NaN) for a histogram without +Inf; buckets summed from
+    rollups that stop short of it get +Inf holding their total, whichever read sums them."""
+    per_bucket = {0.05: 10.0, 0.1: 30.0, 0.25: 50.0, 0.5: 10.0}
+    cumulative = (10.0, 40.0, 90.0, 100.0)
+    assert histogram_quantile(0.5, Histogram(tuple(sorted(per_bucket)), cumulative, 100.0)) is None
+    h = Histogram.from_bucket_counts(per_bucket)
+    assert histogram_quantile(0.5, h) == pytest.approx(0.1 + 0.15 * 10 / 50)  # 0.13, inside (0.1, 0.25]
+    assert histogram_quantile(0.95, h) == pytest.approx(0.25 + 0.25 * 5 / 10)

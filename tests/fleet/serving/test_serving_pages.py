@@ -14,9 +14,10 @@ from django.test import Client
 from django.utils import timezone
 
 from fleet.models import Endpoint, Site
-from fleet.models.serving import EndpointChange, EndpointEval
-from fleet.services import serving_dashboard, serving_rollups
-from fleet.services.serving import ServingPoint, store_serving_points
+from fleet.serving import dashboard as serving_dashboard
+from fleet.serving import rollups as serving_rollups
+from fleet.serving.models import EndpointChange, EndpointEval
+from fleet.serving.store import ServingPoint, store_serving_points
 
 pytestmark = pytest.mark.django_db
 

@@ -13,11 +13,12 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from fleet.ingest.prometheus import parse_exposition, store_exposition
 from fleet.models import Endpoint, ServingRollup1h, ServingRollup1m, Site
-from fleet.services import serving, serving_rollups
-from fleet.services import serving_metrics as sm
-from fleet.services.prometheus import parse_exposition, store_exposition
-from fleet.services.serving import ServingPoint, store_serving_points
+from fleet.serving import metrics as sm
+from fleet.serving import rollups as serving_rollups
+from fleet.serving import slo as serving
+from fleet.serving.store import ServingPoint, store_serving_points
 
 pytestmark = pytest.mark.django_db
 

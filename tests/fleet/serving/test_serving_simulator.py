@@ -15,11 +15,12 @@ from django.test import Client
 from django.utils import timezone
 
 from console.models import AgentToken
+from fleet.ingest.prometheus import parse_exposition, store_exposition
 from fleet.models import Endpoint, EndpointChange, EndpointEval, ServingRollup1h, ServingRollup1m, ServingSample, Site
-from fleet.services import serving, serving_rollups
-from fleet.services.prometheus import parse_exposition, store_exposition
-from fleet.simulator import DEFAULT_SITES
-from fleet.simulator_serving import ENDPOINTS, ServingSimulator, prepare_endpoints
+from fleet.serving import rollups as serving_rollups
+from fleet.serving import slo as serving
+from fleet.serving.simulator import ENDPOINTS, ServingSimulator, prepare_endpoints
+from fleet.telemetry.simulator import DEFAULT_SITES
 from incidents.detectors import run_detectors
 from incidents.models import Finding, Incident
 

@@ -32,9 +32,9 @@ from typing import Any
 import pynvml
 import pytest
 
-from fleet import agent
-from fleet.agent import INGEST_PATH, Agent, AgentSetupError, Batch, NvmlReader, Rejected, Sender, Spool, Unreachable
-from fleet.services.ingest import parse_gpu_batch
+from clients import agent
+from clients.agent import INGEST_PATH, Agent, AgentSetupError, Batch, NvmlReader, Rejected, Sender, Spool, Unreachable
+from fleet.ingest.batches import parse_gpu_batch
 
 HOST = "gpu-node-01"
 MIB = 2**20
@@ -479,7 +479,7 @@ def test_it_refuses_to_start_without_the_nvidia_driver_and_names_the_alternative
 
 def test_it_is_installed_as_the_goodput_agent_command() -> None:
     [script] = importlib.metadata.entry_points(group="console_scripts", name="goodput-agent")
-    assert script.value == "fleet.agent:main" and script.load() is agent.main
+    assert script.value == "clients.agent:main" and script.load() is agent.main
 
 
 # --- 3. backoff --------------------------------------------------------------------------------
@@ -637,7 +637,7 @@ def test_a_spool_write_is_atomic_and_leaves_no_temporary_file(tmp_path: Path, mo
     def power_cut(src: object, dst: object) -> None:
         raise OSError("power cut")
 
-    monkeypatch.setattr("fleet.agent.os.replace", power_cut)
+    monkeypatch.setattr("clients.agent.os.replace", power_cut)
     with pytest.raises(OSError):
         spool.put(batch())
     assert spool.files() == [path]
@@ -737,7 +737,7 @@ def nvmlEventSetFree(event_set): pass
 
 
 class AgentProcess:
-    """``python -m fleet.agent`` as a service manager runs it, with the fake pynvml first on the path."""
+    """``python -m clients.agent`` as a service manager runs it, with the fake pynvml first on the path."""
 
     def __init__(self, tmp_path: Path, url: str, *args: str) -> None:
         fake = tmp_path / "fake-nvml"
@@ -746,7 +746,7 @@ class AgentProcess:
         (fake / "pynvml.py").write_text(FAKE_PYNVML.format(**{n: getattr(pynvml, n) for n in names}))
         self.spool_dir = tmp_path / "spool"
         env = {**os.environ, "PYTHONPATH": str(fake), "PYTHONUNBUFFERED": "1"}
-        command = [sys.executable, "-m", "fleet.agent", "--url", url, "--token", "t"]
+        command = [sys.executable, "-m", "clients.agent", "--url", url, "--token", "t"]
         self.proc = subprocess.Popen(
             [*command, "--spool-dir", str(self.spool_dir), "--verbose", *args],
             cwd=Path(agent.__file__).resolve().parents[1],

@@ -9,9 +9,9 @@ import pytest
 import requests
 
 from console import queues
+from fleet.ingest import stream as ingest_stream
+from fleet.ingest.batches import decode_rows
 from fleet.models import GpuSample, IngestBatch
-from fleet.services import ingest_stream
-from fleet.services.ingest import decode_rows
 from tests.conftest import make_sample, post_batch, redis_url
 from tests.stack import Stack
 

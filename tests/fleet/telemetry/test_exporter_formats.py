@@ -14,11 +14,11 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from fleet.detectors import double_bit_ecc, thermal_throttling
+from fleet.ingest.prometheus import parse_exposition, store_exposition
 from fleet.models import Endpoint, Gpu, GpuRollup1m, GpuSample, GroupRollup1m, IngestBatch, Node, ServingSample
-from fleet.services import dashboard, partitions, rollups
-from fleet.services.prometheus import parse_exposition, store_exposition
-from fleet.telemetry_fields import GPU_SAMPLE_FIELDS as GPU_FIELDS
+from fleet.telemetry import dashboard, partitions, rollups
+from fleet.telemetry.detectors import double_bit_ecc, thermal_throttling
+from fleet.telemetry.fields import GPU_SAMPLE_FIELDS as GPU_FIELDS
 from tests.fleet.telemetry.test_prometheus_ingest import DCGM, GPU0, GPU1, VLLM, push
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -411,8 +411,8 @@ def test_batches_queued_before_new_fields_existed_still_decode(db) -> None:
     (7 identity fields, then the 21 metrics it knew) must decode to the same values."""
     import msgspec
 
-    from fleet.services.ingest import decode_rows
-    from fleet.services.telemetry import metric_values
+    from fleet.ingest.batches import decode_rows
+    from fleet.telemetry.store import metric_values
 
     ts = timezone.now()
     old_metrics = [50.0, 1.0, 100.0, 200.0, 61.0, 70.0, 612.0, 1980.0, 2619.0, 5, 79, 0, 2, 0, 0, 0, 17, 0, 0, 0.4, 0.5]

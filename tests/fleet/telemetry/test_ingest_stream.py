@@ -17,8 +17,8 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 
+from fleet.ingest import stream as ingest_stream
 from fleet.models import GpuSample, IngestBatch, Site
-from fleet.services import ingest_stream
 from tests.conftest import make_sample, post_batch
 
 pytestmark = pytest.mark.django_db(transaction=True)

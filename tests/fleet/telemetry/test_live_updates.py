@@ -158,8 +158,8 @@ def test_a_fleet_push_does_not_resend_rows_the_previous_push_carried(site_a) -> 
 
     from django.utils import timezone
 
-    from fleet.services.dashboard import build_fleet_delta
-    from fleet.services.telemetry import store_gpu_samples
+    from fleet.telemetry.dashboard import build_fleet_delta
+    from fleet.telemetry.store import store_gpu_samples
     from tests.fleet.telemetry.test_rollups_and_retention import sample
 
     now = timezone.now()

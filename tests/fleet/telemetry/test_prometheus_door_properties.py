@@ -16,9 +16,10 @@ from django.db import transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fleet.inventory import directory
 from fleet.models import Endpoint, Gpu, GpuSample, IngestBatch, Node, ServingSample
-from fleet.services import directory, partitions
-from fleet.telemetry_fields import GPU_SAMPLE_FIELDS
+from fleet.telemetry import partitions
+from fleet.telemetry.fields import GPU_SAMPLE_FIELDS
 
 EXAMPLES = 2000
 KNOWN_NAMES = [

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from fleet.ingest.prometheus import parse_exposition
 from fleet.models import Endpoint, Gpu, GpuSample, GpuState, IngestBatch, ServingSample
-from fleet.services.prometheus import parse_exposition
 
 # Copies of ../shared/fixtures (the real formats), kept in the repository so the suite runs anywhere.
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"

@@ -17,8 +17,8 @@ from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
 
+from fleet.ingest import push_queue
 from fleet.models import GpuSample, IngestBatch, ServingSample, Site
-from fleet.services import push_queue
 from fleet.tasks import ingest_prometheus_batch
 from tests.conftest import redis_url
 from tests.fleet.telemetry.test_prometheus_ingest import DCGM, VLLM, push

@@ -8,6 +8,7 @@ import msgspec
 import pytest
 from django.db import connection
 
+from fleet.ingest.batches import GpuSampleIn
 from fleet.models import (
     GpuRollup1h,
     GpuRollup1m,
@@ -20,10 +21,9 @@ from fleet.models import (
     RollupDirty,
     Site,
 )
-from fleet.services import dashboard, partitions
-from fleet.services.ingest import GpuSampleIn
-from fleet.services.rollups import rollup_lag_seconds, update_rollups
-from fleet.services.telemetry import store_gpu_samples
+from fleet.telemetry import dashboard, partitions
+from fleet.telemetry.rollups import rollup_lag_seconds, update_rollups
+from fleet.telemetry.store import store_gpu_samples
 from tests.conftest import make_sample
 
 NOW = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=3)

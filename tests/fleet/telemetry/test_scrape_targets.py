@@ -8,8 +8,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from fleet.ingest.scraping import claim_due_targets
 from fleet.models import Endpoint, Gpu, ScrapeTarget, ServingSample
-from fleet.services.scraping import claim_due_targets
 from fleet.tasks import schedule_scrapes
 from tests.fleet.telemetry.test_prometheus_ingest import DCGM, FIXTURES, GPU1, VLLM
 

@@ -12,9 +12,9 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
+from fleet.ingest.batches import parse_gpu_batch
 from fleet.models import Gpu, GpuSample, Site
-from fleet.services.ingest import parse_gpu_batch
-from fleet.simulator import DEFAULT_SITES, REASON_HW_THERMAL, FleetSimulator, Poster, build_fleet
+from fleet.telemetry.simulator import DEFAULT_SITES, REASON_HW_THERMAL, FleetSimulator, Poster, build_fleet
 
 
 def test_the_default_fleet_is_three_sites_of_real_gpu_models() -> None:

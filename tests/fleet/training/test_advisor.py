@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from fleet.models import Job, JobAccount, JobEvent, Site
-from fleet.services import checkpoint_advisor as advisor
-from fleet.services.training import JobEventIn, record_job_events
+from fleet.training import advisor
+from fleet.training.events import JobEventIn, record_job_events
 
 pytestmark = pytest.mark.django_db
 

@@ -21,15 +21,15 @@ from typing import Any
 
 import pytest
 
-from fleet import training_client
-from fleet.models import Job, JobEvent, Node, Site
-from fleet.training_client import (
+from clients import training_client
+from clients.training_client import (
     GoodputTrainingClient,
     HuggingFaceGoodputCallback,
     LightningGoodputCallback,
     clean_reason,
     default_node_name,
 )
+from fleet.models import Job, JobEvent, Node, Site
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -543,7 +543,7 @@ def test_the_module_imports_without_django_torch_transformers_or_lightning() -> 
         "import sys\n"
         "for name in ('django', 'torch', 'transformers', 'lightning', 'pytorch_lightning', 'requests'):\n"
         "    sys.modules[name] = None  # any import of them raises ImportError\n"
-        "import fleet.training_client as c\n"
+        "import clients.training_client as c\n"
         "assert c.HuggingFaceGoodputCallback.__mro__[1] is object\n"
         "assert c.LightningGoodputCallback.__mro__[1] is object\n"
         "print('ok')\n"

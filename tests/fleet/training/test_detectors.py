@@ -16,8 +16,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from fleet.models import Site
-from fleet.services.telemetry import store_gpu_samples
-from fleet.training_detectors import candidate_jobs, jobs_on
+from fleet.telemetry.store import store_gpu_samples
+from fleet.training.detectors import candidate_jobs, jobs_on
 from incidents.detectors import run_detectors
 from incidents.models import Finding, Incident
 from tests.fleet.telemetry.test_rollups_and_retention import sample

@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleet.services.goodput import (
+from fleet.training.goodput import (
     CATEGORIES,
     CATEGORY_LABELS,
     Account,

@@ -10,9 +10,9 @@ import pytest
 from django.db import connection
 
 from fleet.models import Job, JobAccount, JobEvent, Site
-from fleet.services import goodput_accounts
-from fleet.services.goodput import CATEGORIES, account, job_spans
-from fleet.services.training import JobEventIn, record_job_events
+from fleet.training import accounts as goodput_accounts
+from fleet.training.events import JobEventIn, record_job_events
+from fleet.training.goodput import CATEGORIES, account, job_spans
 
 pytestmark = pytest.mark.django_db
 

@@ -14,9 +14,11 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from fleet.models import Gpu, GpuRollup1m, Job, JobAccount, JobEvent, Node, Site
-from fleet.services import goodput, partitions, training_dashboard
-from fleet.services.goodput import Account
-from fleet.services.goodput_accounts import refresh_job_accounts
+from fleet.telemetry import partitions
+from fleet.training import dashboard as training_dashboard
+from fleet.training import goodput
+from fleet.training.accounts import refresh_job_accounts
+from fleet.training.goodput import Account
 from tests.fleet.training.conftest import post_events, register_job
 
 pytestmark = pytest.mark.django_db

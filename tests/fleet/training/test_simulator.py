@@ -19,11 +19,11 @@ from django.test import Client
 from django.utils import timezone
 
 from console.models import AgentToken
+from fleet.ingest.batches import parse_gpu_batch
 from fleet.models import Job, JobEvent, Site
-from fleet.services.ingest import parse_gpu_batch
-from fleet.services.telemetry import store_gpu_samples
-from fleet.simulator import DEFAULT_SITES, FleetSimulator, build_fleet
-from fleet.simulator_training import (
+from fleet.telemetry.simulator import DEFAULT_SITES, FleetSimulator, build_fleet
+from fleet.telemetry.store import store_gpu_samples
+from fleet.training.simulator import (
     HANG_FAILS_AFTER,
     NCCL_TIMEOUT,
     TrainingSimulator,
@@ -43,7 +43,7 @@ TRAINING = [
 
 
 class ClientSender:
-    """Posts as fleet.simulator.Poster does (JSON, the site's agent token), through Django's test
+    """Posts as fleet.telemetry.simulator.Poster does (JSON, the site's agent token), through Django's test
     client instead of a socket."""
 
     def __init__(self, tokens: dict[str, str]) -> None:

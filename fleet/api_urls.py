@@ -1,0 +1,23 @@
+"""The fleet API (/api/v1/fleet/): one router over the rooms' viewsets."""
+
+from django.urls import path
+from rest_framework.routers import DefaultRouter
+
+from fleet.inventory import api as inventory_api
+from fleet.serving import endpoint_api
+from fleet.telemetry import api as telemetry_api
+
+app_name = "fleet-api"
+
+router = DefaultRouter()
+router.register("sites", inventory_api.SiteViewSet)
+router.register("racks", inventory_api.RackViewSet)
+router.register("nodes", telemetry_api.NodeViewSet)
+router.register("gpus", telemetry_api.GpuViewSet)
+router.register("endpoints", endpoint_api.EndpointViewSet)
+router.register("scrape-targets", telemetry_api.ScrapeTargetViewSet)
+
+urlpatterns = [
+    path("overview/", telemetry_api.FleetOverviewView.as_view(), name="overview"),
+    *router.urls,
+]

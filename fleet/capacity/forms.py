@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from fleet.capacity.models import Pool, Reservation
+
+
+class ReservationForm(forms.ModelForm):
+    """An Operator's request for GPUs on a pool. The model's validators judge the count (at least
+    one GPU); the window is checked here so that an end before the start is an error on ``end``.
+    Times are UTC, as the console shows them."""
+
+    class Meta:
+        model = Reservation
+        fields = ["team", "pool", "gpus", "start", "end", "tier", "priority"]
+        labels = {"gpus": "GPUs", "start": "Start (UTC)", "end": "End (UTC)"}
+        widgets = {
+            "team": forms.TextInput(attrs={"placeholder": "e.g. research"}),
+            "gpus": forms.NumberInput(attrs={"min": 1}),
+            "start": forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+            "end": forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+        }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["pool"].queryset = Pool.objects.select_related("site").order_by("site__name", "name")
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        start, end = cleaned.get("start"), cleaned.get("end")
+        if start is not None and end is not None and end <= start:
+            self.add_error("end", "Must be after the start.")
+        return cleaned

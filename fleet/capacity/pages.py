@@ -1,0 +1,124 @@
+"""What the capacity pages and the overview tile read: the plan page's tables (pools with their
+figures and preemptible reservations at risk, each team's use against its quota, late and upcoming
+orders, power approvals) and the tile's figures.
+
+Everything is computed by fleet.capacity.services; this module only gathers it for a page, in a
+number of queries that grows with the pools, not with the reservations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from typing import Any
+
+from django.utils import timezone
+
+from fleet.capacity import services as capacity
+from fleet.capacity.models import OrderStatus, Pool, PowerApproval, ProcurementOrder, Reservation
+
+PLAN_MONTHS = 12
+
+
+@dataclass
+class PoolRow:
+    """One row of the pools table."""
+
+    pool: Pool
+    figures: capacity.PoolNow
+    at_risk: list[Reservation]
+    quotas: list[dict[str, Any]]
+
+    @property
+    def at_risk_gpus(self) -> int:
+        return sum(r.gpus for r in self.at_risk)
+
+
+def pool_rows(*, now: datetime | None = None) -> list[PoolRow]:
+    """Every pool with today's figures, the preemptible reservations that would be preempted at
+    today's healthy supply, and each team's committed GPUs against its quota."""
+    now = now or timezone.now()
+    pools = list(Pool.objects.select_related("site").order_by("site__name", "name"))
+    figures = capacity.pool_figures(pools, now=now)
+    rows = []
+    for pool in pools:
+        f = figures[pool.pk]
+        # preemptible_at_risk recomputes the pool's figures: only ask when preemptible GPUs held now
+        # exceed what healthy supply leaves after firm reservations (otherwise none is at risk).
+        at_risk = capacity.preemptible_at_risk(pool, now=now) if f.reserved_preemptible > f.healthy - f.reserved else []
+        quotas = [_with_share(q) for q in capacity.quota_use(pool, now=now)]
+        rows.append(PoolRow(pool=pool, figures=f, at_risk=at_risk, quotas=quotas))
+    return rows
+
+
+def _with_share(quota: dict[str, Any]) -> dict[str, Any]:
+    """A quota row with the bar's figures: used as a share of nominal + borrowing limit, and the
+    nominal quota's share of it (where the bar's marker sits); borrowing is use beyond nominal."""
+    ceiling = quota["nominal"] + quota["borrowing_limit"]
+    used = quota["used"]
+    return {
+        **quota,
+        "ceiling": ceiling,
+        "borrowed": max(0, used - quota["nominal"]),
+        "used_pct": round(min(100.0, 100.0 * used / ceiling), 1) if ceiling else (100.0 if used else 0.0),
+        "nominal_pct": round(100.0 * quota["nominal"] / ceiling, 1) if ceiling else 100.0,
+    }
+
+
+def open_orders(today: date | None = None) -> tuple[list[ProcurementOrder], list[ProcurementOrder]]:
+    """(late, upcoming) procurement orders not delivered nor cancelled: late ones have a promised
+    date in the past (capacity counts them nowhere until delivered), upcoming ones land later."""
+    today = today or timezone.localdate(timezone.now(), UTC)
+    orders = list(
+        ProcurementOrder.objects.filter(delivered_on__isnull=True)
+        .exclude(status__in=[OrderStatus.CANCELLED, OrderStatus.DELIVERED])
+        .select_related("pool__site")
+        .order_by("promised_on", "pk")
+    )
+    return [o for o in orders if o.promised_on < today], [o for o in orders if o.promised_on >= today]
+
+
+def power_approvals() -> list[PowerApproval]:
+    """Every grid or power approval, the soonest expected first."""
+    return list(PowerApproval.objects.select_related("site").order_by("expected_on", "pk"))
+
+
+def conflict_months(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per month of the plan in conflict: the month and the pools over-committed in it."""
+    out = []
+    for i, month in enumerate(plan["total"]):
+        pools = [f"{p['site']}/{p['name']}" for p in plan["pools"] if p["months"][i]["conflict"]]
+        if pools:
+            out.append({"month": month["month"], "pools": pools})
+    return out
+
+
+def overview_tile(request: Any) -> dict[str, Any]:
+    """The tile on /: energised of installed GPUs, available now, months in conflict over the next
+    twelve and late orders."""
+    now = timezone.now()
+    pools = list(Pool.objects.select_related("site"))
+    if not pools:
+        return {"has_pools": False}
+    figures = capacity.pool_figures(pools, now=now).values()
+    late, _ = open_orders(timezone.localdate(now, UTC))
+    conflicts = conflict_months(capacity.plan(months=PLAN_MONTHS, now=now))
+    return {
+        "has_pools": True,
+        "installed": sum(f.installed for f in figures),
+        "energised": sum(f.energised for f in figures),
+        "healthy": sum(f.healthy for f in figures),
+        "available": sum(f.available for f in figures),
+        "conflicts": conflicts,
+        "late_orders": len(late),
+        "late_gpus": sum(o.count for o in late),
+    }
+
+
+def register() -> None:
+    """Register the overview tile (called from FleetConfig.ready)."""
+    from console import overview
+
+    overview.register_section(
+        overview.Section(name="capacity", template="capacity/_overview.html", context=overview_tile, order=28)
+    )

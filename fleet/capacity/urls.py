@@ -1,0 +1,10 @@
+from django.urls import path
+
+from fleet.capacity import views
+
+app_name = "capacity"
+
+urlpatterns = [
+    path("", views.CapacityPlanView.as_view(), name="plan"),
+    path("reservations/", views.ReservationListView.as_view(), name="reservations"),
+]

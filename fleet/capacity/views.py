@@ -1,0 +1,162 @@
+"""The capacity pages: the 12-month plan (supply against reserved demand by tier, the pools, team
+quotas, orders and power approvals) and the reservations list with the Operator's forms.
+
+Both are server-rendered from fleet.capacity.services (no live topic: the plan moves on dates, not
+on telemetry). Every state change goes through that service, which refuses an over-commit and
+writes the audit entry; these views only turn its answers into a page.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect
+from django.urls import reverse
+from django.utils import timezone
+from django.views.generic import TemplateView
+
+from console.permissions import DashboardRequiredMixin
+from fleet.capacity import pages as capacity_pages
+from fleet.capacity import services as capacity
+from fleet.capacity.forms import ReservationForm
+from fleet.capacity.models import Pool, Reservation, ReservationState
+from fleet.choices import PriorityTier
+
+ADD_PERMISSION = "fleet.add_reservation"
+CHANGE_PERMISSION = "fleet.change_reservation"
+# States a reservation can still be cancelled from (capacity.cancel refuses the others with 409).
+CANCELLABLE = {ReservationState.REQUESTED, ReservationState.APPROVED, ReservationState.ACTIVE}
+LIST_LIMIT = 500
+
+
+class CapacityPlanView(DashboardRequiredMixin, TemplateView):
+    """The plan over the next twelve months; the chart reads the same plan the API serves."""
+
+    template_name = "capacity/plan.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        now = timezone.now()
+        today = timezone.localdate(now, UTC)
+        rows = capacity_pages.pool_rows(now=now)
+        context["pool_rows"] = rows
+        context["has_pools"] = bool(rows)
+        if not rows:
+            return context
+        plan = capacity.plan(months=capacity_pages.PLAN_MONTHS, now=now)
+        late, upcoming = capacity_pages.open_orders(today)
+        context.update(
+            plan=plan,
+            tiers=[{"value": t.value, "label": t.label} for t in PriorityTier],
+            month_rows=[{**m, "by_tier": [m["reserved"][t.value] for t in PriorityTier]} for m in plan["total"]],
+            conflicts=capacity_pages.conflict_months(plan),
+            late_orders=[{"order": o, "days_late": (today - o.promised_on).days} for o in late],
+            upcoming_orders=[{"order": o, "days_to_go": (o.promised_on - today).days} for o in upcoming],
+            approvals=capacity_pages.power_approvals(),
+            quota_rows=[r for r in rows if r.quotas],
+            totals={
+                name: sum(getattr(r.figures, name) for r in rows)
+                for name in ("installed", "energised", "healthy", "reserved", "reserved_preemptible", "available")
+            },
+            page_config={"plan": plan, "tiers": [t.value for t in PriorityTier]},
+        )
+        return context
+
+
+class ReservationListView(DashboardRequiredMixin, TemplateView):
+    """GET: the reservations, filtered by state, pool and team. POST (the ``action`` field):
+
+    - ``request``: a new reservation from the form (fleet.add_reservation); bad values re-render
+      the form with the error on the field, nothing written;
+    - ``approve`` / ``cancel`` a reservation (fleet.change_reservation); a refusal (an over-commit,
+      a quota, a state moved meanwhile) is shown on the page with status 409, nothing changed.
+
+    A user without the permission gets 403 whatever the page showed.
+    """
+
+    template_name = "capacity/reservations.html"
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        action = request.POST.get("action")
+        needed = ADD_PERMISSION if action == "request" else CHANGE_PERMISSION
+        if not request.user.has_perm(needed):
+            raise PermissionDenied("Requesting, approving or cancelling reservations needs the Operator role.")
+        if action == "request":
+            return self._request(request)
+        if action not in ("approve", "cancel"):
+            return self.render_to_response(self.get_context_data(action_error="Unknown action."), status=400)
+        reservation = get_object_or_404(Reservation.objects.select_related("pool__site"), pk=request.POST.get("id"))
+        try:
+            if action == "approve":
+                capacity.approve(reservation, actor=request.user)
+            else:
+                capacity.cancel(reservation, actor=request.user)
+        except capacity.ConflictError as exc:
+            refusal = {"reservation": reservation, "action": action, **exc.detail}
+            if "conflict" in exc.detail:  # the first over-committed window, as dates to show
+                window = exc.detail["conflict"]
+                refusal["window"] = [datetime.fromisoformat(window[k]) for k in ("start", "end")]
+            return self.render_to_response(self.get_context_data(refusal=refusal), status=409)
+        verb = "Approved" if action == "approve" else "Cancelled"
+        messages.success(request, f"{verb} #{reservation.pk}: {reservation}.")
+        return redirect(self._back(request))
+
+    def _request(self, request: HttpRequest) -> HttpResponse:
+        form = ReservationForm(request.POST)
+        if not form.is_valid():
+            return self.render_to_response(self.get_context_data(form=form), status=400)
+        reservation, _ = capacity.create_reservation(
+            actor=request.user, via=request.user.get_username(), **form.cleaned_data
+        )
+        messages.success(request, f"Requested #{reservation.pk}: {reservation}. An Operator approves it below.")
+        return redirect(self._back(request))
+
+    @staticmethod
+    def _back(request: HttpRequest) -> str:
+        """The list again, with the filters the form was posted from (only the known ones)."""
+        query = request.GET.copy()
+        for key in list(query):
+            if key not in ("state", "pool", "team"):
+                del query[key]
+        url = reverse("capacity:reservations")
+        return f"{url}?{query.urlencode()}" if query else url
+
+    def _filtered(self) -> tuple[QuerySet[Reservation], dict[str, str]]:
+        params = self.request.GET
+        chosen = {k: params.get(k, "").strip() for k in ("state", "pool", "team")}
+        rows = Reservation.objects.select_related("pool__site", "created_by", "approved_by")
+        if chosen["state"] in ReservationState.values:
+            rows = rows.filter(state=chosen["state"])
+        else:
+            chosen["state"] = ""
+        if chosen["pool"].isdigit():
+            rows = rows.filter(pool_id=int(chosen["pool"]))
+        else:
+            chosen["pool"] = ""
+        if chosen["team"]:
+            rows = rows.filter(team=chosen["team"])
+        return rows.order_by("-start", "-pk"), chosen
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        user = self.request.user
+        rows, chosen = self._filtered()
+        reservations = list(rows[: LIST_LIMIT + 1])
+        context["reservations"] = reservations[:LIST_LIMIT]
+        context["truncated"] = len(reservations) > LIST_LIMIT
+        context["chosen"] = chosen
+        context["states"] = ReservationState.choices
+        context["pools"] = list(Pool.objects.select_related("site").order_by("site__name", "name"))
+        context["teams"] = list(Reservation.objects.order_by("team").values_list("team", flat=True).distinct())
+        context["cancellable"] = CANCELLABLE
+        context["can_request"] = user.has_perm(ADD_PERMISSION)
+        context["can_change"] = user.has_perm(CHANGE_PERMISSION)
+        if context["can_request"]:
+            context.setdefault("form", ReservationForm())
+        context["query"] = self.request.GET.urlencode()
+        return context

@@ -1,0 +1,230 @@
+"""The ingest doors: JSON GPU-sample batches and Prometheus text. Both validate the whole request
+first (400 naming the item or line, nothing written), then queue it with an idempotency key."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import redis
+from django.conf import settings
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
+from kombu.exceptions import OperationalError as BrokerError
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from console import counters
+from console.api import unavailable
+from console.authentication import AgentTokenAuthentication
+from console.permissions import IsAgent
+from console.queues import queue_depth, stash_payload
+from fleet.ingest import push_queue
+from fleet.ingest import stream as ingest_stream
+from fleet.ingest.batches import batch_key, check_site_scope, parse_gpu_batch
+from fleet.ingest.prometheus import IGNORED_NAMES_SHOWN, KINDS, check_scope, exposition_key, parse_exposition
+from fleet.ingest.tasks import ingest_prometheus_batch
+from fleet.telemetry.store import store_gpu_samples
+from fleet.validation import IngestError, read_body, rejected
+
+QUEUE_FULL_RETRY_AFTER = 2
+
+COMMON_RESPONSES = {
+    400: OpenApiResponse(description="Invalid input; the body names the item (or line) and field"),
+    401: OpenApiResponse(description="Missing or invalid agent token"),
+    403: OpenApiResponse(description="The request writes another site's GPUs or nodes"),
+    413: OpenApiResponse(description="Too many samples or too many bytes"),
+    415: OpenApiResponse(description="The body is not in the format this door takes"),
+    429: OpenApiResponse(description="The ingest queue is full; retry after Retry-After seconds"),
+    503: OpenApiResponse(description="Broker or database unavailable; retry after Retry-After seconds"),
+}
+
+
+# The text exposition formats, as Prometheus asks for them in its Accept header.
+EXPOSITION_TYPES = ("text/plain", "application/openmetrics-text")
+
+
+def check_content_type(content_type: str) -> bool:
+    """Is the body OpenMetrics text (else the 0.0.4 text format)? 415 for a body that is not text
+    exposition (JSON, protobuf, a form). No Content-Type at all is taken as 0.0.4 text: the
+    oldest push scripts send none."""
+    media_type = content_type.split(";", 1)[0].strip().lower()
+    if media_type and media_type not in EXPOSITION_TYPES:
+        raise IngestError(
+            415,
+            f"Content-Type {media_type} is not the Prometheus text exposition format; send "
+            f"{' or '.join(EXPOSITION_TYPES)} (curl: -H 'Content-Type: text/plain; version=0.0.4').",
+            field="Content-Type",
+        )
+    return media_type == "application/openmetrics-text"
+
+
+def admit() -> Response | None:
+    """Back-pressure, before any work: 429 when the queue is over its bound, 503 when it is down."""
+    try:
+        depth = queue_depth()
+    except redis.RedisError as exc:
+        counters.increment("goodput_ingest_rejected_total", reason="broker_down")
+        return unavailable(f"The ingest queue is unavailable ({exc.__class__.__name__}); retry later.")
+    if depth >= settings.INGEST_QUEUE_BOUND:
+        counters.increment("goodput_ingest_rejected_total", reason="queue_full")
+        response = Response(
+            {"error": f"The ingest queue holds {depth} batches (bound {settings.INGEST_QUEUE_BOUND}); retry later."},
+            status=429,
+        )
+        response["Retry-After"] = str(QUEUE_FULL_RETRY_AFTER)
+        return response
+    return None
+
+
+def dispatch(task: Any, site_id: int, key: str, body: bytes, *args: Any) -> Response | None:
+    """Queue a validated Prometheus push for a worker; a 503 Response when the broker is down.
+
+    In production the body waits in Redis beside a small task (console.queues); eager mode has no
+    broker and hands the body over directly. (GPU sample batches go through queue_gpu_batch.)
+    """
+    try:
+        if settings.EAGER_TASKS:
+            task.apply_async(args=[site_id, key, body.decode(), *args])
+        else:
+            stash_payload(key, body)
+            push_queue.accepted(key)
+            task.apply_async(args=[site_id, key, None, *args])
+    except (BrokerError, redis.RedisError, OSError) as exc:
+        with contextlib.suppress(redis.RedisError):
+            push_queue.done(key)  # not queued after all
+        counters.increment("goodput_ingest_rejected_total", reason="broker_down")
+        return unavailable(f"The ingest queue is unavailable ({exc.__class__.__name__}); retry later.")
+    return None
+
+
+def queue_gpu_batch(site_id: int, key: str, samples: list) -> Response | None:
+    """Hand a validated GPU batch to the writers (the ingest stream); a 503 Response when the
+    queue is down. Eager mode (embedded, no broker) writes it here and now."""
+    if settings.EAGER_TASKS:
+        store_gpu_samples(site_id=site_id, batch_key=key, samples=samples, enqueued_at=timezone.now())
+        return None
+    try:
+        ingest_stream.enqueue(site_id=site_id, key=key, samples=samples, enqueued_at=timezone.now())
+    except (BrokerError, redis.RedisError, OSError) as exc:
+        counters.increment("goodput_ingest_rejected_total", reason="broker_down")
+        return unavailable(f"The ingest queue is unavailable ({exc.__class__.__name__}); retry later.")
+    return None
+
+
+class GpuSampleIngestView(APIView):
+    """Accept a JSON batch of GPU samples from an agent; 202 once it is queued."""
+
+    authentication_classes = [AgentTokenAuthentication]
+    permission_classes = [IsAgent]
+
+    @extend_schema(
+        request=inline_serializer("GpuSampleBatch", {"samples": serializers.ListField(child=serializers.DictField())}),
+        parameters=[OpenApiParameter("Idempotency-Key", OpenApiTypes.STR, OpenApiParameter.HEADER, required=False)],
+        responses={
+            202: inline_serializer(
+                "IngestAccepted", {"accepted": serializers.IntegerField(), "batch": serializers.CharField()}
+            ),
+            **COMMON_RESPONSES,
+        },
+    )
+    def post(self, request: Request) -> Response:
+        token = request.auth
+        refused = admit()
+        if refused is not None:
+            return refused
+        try:
+            body = read_body(request)
+            batch = parse_gpu_batch(body)
+            check_site_scope(batch, site_id=token.site_id)
+            key = batch_key(site_id=token.site_id, body=body, idempotency_key=request.headers.get("Idempotency-Key"))
+        except IngestError as exc:
+            return rejected(exc)
+        refused = queue_gpu_batch(token.site_id, key, batch.samples)
+        if refused is not None:
+            return refused
+        counters.increment("goodput_ingest_accepted_total", kind="gpu_samples")
+        return Response({"accepted": len(batch.samples), "batch": key}, status=202)
+
+
+class PrometheusIngestView(APIView):
+    """Accept a Prometheus text exposition (a dcgm-exporter, vLLM, Triton or TGI scrape) as is.
+
+    Query parameters: ``hostname`` for GPU metrics without a hostname label, ``endpoint`` to
+    file serving metrics under a name other than the model label, ``kind`` to keep only one
+    family of metrics (auto, dcgm, vllm, triton, tgi).
+    """
+
+    authentication_classes = [AgentTokenAuthentication]
+    permission_classes = [IsAgent]
+
+    @extend_schema(
+        request={"text/plain": OpenApiTypes.STR},
+        parameters=[
+            OpenApiParameter("hostname", OpenApiTypes.STR, required=False),
+            OpenApiParameter("endpoint", OpenApiTypes.STR, required=False),
+            OpenApiParameter("kind", OpenApiTypes.STR, enum=list(KINDS), required=False),
+            OpenApiParameter("Idempotency-Key", OpenApiTypes.STR, OpenApiParameter.HEADER, required=False),
+        ],
+        responses={
+            202: inline_serializer(
+                "PrometheusAccepted",
+                {
+                    "gpu_samples": serializers.IntegerField(),
+                    "serving_samples": serializers.IntegerField(),
+                    "ignored": serializers.IntegerField(),
+                    "ignored_metrics": serializers.DictField(child=serializers.IntegerField()),
+                    "batch": serializers.CharField(),
+                },
+            ),
+            **COMMON_RESPONSES,
+        },
+    )
+    def post(self, request: Request) -> Response:
+        token = request.auth
+        refused = admit()
+        if refused is not None:
+            return refused
+        options = {
+            "hostname": request.query_params.get("hostname") or None,
+            "endpoint": request.query_params.get("endpoint") or None,
+            "kind": request.query_params.get("kind", "auto"),
+            "now": timezone.now().isoformat(),
+        }
+        try:
+            options["openmetrics"] = check_content_type(request.META.get("CONTENT_TYPE", ""))
+            body = read_body(request)
+            try:
+                text = body.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise IngestError(400, f"The body is not UTF-8 text ({exc}).") from None
+            exposition = parse_exposition(text, **options)
+            if not exposition.count:
+                raise IngestError(400, "No GPU or serving metrics found in the exposition.")
+            check_scope(exposition, site_id=token.site_id)
+            key = exposition_key(
+                site_id=token.site_id,
+                body=text,
+                idempotency_key=request.headers.get("Idempotency-Key"),
+                options=options,
+                timestamped=exposition.timestamped,
+            )
+        except IngestError as exc:
+            return rejected(exc)
+        refused = dispatch(ingest_prometheus_batch, token.site_id, key, body, options, options["now"])
+        if refused is not None:
+            return refused
+        counters.increment("goodput_ingest_accepted_total", kind="prometheus")
+        return Response(
+            {
+                "gpu_samples": len(exposition.gpu_samples),
+                "serving_samples": len(exposition.serving),
+                "ignored": exposition.ignored,
+                "ignored_metrics": dict(exposition.ignored_metrics.most_common(IGNORED_NAMES_SHOWN)),
+                "batch": key,
+            },
+            status=202,
+        )

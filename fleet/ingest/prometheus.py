@@ -1,0 +1,499 @@
+"""Prometheus text exposition in: dcgm-exporter, vLLM, Triton and TGI scrapes, as pushed or scraped.
+
+Parsing uses prometheus_client's parser. DCGM fields become GPU samples (the same schema and
+writer as the JSON door); serving metrics (gauges, counters, histogram buckets) are stored per
+endpoint as raw series for the serving SLO work. A malformed exposition is refused whole with
+the line at fault; nothing is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from uuid import uuid4
+
+import msgspec
+from django.conf import settings
+from prometheus_client.openmetrics.parser import text_fd_to_metric_families as text_fd_to_openmetrics_families
+from prometheus_client.parser import text_fd_to_metric_families
+
+from fleet.choices import ServingFramework
+from fleet.ingest.batches import GpuBatchIn, GpuSampleIn, check_idempotency_key, check_site_scope, invalid_identity
+from fleet.serving.store import ServingPoint, store_serving_points
+from fleet.telemetry.fields import COUNTER_FIELDS, FIELDS_BY_NAME, GPU_SAMPLE_FIELDS, MIG_INSTANCE_FIELDS
+from fleet.telemetry.store import store_gpu_samples
+from fleet.validation import HOSTNAME_PATTERN, IngestError
+
+DCGM_FIELDS = {f.dcgm: f.name for f in GPU_SAMPLE_FIELDS}
+# Older releases name the clocks-event bitmask after throttling.
+DCGM_FIELDS["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"] = "throttle_reasons"
+# Fields DCGM reports as 64-bit integers (counters); the rest are 32-bit integers or doubles.
+INT64_FIELDS = COUNTER_FIELDS
+# DCGM's "blank" sentinels (dcgm_structs.h): values at or above these mean "no value", never data.
+INT32_BLANK = 0x7FFFFFF0
+INT64_BLANK = 0x7FFFFFFFFFFFFFF0
+
+SERVING_PREFIXES = {
+    "vllm:": ServingFramework.VLLM,
+    "nv_": ServingFramework.TRITON,
+    "tgi_": ServingFramework.TGI,
+}
+# The label that names the served model, per framework: it identifies the endpoint.
+MODEL_LABELS = {ServingFramework.VLLM: "model_name", ServingFramework.TRITON: "model", ServingFramework.TGI: ""}
+MAX_LINES = 200_000
+KINDS = ("auto", "dcgm", "vllm", "triton", "tgi")
+
+# Label values are bounded where they become a column, and everywhere else by LABEL_MAX: a value
+# past its column would otherwise be cut, and two series that differ only past the cut collide.
+LABEL_MAX = 1024
+LABEL_LIMITS = {"UUID": 64, "uuid": 64, "hostname": 253, "Hostname": 253, "modelName": 64, "GPU_I_PROFILE": 32}
+SERVING_LABEL_LIMITS = {"model_name": 200, "model": 200, "version": 64}
+METRIC_NAME_MAX = 200
+LABELS_MAX = 64
+SERIES_BYTES_MAX = 2000  # labels as stored: under PostgreSQL's btree entry limit with the key's other columns
+# Labels whose values become names in columns (a node, an endpoint, a model): printable only.
+IDENTITY_LABELS = frozenset(
+    {"hostname", "Hostname", "UUID", "uuid", "modelName", "GPU_I_PROFILE", "model", "model_name"}
+)
+ENDPOINT_NAME_MAX = 200
+MIG_INSTANCE_MAX = 32767
+HOSTNAME_RE = re.compile(HOSTNAME_PATTERN.removeprefix("^").removesuffix("$"))
+IGNORED_NAMES_SHOWN = 20
+
+
+@dataclass
+class Exposition:
+    gpu_samples: list[Any] = field(default_factory=list)
+    serving: list[ServingPoint] = field(default_factory=list)
+    ignored: int = 0  # samples of metrics this console does not store
+    ignored_metrics: Counter[str] = field(default_factory=Counter)  # how many of each were ignored
+    timestamped: bool = True  # every stored sample carried its own timestamp
+
+    @property
+    def count(self) -> int:
+        return len(self.gpu_samples) + len(self.serving)
+
+    def ignore(self, name: str) -> None:
+        self.ignored += 1
+        self.ignored_metrics[name] += 1
+
+
+class _Lines:
+    """Feeds the parser line by line, remembering the line number and the declared counters."""
+
+    def __init__(self, text: str) -> None:
+        # Lines end at \n only, as Prometheus reads them: str.splitlines() would also cut at
+        # \u2028, \x1c and friends, which are legal inside a label value.
+        self.lines = text.split("\n")
+        if self.lines and self.lines[-1] == "":
+            self.lines.pop()
+        self.number = 0  # the line the parser is reading (exact when it raises)
+        self.declared: set[str] = set()
+        # The parser hands samples over a family at a time, after reading ahead; each sample line
+        # holds one sample, in order, so the n-th sample handed over came from sample_lines[n].
+        self.sample_lines: list[int] = []
+
+    def __iter__(self) -> Iterator[str]:
+        for number, line in enumerate(self.lines, start=1):
+            self.number = number
+            stripped = line.strip()
+            if stripped.startswith("# TYPE "):
+                parts = stripped.split()
+                if len(parts) >= 3:
+                    self.declared.add(parts[2])
+            elif stripped and not stripped.startswith("#"):
+                self.sample_lines.append(number)
+            yield line
+
+    def exposed_name(self, sample_name: str, family_type: str) -> str:
+        """prometheus_client appends _total to counter samples; give back the name as exposed."""
+        if family_type == "counter" and sample_name not in self.declared:
+            base = sample_name.removesuffix("_total")
+            if base in self.declared:
+                return base
+        return sample_name
+
+
+def _blank(name: str, value: float) -> bool:
+    """Is this DCGM's "no value" sentinel? Outside the 64-bit counters no real reading comes near
+    2**31 (temperatures, clocks, watts, MiB), so the 32-bit threshold also catches the 64-bit and
+    floating-point sentinels (DCGM_FP64_BLANK is 2**47)."""
+    return value >= (INT64_BLANK if name in INT64_FIELDS else INT32_BLANK)
+
+
+def _framework(name: str) -> str | None:
+    for prefix, framework in SERVING_PREFIXES.items():
+        if name.startswith(prefix):
+            return framework
+    return None
+
+
+def _series(labels: dict[str, str], skip: str) -> str:
+    """Canonical labels as Prometheus writes them (sorted, values escaped), so two different label
+    sets can never read as the same series."""
+    return ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()) if k != skip)
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _bad(line: int, message: str, *, field: str | None = None, status: int = 400) -> IngestError:
+    return IngestError(status, f"line {line}: {message}", item=line, field=field)
+
+
+@dataclass
+class _Window:
+    """The times a stored sample may carry: the JSON door's window around the receive time."""
+
+    received: datetime
+    oldest: float
+    newest: float
+
+    @classmethod
+    def around(cls, received: datetime) -> _Window:
+        now = received.timestamp()
+        return cls(received, now - settings.INGEST_MAX_AGE_SECONDS, now + settings.INGEST_MAX_FUTURE_SECONDS)
+
+    def time_of(self, timestamp: float | None, line: int) -> datetime:
+        if timestamp is None:
+            return self.received
+        # Checked as a number first: 1e20 ms or NaN would break datetime before any range test.
+        if not math.isfinite(timestamp) or timestamp > self.newest:
+            raise _bad(
+                line,
+                f"the timestamp {_shown(timestamp)} is more than {settings.INGEST_MAX_FUTURE_SECONDS} s ahead of "
+                "the console's clock (timestamps are milliseconds since 1970; check the exporter's clock).",
+                field="timestamp",
+            )
+        if timestamp < self.oldest:
+            raise _bad(
+                line,
+                f"the timestamp {_shown(timestamp)} is older than the {settings.INGEST_MAX_AGE_SECONDS} s accepted.",
+                field="timestamp",
+            )
+        return datetime.fromtimestamp(timestamp, UTC)
+
+
+def _shown(timestamp: float) -> str:
+    try:
+        return f"{datetime.fromtimestamp(timestamp, UTC).isoformat()} ({timestamp * 1000:.0f} ms)"
+    except (ValueError, OverflowError, OSError):
+        return f"{timestamp * 1000:g} ms"
+
+
+def _check_labels(line: int, name: str, labels: dict[str, str], limits: dict[str, int]) -> None:
+    """Each label value within its column, and the whole series within what one index entry can
+    hold (PostgreSQL refuses a btree entry past about 2.7 kB: the serving table's key)."""
+    if len(name) > METRIC_NAME_MAX:
+        raise _bad(line, f"the metric name is {len(name)} characters; at most {METRIC_NAME_MAX}.", field="__name__")
+    if len(labels) > LABELS_MAX:
+        raise _bad(line, f"{len(labels)} labels; at most {LABELS_MAX} per series.", field="labels")
+    size = len(name)
+    for label, value in labels.items():
+        limit = limits.get(label, LABEL_MAX)
+        if len(value) > limit:
+            raise _bad(line, f"label {label} is {len(value)} characters long; at most {limit} are kept.", field=label)
+        if label in IDENTITY_LABELS and not _IDENTITY_TEXT.fullmatch(value):
+            raise _bad(line, f"label {label} must be printable text.", field=label)
+        size += len(label.encode()) + len(value.encode()) + 4
+    if size > SERIES_BYTES_MAX:
+        raise _bad(
+            line, f"the series' labels come to {size} bytes; at most {SERIES_BYTES_MAX} per series.", field="labels"
+        )
+
+
+def parse_exposition(
+    text: str,
+    *,
+    hostname: str | None = None,
+    endpoint: str | None = None,
+    kind: str = "auto",
+    now: str | datetime | None = None,
+    openmetrics: bool = False,
+) -> Exposition:
+    """Parse and validate a whole exposition; raise IngestError naming the line at fault.
+
+    What passes here can be stored: every bound the database has (column lengths, index entry
+    size, NUL, time partitions within retention) is checked now, so a push answered 202 never
+    fails later on its own data. ``openmetrics`` reads the OpenMetrics text format (timestamps in
+    seconds, exemplars, ``# EOF``) instead of the 0.0.4 text format.
+    """
+    received = datetime.fromisoformat(now) if isinstance(now, str) else (now or datetime.now(UTC))
+    if len(text.encode()) > settings.INGEST_MAX_BYTES:
+        raise IngestError(413, f"Body is larger than the limit of {settings.INGEST_MAX_BYTES} bytes.")
+    _check_options(hostname=hostname, endpoint=endpoint, kind=kind)
+    if "\x00" in text:
+        line = text.count("\n", 0, text.index("\x00")) + 1
+        raise _bad(line, "a NUL character; the exposition format is UTF-8 text without NULs.")
+    lines = _Lines(text)
+    if len(lines.lines) > MAX_LINES:
+        raise IngestError(413, f"The exposition has {len(lines.lines)} lines; at most {MAX_LINES}.")
+    window = _Window.around(received)
+    gpus: dict[str, dict[str, Any]] = {}
+    origin: dict[tuple[str, str], int] = {}  # (uuid, field) -> line, to name the line of a bad value
+    seen: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}  # series -> its line
+    out = Exposition()
+    handed = 0
+    for family in _families(lines, openmetrics=openmetrics):
+        for sample in family.samples:
+            line = lines.sample_lines[handed] if handed < len(lines.sample_lines) else lines.number
+            handed += 1
+            name = sample.name if openmetrics else lines.exposed_name(sample.name, family.type)
+            series_key = (name, tuple(sorted(sample.labels.items())))
+            if (first := seen.setdefault(series_key, line)) != line:
+                raise _bad(line, f"the series of line {first} again ({name}); each series once per exposition.")
+            timestamp = None if sample.timestamp is None else float(sample.timestamp)
+            if openmetrics and name.endswith("_created"):
+                out.ignore(name)  # a counter's creation time, not a reading
+                continue
+            field_name = DCGM_FIELDS.get(name)
+            if field_name is not None and kind in ("auto", "dcgm"):
+                _check_labels(line, name, sample.labels, LABEL_LIMITS)
+                ts = window.time_of(timestamp, line)
+                out.timestamped &= timestamp is not None
+                _add_gpu_value(gpus, origin, line, field_name, sample.labels, sample.value, ts, hostname)
+                continue
+            framework = _framework(name)
+            if framework == ServingFramework.TRITON and "model" not in sample.labels:
+                # Triton's GPU and CPU series (nv_gpu_utilization, nv_energy_consumption,
+                # nv_cpu_*): dcgm-exporter is the GPU source, and two sources would fight
+                # over one GPU's state.
+                out.ignore(name)
+                continue
+            if framework is not None and kind in ("auto", framework):
+                _check_labels(line, name, sample.labels, SERVING_LABEL_LIMITS)
+                ts = window.time_of(timestamp, line)
+                out.timestamped &= timestamp is not None
+                point = _serving_point(name, framework, sample.labels, sample.value, ts, endpoint, line)
+                if point is None:
+                    out.ignore(name)
+                else:
+                    out.serving.append(point)
+                continue
+            out.ignore(name)
+    out.gpu_samples = _validated_gpu_samples(gpus, origin)
+    out.timestamped &= out.count > 0
+    return out
+
+
+def _families(lines: _Lines, *, openmetrics: bool) -> Iterator[Any]:
+    """The parser's metric families; a parse error becomes a 400 naming the line. Only the
+    parser's own work is wrapped: a bug in our handling of a sample stays a bug, not a 400."""
+    parse = text_fd_to_openmetrics_families if openmetrics else text_fd_to_metric_families
+    families = iter(parse(iter(lines)))
+    while True:
+        try:
+            family = next(families)
+        except StopIteration:
+            return
+        except (ValueError, IndexError, KeyError, TypeError, OverflowError, RecursionError) as exc:
+            number = min(lines.number, len(lines.lines)) or 1
+            raise _bad(
+                number, f"cannot parse ({exc or exc.__class__.__name__}): {lines.lines[number - 1][:200]!r}"
+            ) from None
+        yield family
+
+
+_IDENTITY_TEXT = re.compile(r"[^\x00-\x1f\x7f]+")
+
+
+def _check_options(*, hostname: str | None, endpoint: str | None, kind: str) -> None:
+    """The query's options: ?hostname= names a host, ?endpoint= a printable name (it becomes
+    the endpoint's name, a column), ?kind= one of KINDS."""
+    if kind not in KINDS:
+        raise IngestError(400, f"kind must be one of {', '.join(KINDS)}.", field="kind")
+    if hostname is not None and not HOSTNAME_RE.fullmatch(hostname):
+        raise IngestError(400, "hostname is not a valid hostname.", field="hostname")
+    if endpoint is not None and (len(endpoint) > ENDPOINT_NAME_MAX or not _IDENTITY_TEXT.fullmatch(endpoint)):
+        raise IngestError(400, f"endpoint must be 1 to {ENDPOINT_NAME_MAX} printable characters.", field="endpoint")
+
+
+def _gpu_index(line: int, labels: dict[str, str]) -> int | None:
+    raw = labels.get("gpu", "")
+    if not raw:
+        return None
+    if not raw.isascii() or not raw.isdigit() or int(raw) > 1023:
+        raise _bad(line, f"label gpu is {raw[:40]!r}; a GPU index from 0 to 1023.", field="gpu")
+    return int(raw)
+
+
+def _add_gpu_value(
+    gpus: dict[str, dict[str, Any]],
+    origin: dict[tuple[str, str], int],
+    line: int,
+    name: str,
+    labels: dict[str, str],
+    value: float,
+    ts: datetime,
+    hostname: str | None,
+) -> None:
+    uuid = labels.get("UUID") or labels.get("uuid")
+    if not uuid:
+        raise _bad(line, "a DCGM sample without a UUID label.", field="UUID")
+    host = labels.get("hostname") or labels.get("Hostname") or hostname
+    if not host:
+        raise _bad(line, "no hostname or Hostname label; pass ?hostname= for this exporter.", field="hostname")
+    index = _gpu_index(line, labels)
+    model = labels.get("modelName") or None
+    physical = _gpu_entry(gpus, uuid, host=host, index=index, model=model, ts=ts)
+    origin.setdefault((uuid, ""), line)  # the first line naming this GPU, for errors about it
+    gpu = physical
+    mig_id = labels.get("GPU_I_ID", "")
+    if mig_id:
+        # A MIG instance: its own row under the physical GPU, for the fields an instance has of its
+        # own. Power, temperatures, clocks, energy, ECC and XIDs belong to the physical GPU even
+        # when an exporter repeats them on each instance.
+        if not mig_id.isascii() or not mig_id.isdigit() or int(mig_id) > MIG_INSTANCE_MAX:
+            raise _bad(line, f"label GPU_I_ID is {mig_id[:40]!r}; a MIG instance id.", field="GPU_I_ID")
+        if name in MIG_INSTANCE_FIELDS:
+            instance_uuid = f"MIG-{uuid.removeprefix('GPU-')}-gi{int(mig_id)}"
+            gpu = _gpu_entry(gpus, instance_uuid, host=host, index=index, model=model, ts=ts)
+            gpu["parent_uuid"] = uuid
+            gpu["mig_profile"] = labels.get("GPU_I_PROFILE", "")
+            gpu["mig_instance_id"] = int(mig_id)
+            uuid = instance_uuid
+            origin.setdefault((uuid, ""), line)
+        elif name in physical:
+            return  # the physical GPU's own line (or an earlier instance's copy) already gave it
+    origin[(uuid, name)] = line
+    if math.isnan(value) or math.isinf(value) or _blank(name, value):
+        gpu[name] = None  # no value: not supported, not measured, or not a number at all
+    else:
+        gpu[name] = value if FIELDS_BY_NAME[name].kind is float else int(value)
+
+
+def _gpu_entry(
+    gpus: dict[str, dict[str, Any]], uuid: str, *, host: str, index: int | None, model: str | None, ts: datetime
+) -> dict[str, Any]:
+    gpu = gpus.get(uuid)
+    if gpu is None:
+        gpu = gpus[uuid] = {"gpu_uuid": uuid, "hostname": host, "ts": ts}
+        if index is not None:
+            gpu["gpu_index"] = index
+        if model:
+            gpu["model"] = model
+    gpu["ts"] = max(gpu["ts"], ts)
+    return gpu
+
+
+MIG_SLICES = re.compile(r"(\d+)g\.")  # 3g.40gb, 1c.3g.40gb: the GPU instance's compute slices
+MIG_SLICES_PER_GPU = 7  # A100, H100, H200, B200
+
+
+def _mig_parent_utilisation(gpus: dict[str, dict[str, Any]]) -> None:
+    """A GPU in MIG mode has no utilisation of its own in DCGM: give it its instances' graphics
+    activity weighted by their share of the GPU's compute slices, so a busy MIG GPU is busy in
+    every fleet and site average (where its instances never count)."""
+    busy: dict[str, float] = {}
+    for values in gpus.values():
+        parent, active = values.get("parent_uuid"), values.get("gr_engine_active")
+        slices = MIG_SLICES.search(values.get("mig_profile") or "")
+        if parent and active is not None and slices:
+            busy[parent] = busy.get(parent, 0.0) + active * int(slices.group(1)) / MIG_SLICES_PER_GPU
+    for parent, share in busy.items():
+        if parent in gpus and gpus[parent].get("gpu_util") is None:
+            gpus[parent]["gpu_util"] = round(min(100.0, 100 * share), 2)
+
+
+def _validated_gpu_samples(gpus: dict[str, dict[str, Any]], origin: dict[tuple[str, str], int]) -> list[Any]:
+    _mig_parent_utilisation(gpus)
+    samples = []
+    for uuid, values in gpus.items():
+        if values.get("parent_uuid") and values.get("gpu_util") is None and values.get("gr_engine_active") is not None:
+            # On MIG, DCGM has no utilisation per instance; its graphics-engine activity is the
+            # instance's utilisation (what nvidia-smi and NVIDIA's MIG dashboards show).
+            values["gpu_util"] = round(100 * values["gr_engine_active"], 2)
+        try:
+            sample = msgspec.convert(values, GpuSampleIn)
+        except msgspec.ValidationError as exc:
+            text = str(exc)
+            name = text.rsplit("$.", 1)[-1].rstrip("`") if "$." in text else None
+            line = origin.get((uuid, name or "")) or min(ln for (u, _), ln in origin.items() if u == uuid)
+            raise _bad(line, f"{name or 'value'} of {uuid}: {text}", field=name) from None
+        if field := invalid_identity(sample):
+            line = min(ln for (u, _), ln in origin.items() if u == uuid)
+            raise _bad(line, f"malformed {field} {getattr(sample, field)!r} (a label).", field=field)
+        samples.append(sample)
+    return samples
+
+
+def _serving_point(
+    name: str,
+    framework: str,
+    labels: dict[str, str],
+    value: float,
+    ts: datetime,
+    endpoint: str | None,
+    line: int,
+) -> ServingPoint | None:
+    """One serving series value, or None for a value that is not a number (NaN, ±Inf): skipped and
+    counted, never stored as infinity."""
+    if math.isnan(value) or math.isinf(value):
+        return None
+    model_label = MODEL_LABELS[framework]
+    model = labels.get(model_label, "") if model_label else ""
+    name_for_endpoint = endpoint or model
+    # The model label is left out of the series only where it names the endpoint: with an
+    # explicit endpoint, two models' series must stay two series.
+    skip = "" if endpoint else model_label
+    if not name_for_endpoint:
+        raise _bad(line, f"cannot tell which endpoint {name} belongs to; pass ?endpoint=NAME.", field="endpoint")
+    return ServingPoint(
+        endpoint=name_for_endpoint,
+        framework=framework,
+        model_name=model,
+        ts=ts,
+        metric=name,
+        series=_series(labels, skip),
+        value=value,
+        version=labels.get("version", "") if framework == ServingFramework.TRITON else "",
+    )
+
+
+# --- storing --------------------------------------------------------------------------------
+
+
+def exposition_key(
+    *, site_id: int, body: str, idempotency_key: str | None, options: dict[str, Any], timestamped: bool
+) -> str:
+    """The push's idempotency key.
+
+    An explicit Idempotency-Key dedupes retries. Without one, only a body whose every sample
+    carries its own timestamp is the same observation when sent twice; a plain exposition sent
+    twice (a cron job, an idle GPU reporting the same values) is two observations, at two
+    receive times, and both are stored.
+    """
+    if idempotency_key:
+        check_idempotency_key(idempotency_key)
+        return f"{site_id}:k:{idempotency_key}"
+    if not timestamped:
+        return f"{site_id}:r:{uuid4().hex}"
+    digest = hashlib.sha256(body.encode())
+    digest.update(repr(sorted((k, v) for k, v in options.items() if k != "now")).encode())
+    return f"{site_id}:p:{digest.hexdigest()}"
+
+
+def check_scope(exposition: Exposition, *, site_id: int) -> None:
+    if exposition.gpu_samples:
+        check_site_scope(GpuBatchIn(samples=exposition.gpu_samples), site_id=site_id)
+
+
+def store_exposition(
+    exposition: Exposition, *, site_id: int, batch_key: str, enqueued_at: datetime | None = None
+) -> int:
+    """Store the GPU samples and the serving series; each part is idempotent under its own key."""
+    stored = 0
+    if exposition.gpu_samples:
+        stored += store_gpu_samples(
+            site_id=site_id, batch_key=f"{batch_key}:gpu", samples=exposition.gpu_samples, enqueued_at=enqueued_at
+        )
+    if exposition.serving:
+        stored += store_serving_points(site_id=site_id, batch_key=f"{batch_key}:serving", points=exposition.serving)
+    return stored

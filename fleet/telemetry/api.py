@@ -1,0 +1,103 @@
+"""The fleet API's telemetry side: nodes and GPUs with their series, scrape targets, and the fleet
+page's snapshot (sites and racks are in fleet.inventory.api, endpoints in fleet.serving.endpoint_api)."""
+
+from __future__ import annotations
+
+from django.db.models import Count, Q
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from console import live
+from fleet.inventory.filtersets import GpuFilterSet, NodeFilterSet
+from fleet.inventory.models import Gpu, Node
+from fleet.inventory.serializers import NodeSerializer
+from fleet.telemetry import dashboard
+from fleet.telemetry.filtersets import ScrapeTargetFilterSet
+from fleet.telemetry.models import ScrapeTarget
+from fleet.telemetry.serializers import GpuSerializer, ScrapeTargetSerializer
+
+RANGE_PARAMETER = OpenApiParameter(
+    "range", OpenApiTypes.STR, enum=list(dashboard.RANGES), default=dashboard.DEFAULT_RANGE
+)
+
+
+def _range_key(request: Request) -> str | None:
+    range_key = request.query_params.get("range", dashboard.DEFAULT_RANGE)
+    return range_key if range_key in dashboard.RANGES else None
+
+
+def _bad_range() -> Response:
+    return Response({"range": f"Use one of {', '.join(dashboard.RANGES)}."}, status=400)
+
+
+class NodeViewSet(viewsets.ModelViewSet):
+    # Physical GPUs: a node with one GPU split into three MIG instances has one GPU.
+    queryset = Node.objects.select_related("site").annotate(
+        gpu_count=Count("gpus", filter=Q(gpus__parent__isnull=True))
+    )
+    serializer_class = NodeSerializer
+    filterset_class = NodeFilterSet
+    lookup_field = "hostname"
+    lookup_value_regex = r"[A-Za-z0-9.-]+"
+
+    @extend_schema(parameters=[RANGE_PARAMETER], responses=OpenApiTypes.OBJECT)
+    @action(detail=True, methods=["get"])
+    def series(self, request: Request, hostname: str | None = None, format: str | None = None) -> Response:
+        """The node page's snapshot: one series per physical GPU over the range."""
+        range_key = _range_key(request)
+        if range_key is None:
+            return _bad_range()
+        node = self.get_object()
+        live.watch_topic(f"node.{node.pk}")
+        return Response(dashboard.node_series(node, range_key=range_key))
+
+
+class GpuViewSet(viewsets.ModelViewSet):
+    queryset = Gpu.objects.select_related("node__site", "state", "parent").prefetch_related("mig_instances")
+    serializer_class = GpuSerializer
+    filterset_class = GpuFilterSet
+    lookup_field = "uuid"
+    lookup_value_regex = r"[A-Za-z0-9-]+"
+    http_method_names = ["get", "patch", "delete", "head", "options"]  # GPUs are registered by ingest
+
+    @extend_schema(parameters=[RANGE_PARAMETER], responses=OpenApiTypes.OBJECT)
+    @action(detail=True, methods=["get"])
+    def series(self, request: Request, uuid: str | None = None, format: str | None = None) -> Response:
+        """The GPU page's snapshot: the GPU's series over the range (raw for 15 m, rollups beyond)."""
+        range_key = _range_key(request)
+        if range_key is None:
+            return _bad_range()
+        gpu = self.get_object()
+        live.watch_topic(f"gpu.{gpu.pk}")
+        return Response(dashboard.gpu_series(gpu, range_key=range_key))
+
+
+class ScrapeTargetViewSet(viewsets.ModelViewSet):
+    queryset = ScrapeTarget.objects.select_related("site")
+    serializer_class = ScrapeTargetSerializer
+    filterset_class = ScrapeTargetFilterSet
+
+
+class FleetOverviewView(APIView):
+    """Totals, site cards, the GPU table and per-site series: the fleet page's snapshot."""
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("range", OpenApiTypes.STR, enum=list(dashboard.RANGES), default=dashboard.DEFAULT_RANGE),
+            OpenApiParameter("site", OpenApiTypes.INT, required=False),
+        ],
+        responses=OpenApiTypes.OBJECT,
+    )
+    def get(self, request: Request) -> Response:
+        range_key = _range_key(request)
+        if range_key is None:
+            return _bad_range()
+        site = request.query_params.get("site")
+        if site is not None and not site.isdigit():
+            return Response({"site": "Must be a site id."}, status=400)
+        return Response(dashboard.overview_snapshot(range_key=range_key, site_id=int(site) if site else None))

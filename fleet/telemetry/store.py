@@ -1,0 +1,237 @@
+"""Writing GPU telemetry. ``store_gpu_batches`` is the one writer: every door (JSON batches through
+the ingest stream, Prometheus pushes, scrapes through ``store_gpu_samples``) ends here, so its
+insides can change without touching the doors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import connection, transaction
+from msgspec.structs import astuple
+
+from console import counters, live
+from fleet.inventory import directory
+from fleet.inventory.models import Gpu, Node
+from fleet.telemetry import dashboard, partitions
+from fleet.telemetry.fields import GPU_SAMPLE_FIELDS, METRIC_NAMES, METRICS_END, METRICS_START
+from fleet.telemetry.models import IngestBatch
+
+SAMPLE_COLUMNS = ("gpu_id", "ts", *METRIC_NAMES)
+SAMPLE_TYPES = ["int8", "timestamptz", *("float4" if f.kind is float else "int8" for f in GPU_SAMPLE_FIELDS)]
+# The state table's columns are Django's (double precision, bigint), not the sample table's reals.
+SAMPLE_TYPES_STATE = ["int8", "timestamptz", *("float8" if f.kind is float else "int8" for f in GPU_SAMPLE_FIELDS)]
+
+
+def metric_values(sample: Any) -> tuple[Any, ...]:
+    """The sample's metrics in METRIC_NAMES order (msgspec's astuple runs in C; the metrics sit
+    together in the schema, at METRICS_START)."""
+    return astuple(sample)[METRICS_START:METRICS_END]
+
+
+@dataclass(frozen=True)
+class PendingBatch:
+    """One validated batch on its way into the database: its site, idempotency key and samples
+    (GpuSampleIn or GpuSampleRow structs: same field names, same order)."""
+
+    site_id: int
+    key: str
+    samples: Sequence[Any]
+    enqueued_at: datetime | None = None
+
+
+def store_gpu_samples(
+    *, site_id: int, batch_key: str, samples: Sequence[Any], enqueued_at: datetime | None = None
+) -> int:
+    """Store one validated batch atomically; return the number of samples written (0: a redelivery)."""
+    return store_gpu_batches([PendingBatch(site_id, batch_key, samples, enqueued_at)])
+
+
+def store_gpu_batches(batches: Sequence[PendingBatch]) -> int:
+    """Store several validated batches in one transaction; return the samples written.
+
+    A batch whose key is already recorded (a redelivery) is skipped and the others are written.
+    Folding batches is what makes the queue cheap: one commit, one state upsert per GPU and one
+    dirty-minute upsert for the lot, instead of one of each per batch.
+    """
+    unique: dict[str, PendingBatch] = {}
+    for batch in batches:  # two copies of one batch (a retry queued beside the first): write one
+        if batch.samples:
+            unique.setdefault(batch.key, batch)
+    batches = list(unique.values())
+    if not batches:
+        return 0
+    stamps = [s.ts for b in batches for s in b.samples]
+    stored = partitions.write_with_partitions(partitions.SAMPLES, min(stamps), max(stamps), lambda: _store(batches))
+    if stored:
+        counters.increment("goodput_ingest_samples_stored_total", stored)
+    return stored
+
+
+def _store(batches: list[PendingBatch]) -> int:
+    """1. claim the batch keys, 2. register new GPUs, 3. COPY, 4. latest state, 5. dirty rollup buckets."""
+    with transaction.atomic():
+        fresh = _claim_batches(batches)
+        batches = [b for b in batches if b.key in fresh]
+        if not batches:
+            return 0
+        gpu_ids = _resolve_gpus(batches)
+        samples = [s for b in batches for s in b.samples]
+        _copy_samples(gpu_ids, samples)
+        _upsert_latest_state(gpu_ids, samples)
+        mark_dirty_minutes(s.ts for s in samples)
+        # The fleet page always; a GPU's or node's page only while one is watching (one cache read).
+        topics = ["fleet", *live.watched(["power"])]  # the power page too, while one follows it
+        transaction.on_commit(lambda: live.request_push(*topics, *dashboard.watched_topics(gpu_ids.values())))
+    return len(samples)
+
+
+def _claim_batches(batches: Sequence[PendingBatch]) -> set[str]:
+    return claim_batch_keys([(b.key, b.site_id, len(b.samples), b.enqueued_at) for b in batches])
+
+
+def claim_batch_keys(claims: Sequence[tuple[str, int, int, datetime | None]]) -> set[str]:
+    """Record (key, site id, samples, enqueued at) rows in one statement, in the caller's
+    transaction; return the keys that were new (the others are redeliveries).
+
+    Two writers folding the same batch (a redelivery racing its first run) meet on the key's
+    unique index: the second waits for the first to commit, then finds the key taken.
+    """
+    keys, sites, counts, enqueued = zip(*claims, strict=True) if claims else ((), (), (), ())
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {IngestBatch._meta.db_table} (key, site_id, samples, enqueued_at, received_at) "
+            "SELECT k, s, n, e, now() FROM unnest(%s::text[], %s::int8[], %s::int4[], %s::timestamptz[]) "
+            "AS b(k, s, n, e) ORDER BY k ON CONFLICT (key) DO NOTHING RETURNING key",
+            [list(keys), list(sites), list(counts), list(enqueued)],
+        )
+        return {row[0] for row in cursor.fetchall()}
+
+
+def _resolve_gpus(batches: Sequence[PendingBatch]) -> dict[str, int]:
+    """Map GPU UUIDs to ids, registering unknown nodes and GPUs under their batch's site.
+
+    The lookup runs before this transaction registers anything, so the directory cache only ever
+    remembers committed rows; what is registered here is looked up with remember=False (a
+    rollback would leave the cache pointing at ids that never existed).
+    """
+    by_uuid: dict[str, tuple[int, Any]] = {}
+    for batch in batches:
+        for sample in batch.samples:
+            by_uuid.setdefault(sample.gpu_uuid, (batch.site_id, sample))
+    known = {u: gpu_id for u, (gpu_id, _) in directory.gpus(by_uuid).items()}
+    missing = [(site_id, s) for u, (site_id, s) in by_uuid.items() if u not in known]
+    for site_id in sorted({site_id for site_id, _ in missing}):
+        known.update(_register_site_gpus(site_id, [s for site, s in missing if site == site_id]))
+    return known
+
+
+def _register_site_gpus(site_id: int, missing: list[Any]) -> dict[str, int]:
+    hostnames = sorted({s.hostname for s in missing})
+    Node.objects.bulk_create([Node(site_id=site_id, hostname=h) for h in hostnames], ignore_conflicts=True)
+    created_nodes = directory.nodes(hostnames, remember=False)
+    node_ids = {h: node_id for h, (node_id, node_site) in created_nodes.items() if node_site == site_id}
+    registered: dict[str, int] = {}
+    # Physical GPUs first, so the MIG instances in the same batch find their parent.
+    for group in ([s for s in missing if not s.parent_uuid], [s for s in missing if s.parent_uuid]):
+        if group:
+            registered.update(_register_gpus(group, node_ids))
+    return registered
+
+
+def _register_gpus(samples: list[Any], node_ids: dict[str, int]) -> dict[str, int]:
+    parents = {s.parent_uuid for s in samples if s.parent_uuid}
+    parent_ids = {u: gpu_id for u, (gpu_id, _) in directory.gpus(parents, remember=False).items()}
+    new_gpus = []
+    for sample in samples:
+        node_id = node_ids.get(sample.hostname)
+        if node_id is None:  # the hostname belongs to another site (checked at the edge; raced here)
+            continue
+        hbm = None
+        if sample.fb_used_mib is not None and sample.fb_free_mib is not None:
+            hbm = round((sample.fb_used_mib + sample.fb_free_mib) / 1024)
+        new_gpus.append(
+            Gpu(
+                node_id=node_id,
+                uuid=sample.gpu_uuid,
+                index=sample.gpu_index or 0,
+                model=sample.model or "",
+                hbm_gib=hbm,
+                parent_id=parent_ids.get(sample.parent_uuid or ""),
+                mig_profile=sample.mig_profile or "",
+                mig_instance_id=sample.mig_instance_id,
+            )
+        )
+    # Sorted inserts keep lock order stable when two workers register overlapping GPUs.
+    Gpu.objects.bulk_create(sorted(new_gpus, key=lambda g: g.uuid), ignore_conflicts=True)
+    created = directory.gpus((g.uuid for g in new_gpus), remember=False)
+    return {u: gpu_id for u, (gpu_id, _) in created.items()}
+
+
+def _copy_samples(gpu_ids: dict[str, int], samples: Sequence[Any]) -> None:
+    """Binary COPY: the fastest way into PostgreSQL, and the reason there is no ORM here."""
+    columns = ", ".join(SAMPLE_COLUMNS)
+    with connection.cursor() as cursor:
+        raw = cursor.cursor  # the psycopg 3 cursor under Django's wrapper
+        with raw.copy(f"COPY {partitions.SAMPLES.name} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(SAMPLE_TYPES)
+            for sample in samples:
+                gpu_id = gpu_ids.get(sample.gpu_uuid)
+                if gpu_id is not None:
+                    copy.write_row((gpu_id, sample.ts, *metric_values(sample)))
+
+
+def _upsert_latest_state(gpu_ids: dict[str, int], samples: Sequence[Any]) -> None:
+    """Each GPU's newest sample becomes its state, never moving the state back in time.
+
+    The rows go by binary COPY into a temporary table, then one INSERT ... ON CONFLICT: binding a
+    thousand rows of 23 columns as parameters costs more than the COPY of the samples themselves.
+    """
+    latest: dict[int, Any] = {}
+    for sample in samples:
+        gpu_id = gpu_ids.get(sample.gpu_uuid)
+        if gpu_id is not None and (gpu_id not in latest or sample.ts >= latest[gpu_id].ts):
+            latest[gpu_id] = sample
+    if not latest:
+        return
+    columns = ", ".join(SAMPLE_COLUMNS)
+    assignments = ", ".join(f"{c} = EXCLUDED.{c}" for c in SAMPLE_COLUMNS[1:])
+    with connection.cursor() as cursor:
+        raw = cursor.cursor
+        # One per connection (pooled connections keep it), emptied before each use. TRUNCATE, not
+        # DELETE: autovacuum never visits temporary tables, so deleted rows would pile up.
+        raw.execute(
+            f"CREATE TEMP TABLE IF NOT EXISTS goodput_state_in AS SELECT {columns} FROM fleet_gpustate WITH NO DATA"
+        )
+        raw.execute("TRUNCATE goodput_state_in")
+        with raw.copy(f"COPY goodput_state_in ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(SAMPLE_TYPES_STATE)
+            for gpu_id in sorted(latest):
+                sample = latest[gpu_id]
+                copy.write_row((gpu_id, sample.ts, *metric_values(sample)))
+        # Sorted: concurrent workers lock the state rows in the same order.
+        raw.execute(
+            f"INSERT INTO fleet_gpustate ({columns}, updated_at) "
+            f"SELECT {columns}, now() FROM goodput_state_in ORDER BY gpu_id "
+            f"ON CONFLICT (gpu_id) DO UPDATE SET {assignments}, updated_at = EXCLUDED.updated_at "
+            "WHERE fleet_gpustate.ts <= EXCLUDED.ts"
+        )
+
+
+def mark_dirty_minutes(timestamps: Any) -> None:
+    """Queue the minutes these samples fall in for the rollup task.
+
+    Run last in the batch's transaction: the upsert locks the bucket's row until commit, so the
+    rollup task cannot claim the bucket between our write and our commit and miss our samples.
+    """
+    minutes = sorted({ts.replace(second=0, microsecond=0) for ts in set(timestamps)})
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO fleet_rollupdirty (resolution, bucket, dirtied_at) "
+            "SELECT '1m', b, now() FROM unnest(%s::timestamptz[]) AS b "
+            "ON CONFLICT (resolution, bucket) DO UPDATE SET dirtied_at = EXCLUDED.dirtied_at",
+            [minutes],
+        )

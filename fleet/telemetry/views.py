@@ -1,0 +1,126 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect
+from django.urls import reverse
+from django.views.generic import TemplateView
+
+from console.permissions import DashboardRequiredMixin
+from fleet.inventory.models import Gpu, Node
+from fleet.telemetry import dashboard
+from fleet.telemetry.fields import GPU_SAMPLE_FIELDS, MIG_INSTANCE_FIELDS, Field
+from fleet.telemetry.forms import ScrapeTargetForm
+from fleet.telemetry.models import ScrapeTarget
+from fleet.telemetry.xid import describe_throttle, describe_xid
+
+
+def format_metric(field: Field, value: float | None) -> str:
+    """A metric as a person reads it: units, separators, kWh for energy, % for ratios, XIDs named."""
+    if value is None:
+        return "–"
+    if field.name == "xid":
+        return describe_xid(int(value))
+    if field.name == "throttle_reasons":
+        return f"{describe_throttle(int(value))} (0x{int(value):x})"
+    if field.name == "energy_mj":
+        return f"{value / 3.6e9:,.1f} kWh"
+    if field.unit == "µs":  # cumulative time throttled
+        return f"{value / 1e6:,.1f} s"
+    if field.unit == "ratio":
+        return f"{value * 100:.0f} %"
+    text = f"{value:,.0f}" if field.kind is int or float(value).is_integer() else f"{value:,.1f}"
+    return f"{text} {field.unit}".strip()
+
+
+class FleetDashboardView(DashboardRequiredMixin, TemplateView):
+    template_name = "fleet/dashboard.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        context["ranges"] = list(dashboard.RANGES)
+        context["default_range"] = dashboard.DEFAULT_RANGE
+        context["stale_seconds"] = settings.FLEET_STALE_SECONDS
+        return context
+
+
+class GpuDetailView(DashboardRequiredMixin, TemplateView):
+    template_name = "fleet/gpu_detail.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        gpu = get_object_or_404(Gpu.objects.select_related("node__site", "node__rack", "parent"), uuid=kwargs["uuid"])
+        state = getattr(gpu, "state", None)
+        context["gpu"] = gpu
+        # A MIG instance has only its own fields; the rest are its physical GPU's.
+        fields = [f for f in GPU_SAMPLE_FIELDS if not gpu.is_mig_instance or f.name in MIG_INSTANCE_FIELDS]
+        context["metrics"] = [
+            {"field": f, "text": format_metric(f, getattr(state, f.name) if state else None)} for f in fields
+        ]
+        context["instances"] = list(gpu.mig_instances.select_related("state").order_by("mig_instance_id", "uuid"))
+        context["state"] = state
+        context["ranges"] = list(dashboard.RANGES)
+        context["default_range"] = dashboard.DEFAULT_RANGE
+        # What gpu.js needs: where the snapshot is, which topic to follow, which charts to draw.
+        context["page_config"] = {
+            "series_url": reverse("api:fleet-api:gpu-series", args=[gpu.uuid]),
+            "topic": f"gpu.{gpu.pk}",
+            "mig": gpu.is_mig_instance,
+        }
+        return context
+
+
+class NodeDetailView(DashboardRequiredMixin, TemplateView):
+    template_name = "fleet/node_detail.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        node = get_object_or_404(Node.objects.select_related("site", "rack"), hostname=kwargs["hostname"])
+        context["node"] = node
+        gpus = list(node.gpus.select_related("state").order_by("index", "mig_instance_id", "uuid"))
+        physical = [g for g in gpus if g.parent_id is None]
+        for gpu in physical:  # MIG instances listed under their GPU
+            gpu.instances = [g for g in gpus if g.parent_id == gpu.pk]
+        context["gpus"] = physical
+        context["incidents"] = dashboard.node_incidents(node)
+        context["ranges"] = list(dashboard.RANGES)
+        context["default_range"] = dashboard.DEFAULT_RANGE
+        context["page_config"] = {
+            "series_url": reverse("api:fleet-api:node-series", args=[node.hostname]),
+            "topic": f"node.{node.pk}",
+        }
+        return context
+
+
+class ScrapeTargetListView(DashboardRequiredMixin, TemplateView):
+    """Like Prometheus' targets page: each target's health, last scrape, duration, samples, error.
+
+    Operators add targets here (POST); everyone with a role can read it.
+    """
+
+    template_name = "fleet/targets.html"
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.has_perm("fleet.add_scrapetarget"):
+            raise PermissionDenied("Adding scrape targets needs the Operator role.")
+        form = ScrapeTargetForm(request.POST)
+        if form.is_valid():
+            target = form.save()
+            messages.success(request, f"Added {target.name}; its first scrape runs within a few seconds.")
+            return redirect("fleet:targets")
+        return self.render_to_response(self.get_context_data(form=form))
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        targets = list(ScrapeTarget.objects.select_related("site").order_by("site__name", "name"))
+        context["targets"] = targets
+        context["counts"] = {
+            health: sum(1 for t in targets if t.health == health) for health in ("up", "down", "unknown")
+        }
+        context["can_edit"] = self.request.user.has_perm("fleet.add_scrapetarget")
+        context.setdefault("form", ScrapeTargetForm())
+        return context

@@ -1,0 +1,51 @@
+"""The training pages' read APIs: the goodput overview and one job's snapshot. Any role reads
+them (a session or a personal token); the pages fetch them on load and after a reconnect."""
+
+from __future__ import annotations
+
+from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from fleet.training import dashboard as training_dashboard
+from fleet.training.models import Job
+
+
+class TrainingOverviewView(APIView):
+    """Cluster goodput over whole clock hours ending with the current one ("1h" is the current hour
+    so far, "24h" and "7d" the last 24 and 168 hourly buckets; each with ``since``, its first hour),
+    the badput breakdown and hourly stacked series for the range, the top jobs by GPU-hours lost,
+    and the jobs holding GPUs with their step rate."""
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "range",
+                OpenApiTypes.STR,
+                enum=list(training_dashboard.RANGES),
+                default=training_dashboard.DEFAULT_RANGE,
+            )
+        ],
+        responses=OpenApiTypes.OBJECT,
+    )
+    def get(self, request: Request) -> Response:
+        range_key = request.query_params.get("range", training_dashboard.DEFAULT_RANGE)
+        if range_key not in training_dashboard.RANGES:
+            return Response({"range": f"Use one of {', '.join(training_dashboard.RANGES)}."}, status=400)
+        return Response(training_dashboard.overview_snapshot(range_key=range_key))
+
+
+class JobSnapshotView(APIView):
+    """A job's page: its account (exact from every event; for a job of over 50,000 events from its
+    hourly accounts, ``exact`` false, as of their last refresh), event timeline, per-minute step
+    and GPU series, chart markers, the losses of its failures, and the checkpoint advisor."""
+
+    queryset = Job.objects.all()  # reads need fleet.view_job, as the job's own detail route does
+
+    @extend_schema(responses=OpenApiTypes.OBJECT)
+    def get(self, request: Request, pk: int) -> Response:
+        job = get_object_or_404(Job.objects.select_related("site"), pk=pk)
+        return Response(training_dashboard.job_snapshot(job))

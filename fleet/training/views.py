@@ -1,0 +1,45 @@
+"""The training pages: the goodput dashboard and one job. Server-rendered shells; their numbers
+come from the snapshot APIs (fleet.training.dashboard_api) and the live pushes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.shortcuts import get_object_or_404
+from django.urls import reverse
+from django.views.generic import TemplateView
+
+from console.permissions import DashboardRequiredMixin
+from fleet.training import dashboard as training_dashboard
+from fleet.training.models import Job
+
+
+class TrainingDashboardView(DashboardRequiredMixin, TemplateView):
+    template_name = "training/dashboard.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        context["ranges"] = list(training_dashboard.RANGES)
+        context["default_range"] = training_dashboard.DEFAULT_RANGE
+        context["has_jobs"] = Job.objects.exists()
+        context["page_config"] = {
+            "overview_url": reverse("api:training-api:overview"),
+            "topic": "training",
+        }
+        return context
+
+
+class JobDetailView(DashboardRequiredMixin, TemplateView):
+    template_name = "training/job_detail.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        job = get_object_or_404(Job.objects.select_related("site"), pk=kwargs["pk"])
+        context["job"] = job
+        context["nodes"] = sorted(job.nodes.values_list("hostname", flat=True))
+        context["page_config"] = {
+            "snapshot_url": reverse("api:training-api:job-snapshot", args=[job.pk]),
+            "topic": f"job.{job.pk}",
+            "job_id": job.pk,
+        }
+        return context
