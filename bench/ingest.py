@@ -695,8 +695,8 @@ def run_breakdown(workload: Workload, site_ids: dict[str, int], seconds: float, 
 
     from console import live
     from console.models import AgentToken
-    from fleet.ingest import stream as ingest_stream
     from fleet.ingest import batches as ingest
+    from fleet.ingest import stream as ingest_stream
     from fleet.models import Site
     from fleet.telemetry import partitions
     from fleet.telemetry import store as telemetry
