@@ -68,7 +68,7 @@ def build_inventory() -> list[Any]:
     from fleet.models import Pool, Rack, Site
     from fleet.telemetry.simulator import A100, H100, H200, L40S, GpuModel, NodeGroup, SiteSpec, build_fleet
 
-    l4 = GpuModel("NVIDIA L4", 23034, 72, 16, 2040, 6251, 87)
+    l4 = GpuModel("NVIDIA L4", 23034, 72, 16, 2040, 6251, 87, 121)  # dense BF16 peak 121 TFLOP/s
     models = (H100, H200, A100, L40S, l4)
     specs = []
     for s in range(1, SITES + 1):

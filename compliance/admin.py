@@ -14,6 +14,7 @@ from compliance.models import (
     GpaiModel,
     LegalHold,
     Lineage,
+    ProcessorRecord,
     RetentionPolicy,
     RetentionRun,
     SubjectRequest,
@@ -60,12 +61,22 @@ class DataAssetAdmin(admin.ModelAdmin):
     search_fields = ["name", "purposes"]
 
 
+@admin.register(ProcessorRecord)
+class ProcessorRecordAdmin(admin.ModelAdmin):
+    list_display = ["name", "processor", "updated_at"]
+    search_fields = ["name", "processor", "controllers"]
+
+
 @admin.register(SubjectRequest)
 class SubjectRequestAdmin(admin.ModelAdmin):
-    list_display = ["subject_reference", "kind", "received_on", "due_on", "status", "closed_on"]
+    list_display = ["subject_reference", "kind", "received_on", "due_on", "status", "closed_on", "late"]
     list_filter = ["kind", "status"]
     readonly_fields = ["due_on"]
     filter_horizontal = ["assets"]
+
+    @admin.display(boolean=True, description="Late")
+    def late(self, obj: SubjectRequest) -> bool:
+        return obj.is_late()
 
 
 @admin.register(RetentionPolicy)
@@ -76,9 +87,21 @@ class RetentionPolicyAdmin(admin.ModelAdmin):
 
 @admin.register(LegalHold)
 class LegalHoldAdmin(admin.ModelAdmin):
+    """A hold is placed here or on the retention page, and released only there (two people for
+    the audit log's): once placed, it is read-only here and never deleted."""
+
     list_display = ["name", "data_class", "tenant", "placed_by", "placed_at", "released_at"]
     list_filter = ["data_class"]
-    readonly_fields = ["placed_by", "placed_at"]
+    readonly_fields = ["placed_by", "placed_at", "released_at", "released_by", "release_requested_by"]
+    readonly_fields += ["release_requested_at"]
+
+    def get_readonly_fields(self, request, obj=None):  # type: ignore[no-untyped-def]
+        if obj is None:
+            return self.readonly_fields
+        return [f.name for f in self.model._meta.fields]
+
+    def has_delete_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
+        return False
 
 
 @admin.register(RetentionRun)
@@ -107,7 +130,6 @@ class CompliancePackAdmin(ReadOnlyAdmin):
 
     list_display = ["pk", "period_start", "period_end", "status", "progress", "size", "created_by", "created_at"]
     list_filter = ["status"]
-    exclude = ["content"]
 
 
 # --- register: models, datasets with their crawled domains, lineage ---

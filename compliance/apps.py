@@ -11,3 +11,13 @@ class ComplianceConfig(AppConfig):
 
         signals.connect()
         overview.register()
+        # The audit floor reaches the database's purge function after each migrate (as the owner).
+        from django.db.models.signals import post_migrate
+
+        post_migrate.connect(_write_audit_floor, sender=self, dispatch_uid="compliance.audit_floor")
+
+
+def _write_audit_floor(sender: AppConfig, using: str = "default", **kwargs: object) -> None:
+    from compliance.services.audit import write_floor
+
+    write_floor(using)

@@ -78,11 +78,25 @@ class RetentionAction(models.TextChoices):
 
 
 class RequestKind(models.TextChoices):
-    """Data-subject requests the register must answer for training data (Art. 15, 17, 21)."""
+    """The data subject's rights (GDPR Arts. 15-22), each a request the controller must answer
+    within one month of receipt (Art. 12(3))."""
 
     ACCESS = "access", "Access (Art. 15)"
+    RECTIFICATION = "rectification", "Rectification (Art. 16)"
     ERASURE = "erasure", "Erasure (Art. 17)"
+    RESTRICTION = "restriction", "Restriction of processing (Art. 18)"
+    NOTIFICATION = "notification", "Notification of recipients (Art. 19)"
+    PORTABILITY = "portability", "Data portability (Art. 20)"
     OBJECTION = "objection", "Objection (Art. 21)"
+    AUTOMATED_DECISION = "automated_decision", "Automated decision-making (Art. 22)"
+
+
+class UserDataOrigin(models.TextChoices):
+    """Section 2.4 of the summary template asks two questions about user data: this says which
+    one a user-data dataset answers."""
+
+    MODEL = "model", "User interactions with the AI model"
+    OTHER_SERVICES = "other_services", "User interactions with the provider's other services or products"
 
 
 class RequestStatus(models.TextChoices):
@@ -101,6 +115,11 @@ class AuditAction(models.TextChoices):
     DELETE = "delete", "Delete"
     EXPORT = "export", "Export"  # a download of a compliance document
     ACTION = "action", "Action"  # anything else worth a line: a publish, a retention run
+    PURGE = "purge", "Purge"  # written by the database's purge function itself, never by the app
+    SIGN_IN = "sign_in", "Sign-in"
+    SIGN_OUT = "sign_out", "Sign-out"
+    SIGN_IN_FAILED = "sign_in_failed", "Failed sign-in"
+    LOCKOUT = "lockout", "Lock-out"
 
 
 class PackStatus(models.TextChoices):

@@ -25,7 +25,7 @@ from compliance.choices import (
     SourceCategory,
     WeightsClassification,
 )
-from compliance.models import Dataset, GpaiModel, LegalHold, RetentionPolicy, SubjectRequest
+from compliance.models import Dataset, GpaiModel, LegalHold, Lineage, RetentionPolicy, SubjectRequest
 from compliance.services import gdpr, register
 
 MODEL = ("goodput-demo-7b", "1.0")
@@ -126,8 +126,7 @@ def seed_compliance(*, today: date) -> dict[str, int]:
             added["datasets"] += created
             if created and dataset.source_category == SourceCategory.CRAWLED:
                 register.import_domains(dataset, "domain,bytes\n" + "".join(f"{d},{b}\n" for d, b in DOMAINS))
-            _, created = register.record_lineage(model, dataset, job=job if name == "demo-web-crawl-2026" else None)
-            added["lineage"] += created
+            added["lineage"] += _ensure_lineage(model, dataset, job if name == "demo-web-crawl-2026" else None)
         added["records"] += len(gdpr.ensure_console_assets())
         for kind, reference, days_ago in (
             (RequestKind.ERASURE, "DSR-2026-0141", 40),
@@ -154,3 +153,23 @@ def seed_compliance(*, today: date) -> dict[str, int]:
         )
         added["holds"] += created
     return added
+
+
+def _ensure_lineage(model: GpaiModel, dataset: Dataset, job: object) -> int:
+    """One lineage row per dataset of the demo model, on every start; 1 when this call added it.
+
+    The first start may run before the simulator has registered a job: the row is then recorded
+    without one, and a later start names the job on that row instead of adding a second row (each
+    restart used to add one). A row an officer recorded by hand is left as it is.
+    """
+    rows = Lineage.objects.filter(model=model, dataset=dataset)
+    if job is not None and not rows.filter(job=job).exists():
+        unnamed = rows.filter(job__isnull=True, recorded_by__isnull=True).first()
+        if unnamed is not None:
+            unnamed.job = job
+            unnamed.save(update_fields=["job"])
+            return 0
+    if rows.exists():
+        return 0
+    _, created = register.record_lineage(model, dataset, job=job)
+    return int(created)

@@ -10,9 +10,11 @@ from django import forms
 from django.utils import timezone
 
 from compliance.choices import RequestStatus
-from compliance.models import DataAsset, SubjectRequest
-from compliance.models.gdpr import RECORD_FIELDS, received_on_error
+from compliance.models import DataAsset, ProcessorRecord, SubjectRequest
+from compliance.models.gdpr import PROCESSOR_FIELDS, RECORD_FIELDS, received_on_error
 from compliance.services import gdpr
+
+_DATE = forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d")
 
 
 class DataAssetForm(forms.ModelForm):
@@ -40,12 +42,22 @@ class DataAssetForm(forms.ModelForm):
         return cleaned
 
 
+class ProcessorRecordForm(forms.ModelForm):
+    class Meta:
+        model = ProcessorRecord
+        fields = list(PROCESSOR_FIELDS)
+        widgets = {
+            name: forms.Textarea(attrs={"rows": 2})
+            for name in ("controllers", "processing_categories", "third_country_transfers", "security_measures")
+        }
+
+
 class SubjectRequestForm(forms.ModelForm):
     class Meta:
         model = SubjectRequest
         fields = ["kind", "subject_reference", "received_on", "assets", "notes"]
         widgets = {
-            "received_on": forms.DateInput(attrs={"type": "date"}),
+            "received_on": _DATE,
             "assets": forms.CheckboxSelectMultiple,
             "notes": forms.Textarea(attrs={"rows": 2}),
         }
@@ -58,6 +70,49 @@ class SubjectRequestForm(forms.ModelForm):
         return value
 
 
-class RequestStatusForm(forms.Form):
+class _RequestActionForm(forms.Form):
+    """A change to one logged request, checked whole with gdpr.request_errors."""
+
     request = forms.ModelChoiceField(queryset=SubjectRequest.objects.all(), widget=forms.HiddenInput)
+
+    def _check(self, **changes: Any) -> None:
+        request: SubjectRequest = self.cleaned_data["request"]
+        values = {
+            "received_on": request.received_on,
+            "status": request.status,
+            "closed_on": None,
+            "extension_reason": request.extension_reason,
+            "extension_notified_on": request.extension_notified_on,
+            **changes,
+        }
+        for name, error in gdpr.request_errors(**values, today=timezone.localdate()).items():
+            self.add_error(name if name in self.fields else None, error)
+
+
+class RequestStatusForm(_RequestActionForm):
+    """A request's status and, when it is completed or refused, the date it was (default: the date
+    it already has, else today)."""
+
     status = forms.ChoiceField(choices=RequestStatus.choices)
+    closed_on = forms.DateField(required=False, widget=_DATE, label="Completed on")
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        if "request" in cleaned and "status" in cleaned:
+            self._check(status=cleaned["status"], closed_on=cleaned.get("closed_on"))
+        return cleaned
+
+
+class RequestExtensionForm(_RequestActionForm):
+    """The Art. 12(3) extension: why, and when the data subject was told (within the first month)."""
+
+    extension_reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), label="Reason")
+    extension_notified_on = forms.DateField(widget=_DATE, label="Data subject told on")
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        if {"request", "extension_reason", "extension_notified_on"} <= set(cleaned):
+            self._check(
+                extension_reason=cleaned["extension_reason"], extension_notified_on=cleaned["extension_notified_on"]
+            )
+        return cleaned

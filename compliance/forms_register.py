@@ -9,11 +9,20 @@ from django import forms
 
 from compliance.choices import Modality
 from compliance.models.register import Dataset, GpaiModel
-from compliance.services.register import MAX_CSV_BYTES
+from compliance.services.register import MAX_CSV_BYTES, scratch_error
 from fleet.models import Job
 
 _DATE = forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d")
 _SHORT_TEXT = forms.Textarea(attrs={"rows": 2})
+CONTENT_TYPE_FIELDS = tuple(f"content_types_{m}" for m in Modality.values)
+SOURCE_COMMENT_FIELDS = (
+    "comments_public",
+    "comments_third_party",
+    "comments_crawled",
+    "comments_user_data",
+    "comments_synthetic",
+    "comments_other_sources",
+)
 
 
 class GpaiModelForm(forms.ModelForm):
@@ -28,14 +37,19 @@ class GpaiModelForm(forms.ModelForm):
             "version",
             "provider_name",
             "provider_contact",
+            "provider_established_in_union",
             "authorised_representative",
+            "trained_from_scratch",
             "base_model",
             "base_model_external",
             "placed_on_market",
             "modalities",
-            "content_types",
+            "other_modality",
+            *CONTENT_TYPE_FIELDS,
+            "continuously_trained",
             "linguistic_characteristics",
             "other_characteristics",
+            "comments_general",
             "training_compute_flop",
             "weights_location",
             "weights_classification",
@@ -43,10 +57,28 @@ class GpaiModelForm(forms.ModelForm):
             "export_control_checked_on",
             "signed_code_of_practice",
             "tdm_opt_out_measures",
+            "comments_tdm",
             "illegal_content_measures",
             "other_processing",
+            *SOURCE_COMMENT_FIELDS,
         ]
         labels = {
+            "provider_established_in_union": "Provider established in the Union (no authorised representative)",
+            "trained_from_scratch": "Trained from scratch (no model dependencies)",
+            "continuously_trained": "Trained on new data after the latest collection date",
+            "content_types_text": "Types of content: text",
+            "content_types_image": "Types of content: image",
+            "content_types_audio": "Types of content: audio",
+            "content_types_video": "Types of content: video",
+            "content_types_other": "Types of content: other",
+            "comments_general": "Additional comments (1.3)",
+            "comments_public": "Additional comments (2.1)",
+            "comments_third_party": "Additional comments (2.2.2)",
+            "comments_crawled": "Additional comments (2.3)",
+            "comments_user_data": "Additional comments (2.4)",
+            "comments_synthetic": "Additional comments (2.5)",
+            "comments_other_sources": "Additional comments (2.6)",
+            "comments_tdm": "Additional comments (3.1)",
             "training_compute_flop": "Training compute (FLOP)",
             "placed_on_market": "Placed on the EU market",
             "export_control_checked_on": "Export control checked on",
@@ -59,7 +91,8 @@ class GpaiModelForm(forms.ModelForm):
             "placed_on_market": _DATE,
             "export_control_checked_on": _DATE,
             "training_compute_flop": forms.NumberInput(attrs={"placeholder": "e.g. 3e24", "step": "any"}),
-            "content_types": _SHORT_TEXT,
+            **{name: _SHORT_TEXT for name in (*CONTENT_TYPE_FIELDS, *SOURCE_COMMENT_FIELDS, "comments_general")},
+            "comments_tdm": _SHORT_TEXT,
             "linguistic_characteristics": _SHORT_TEXT,
             "other_characteristics": _SHORT_TEXT,
             "export_control_notes": _SHORT_TEXT,
@@ -77,6 +110,16 @@ class GpaiModelForm(forms.ModelForm):
         # 3e24 is how FLOP are written; the decimal field takes it and stores the whole number.
         self.fields["training_compute_flop"].widget = forms.TextInput(attrs={"placeholder": "e.g. 3e24"})
 
+    def clean(self) -> dict[str, Any]:
+        """A model trained from scratch names no base model (the database's check, on the field)."""
+        cleaned = super().clean()
+        error = scratch_error(
+            cleaned.get("trained_from_scratch"), cleaned.get("base_model"), cleaned.get("base_model_external", "")
+        )
+        if error:
+            self.add_error("trained_from_scratch", error)
+        return cleaned
+
 
 class DatasetForm(forms.ModelForm):
     class Meta:
@@ -89,6 +132,7 @@ class DatasetForm(forms.ModelForm):
             "size_unit",
             "description",
             "licence",
+            "publicly_known",
             "personal_data",
             "special_categories",
             "lawful_basis",
@@ -99,10 +143,20 @@ class DatasetForm(forms.ModelForm):
             "crawler_behaviour",
             "crawl_started",
             "crawl_ended",
+            "user_data_origin",
             "user_data_source",
             "generated_by",
+            "generated_by_other",
         ]
-        labels = {"tdm_opt_outs": "TDM opt-outs honoured", "special_categories": "Special categories (Art. 9)"}
+        labels = {
+            "tdm_opt_outs": "TDM opt-outs honoured",
+            "special_categories": "Special categories (Art. 9)",
+            "publicly_known": "Publicly known (2.2.2: listed by name)",
+            "user_data_origin": "User data from (2.4)",
+            "user_data_source": "Services or products the user data came from",
+            "generated_by": "Generated by models on the market (2.5)",
+            "generated_by_other": "Generated by other models, incl. own not on the market (2.5)",
+        }
         widgets = {
             "collected_until": _DATE,
             "crawl_started": _DATE,

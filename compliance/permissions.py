@@ -25,13 +25,14 @@ class ComplianceRequiredMixin(PermissionRequiredMixin):
 
     permission_required = COMPLIANCE_PERMISSION
     raise_exception = True
+    permission_denied_message = "Compliance records need the Compliance officer or Admin role."
 
 
 class CompliancePermission(permissions.BasePermission):
     """For the API: every method needs the compliance role (sessions and personal tokens; agent
     tokens never hold it)."""
 
-    message = "Compliance records need the Compliance officer or Admin role."
+    message = ComplianceRequiredMixin.permission_denied_message
 
     def has_permission(self, request: Request, view: Any) -> bool:
         return may_manage_compliance(request.user)

@@ -1,5 +1,6 @@
 """What is audited: the create, change and delete of the models below, plus changes of users'
-roles (the m2m ``user.groups``) and permissions.
+roles (the m2m ``user.groups``) and permissions, and sign-ins: each sign-in, sign-out, failed
+sign-in and django-axes lock-out (before, only axes' own tables knew of them).
 
 Receivers are connected per sender, so a model not listed here (telemetry samples, latest GPU
 state, rollups) pays nothing: Django skips a signal with no receiver for its sender. An audited
@@ -46,12 +47,13 @@ AUDITED: dict[str, AuditSpec] = {
     "compliance.Lineage": _PLAIN,
     "compliance.SummaryVersion": _PLAIN,
     "compliance.DataAsset": _PLAIN,
+    "compliance.ProcessorRecord": _PLAIN,
     "compliance.SubjectRequest": _PLAIN,
     "compliance.RetentionPolicy": _PLAIN,
     "compliance.LegalHold": _PLAIN,
     "compliance.RetentionRun": _PLAIN,
     # A pack build saves its progress many times: only a status change is worth an entry.
-    "compliance.CompliancePack": AuditSpec(omit=frozenset({"content"}), only=frozenset({"status"})),
+    "compliance.CompliancePack": AuditSpec(only=frozenset({"status"})),  # its zip is in CompliancePackChunk
     # incidents and routing (a webhook URL or integration key is a credential)
     "incidents.Incident": _PLAIN,
     "incidents.TimelineEntry": _PLAIN,
@@ -172,8 +174,62 @@ def _m2m(
             )
 
 
+# -- Sign-ins ---------------------------------------------------------------------------------
+
+
+def _client_address(request: Any) -> str | None:
+    """The address django-axes counts (the client's behind the proxy), else the peer's."""
+    if request is None:
+        return None
+    return getattr(request, "axes_ip_address", None) or request.META.get("REMOTE_ADDR") or None
+
+
+def _attempted(username: Any) -> str:
+    return str(username or "")[:150] or "(blank)"
+
+
+def _signed_in(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
+    record(AuditAction.SIGN_IN, obj=user, actor=user, message="signed in", remote_addr=_client_address(request))
+
+
+def _signed_out(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
+    if user is not None:
+        record(AuditAction.SIGN_OUT, obj=user, actor=user, message="signed out", remote_addr=_client_address(request))
+
+
+def _sign_in_failed(sender: Any, credentials: dict[str, Any], request: Any = None, **kwargs: Any) -> None:
+    """Django hands over the credentials with the password already masked; only the name is kept."""
+    name = _attempted(credentials.get("username"))
+    record(
+        AuditAction.SIGN_IN_FAILED,
+        actor=name,
+        after={"username": name},
+        message="sign-in failed",
+        remote_addr=_client_address(request),
+    )
+
+
+def _locked_out(sender: Any, request: Any, username: Any, ip_address: Any, **kwargs: Any) -> None:
+    name = _attempted(username)
+    failures = getattr(request, "axes_failures_since_start", None)
+    record(
+        AuditAction.LOCKOUT,
+        actor=name,
+        after={"username": name, "failures": failures},
+        message=f"sign-in locked out{f' after {failures} failures' if failures else ''}",
+        remote_addr=str(ip_address) if ip_address else _client_address(request),
+    )
+
+
 def connect() -> None:
     """Connect the receivers to each audited model (from ComplianceConfig.ready)."""
+    from axes.signals import user_locked_out
+    from django.contrib.auth.signals import user_logged_in, user_logged_out, user_login_failed
+
+    user_logged_in.connect(_signed_in, dispatch_uid="compliance.audit.signed_in")
+    user_logged_out.connect(_signed_out, dispatch_uid="compliance.audit.signed_out")
+    user_login_failed.connect(_sign_in_failed, dispatch_uid="compliance.audit.sign_in_failed")
+    user_locked_out.connect(_locked_out, dispatch_uid="compliance.audit.locked_out")
     for label, spec in AUDITED.items():
         model = apps.get_model(label)
         _specs[model] = spec

@@ -11,6 +11,7 @@ from compliance.api import gdpr
 # SimpleRouter: the areas share /api/v1/compliance/, so no area claims its root view.
 router = SimpleRouter()
 router.register("processing/records", gdpr.DataAssetViewSet, basename="data-asset")
+router.register("processing/processor-records", gdpr.ProcessorRecordViewSet, basename="processor-record")
 router.register("processing/requests", gdpr.SubjectRequestViewSet, basename="subject-request")
 
 urlpatterns: list[URLPattern | URLResolver] = [

@@ -1,10 +1,12 @@
-"""The records-of-processing page (/compliance/processing/): the Art. 30 records and the log of
-data-subject requests with their one-month due dates. Compliance officers and admins only."""
+"""The records-of-processing page (/compliance/processing/): the Art. 30 records (as controller and
+as processor) and the log of data-subject requests with their due dates, extensions and completion
+dates. Compliance officers and admins only."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import messages
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
@@ -14,16 +16,31 @@ from django.utils import timezone
 from django.views.generic import TemplateView
 
 from compliance.choices import RequestStatus
-from compliance.forms_gdpr import DataAssetForm, RequestStatusForm, SubjectRequestForm
-from compliance.models import DataAsset, SubjectRequest
+from compliance.forms_gdpr import (
+    DataAssetForm,
+    ProcessorRecordForm,
+    RequestExtensionForm,
+    RequestStatusForm,
+    SubjectRequestForm,
+)
+from compliance.models import DataAsset, ProcessorRecord, SubjectRequest
 from compliance.permissions import ComplianceRequiredMixin
 from compliance.services import gdpr
 
 
+def _form_error(form: forms.Form) -> str:
+    """A bad row form's errors as one line naming each field, for the message above the tables."""
+    return " ".join(
+        f"{name}: {' '.join(errors)}" if name != "__all__" else " ".join(errors) for name, errors in form.errors.items()
+    )
+
+
 class ProcessingView(ComplianceRequiredMixin, TemplateView):
-    """POST ``action``: ``asset`` (a new record), ``request`` (a new data-subject request),
-    ``status`` (a request's status), ``console-assets`` (the console's own records, where missing).
-    A bad form re-renders with its errors on the fields (400) and writes nothing."""
+    """POST ``action``: ``asset`` (a new record as controller), ``processor`` (a new record as
+    processor), ``request`` (a new data-subject request), ``status`` (a request's status and
+    completion date), ``extension`` (a request's Art. 12(3) extension), ``console-assets`` (the
+    console's own records, where missing). A bad form re-renders with its errors (400) and writes
+    nothing."""
 
     template_name = "compliance/gdpr/processing.html"
 
@@ -34,29 +51,35 @@ class ProcessingView(ComplianceRequiredMixin, TemplateView):
         context.update(
             today=today,
             assets=DataAsset.objects.all(),
-            requests=[{"request": r, "overdue": r.is_overdue(today)} for r in requests],
-            open_count=sum(1 for r in requests if r.status in (RequestStatus.OPEN, RequestStatus.IN_PROGRESS)),
-            overdue_count=sum(1 for r in requests if r.is_overdue(today)),
+            processor_records=ProcessorRecord.objects.all(),
+            requests=[{"request": r, "overdue": r.is_overdue(today), "late": r.is_late()} for r in requests],
+            # The tiles count as the compliance home does (compliance.services.status): one queryset each.
+            open_count=SubjectRequest.objects.open().count(),
+            overdue_count=SubjectRequest.objects.overdue(today).count(),
+            late_count=SubjectRequest.objects.late().count(),
             statuses=RequestStatus.choices,
             missing_console_assets=sorted(
                 set(gdpr.CONSOLE_ASSETS) - set(DataAsset.objects.values_list("name", flat=True))
             ),
         )
         context.setdefault("asset_form", DataAssetForm(prefix="asset"))
+        context.setdefault("processor_form", ProcessorRecordForm(prefix="processor"))
         context.setdefault("request_form", SubjectRequestForm(prefix="request", initial={"received_on": today}))
         return context
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         action = request.POST.get("action")
+        today = timezone.localdate()
         if action == "console-assets":
             created = gdpr.ensure_console_assets()
             messages.success(request, f"Added {len(created)} record{'s' if len(created) != 1 else ''} of processing.")
-        elif action == "asset":
-            form = DataAssetForm(request.POST, prefix="asset")
+        elif action in ("asset", "processor"):
+            form_class = DataAssetForm if action == "asset" else ProcessorRecordForm
+            form = form_class(request.POST, prefix=action)
             if not form.is_valid():
-                return self.render_to_response(self.get_context_data(asset_form=form), status=400)
-            asset = form.save()
-            messages.success(request, f"Recorded {asset}.")
+                return self.render_to_response(self.get_context_data(**{f"{action}_form": form}), status=400)
+            record = form.save()
+            messages.success(request, f"Recorded {record}.")
         elif action == "request":
             form = SubjectRequestForm(request.POST, prefix="request")
             if not form.is_valid():
@@ -65,15 +88,28 @@ class ProcessingView(ComplianceRequiredMixin, TemplateView):
                 subject_request = form.save()
             messages.success(request, f"Logged {subject_request}, due {subject_request.due_on:%Y-%m-%d}.")
         elif action == "status":
-            form = RequestStatusForm(request.POST)
-            if not form.is_valid():
-                return self.render_to_response(
-                    self.get_context_data(action_error="Choose a request and a known status."), status=400
-                )
+            status_form = RequestStatusForm(request.POST)
+            if not status_form.is_valid():
+                return self.render_to_response(self.get_context_data(action_error=_form_error(status_form)), status=400)
             subject_request = gdpr.set_request_status(
-                form.cleaned_data["request"], form.cleaned_data["status"], today=timezone.localdate()
+                status_form.cleaned_data["request"],
+                status_form.cleaned_data["status"],
+                today=today,
+                closed_on=status_form.cleaned_data["closed_on"],
             )
             messages.success(request, f"{subject_request}: {subject_request.get_status_display()}.")
+        elif action == "extension":
+            extension_form = RequestExtensionForm(request.POST)
+            if not extension_form.is_valid():
+                return self.render_to_response(
+                    self.get_context_data(action_error=_form_error(extension_form)), status=400
+                )
+            subject_request = gdpr.extend_request(
+                extension_form.cleaned_data["request"],
+                reason=extension_form.cleaned_data["extension_reason"],
+                notified_on=extension_form.cleaned_data["extension_notified_on"],
+            )
+            messages.success(request, f"{subject_request}: extended, now due {subject_request.due_on:%Y-%m-%d}.")
         else:
             return self.render_to_response(self.get_context_data(action_error="Unknown action."), status=400)
         return redirect(reverse("compliance:processing"))

@@ -14,6 +14,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.views.generic import TemplateView
 
+from compliance.choices import PackStatus
 from compliance.forms_pack import PackForm
 from compliance.models import CompliancePack
 from compliance.permissions import ComplianceRequiredMixin
@@ -28,8 +29,10 @@ class PackListView(ComplianceRequiredMixin, TemplateView):
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
         context.setdefault("form", PackForm(initial=PackForm.default_period()))
-        context["packs"] = CompliancePack.objects.defer("content").select_related("created_by")[:LIST_LIMIT]
+        context["packs"] = CompliancePack.objects.select_related("created_by")[:LIST_LIMIT]
         context["max_period_days"] = MAX_PERIOD_DAYS
+        # Packs are built one at a time (compliance.tasks_pack): say how many wait behind the one building.
+        context["waiting"] = CompliancePack.objects.filter(status=PackStatus.QUEUED).count()
         return context
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:

@@ -16,7 +16,7 @@ from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.views.generic import TemplateView
 
-from compliance.choices import SourceCategory
+from compliance.choices import Modality, SourceCategory
 from compliance.forms_register import DatasetForm, DomainCsvForm, GpaiModelForm, LineageForm
 from compliance.models.register import CrawledDomain, Dataset, GpaiModel, Lineage
 from compliance.permissions import ComplianceRequiredMixin
@@ -84,6 +84,9 @@ class ModelDetailView(ComplianceRequiredMixin, TemplateView):
         model = get_object_or_404(GpaiModel.objects.select_related("base_model"), pk=self.kwargs["pk"])
         context.update(
             model=model,
+            content_types=[
+                (m.label, text) for m in Modality if (text := getattr(model, f"content_types_{m.value}").strip())
+            ],
             overdue=model.export_control_overdue(timezone.localdate()),
             lineage=model.lineage.select_related("dataset", "job", "recorded_by").order_by("dataset__name"),
             graph=register.lineage_graph(model),

@@ -29,7 +29,7 @@ class RetentionView(ComplianceRequiredMixin, TemplateView):
         context = super().get_context_data(**kwargs)
         today = timezone.localdate()
         attestations = retention.attestations(today)
-        holds = list(LegalHold.objects.select_related("placed_by"))
+        holds = list(LegalHold.objects.select_related("placed_by", "released_by", "release_requested_by"))
         context.update(
             enforced=retention.effective_policies(),
             attestations=attestations,
@@ -73,10 +73,15 @@ class RetentionView(ComplianceRequiredMixin, TemplateView):
             if hold is None:
                 return self.render_to_response(self.get_context_data(action_error="No such legal hold."), status=400)
             try:
-                retention.release_hold(hold)
-            except retention.HoldAlreadyReleased as exc:
+                hold = retention.release_hold(hold, by=request.user)
+            except (retention.HoldAlreadyReleased, retention.SecondPersonRequired) as exc:
                 return self.render_to_response(self.get_context_data(action_error=str(exc)), status=409)
-            messages.success(request, f"Legal hold released: {hold}.")
+            if hold.released_at is None:
+                messages.success(
+                    request, f"Release of {hold} requested: another compliance officer or an admin approves it."
+                )
+            else:
+                messages.success(request, f"Legal hold released: {hold}.")
         else:
             return self.render_to_response(self.get_context_data(action_error="Unknown action."), status=400)
         return redirect(reverse("compliance:retention"))

@@ -17,9 +17,10 @@ from django.views.generic import TemplateView
 
 from compliance.models import GpaiModel, SummaryVersion
 from compliance.permissions import ComplianceRequiredMixin
-from compliance.services import summary
+from compliance.services import markdown, summary
 
-_LABELLED = re.compile(r"^\*\*(?P<label>[^*]+):\*\*\s*(?P<value>.*)$")
+# "- **Question?** answer": the template's question (no asterisk in any) and the escaped answer.
+_LABELLED = re.compile(r"^\*\*(?P<label>[^*]+)\*\*\s*(?P<value>.*)$")
 
 
 @dataclass
@@ -27,7 +28,7 @@ class Block:
     """One line (or table) of the summary's Markdown, for the page to lay out: the page shows the
     very text that is hashed, so what an officer reads is what gets published."""
 
-    kind: str  # h1, h2, h3, item, table
+    kind: str  # h1, h2, h3, h4, item, table
     text: str = ""
     label: str = ""
     level: int = 0
@@ -51,30 +52,31 @@ def _marked(text: str) -> list[tuple[str, bool]]:
 
 
 def blocks(text: str) -> list[Block]:
-    """The Markdown subset of compliance.services.pdf as blocks (headings, items, tables)."""
+    """The Markdown subset of compliance.services.pdf as blocks (headings, items, tables), with the
+    escapes of free text resolved (the template autoescapes what it shows)."""
     out: list[Block] = []
     for line in text.splitlines():
         if not line.strip():
             continue
         if line.startswith("#"):
             level = len(line) - len(line.lstrip("#"))
-            out.append(Block(f"h{level}", line[level:].strip()))
+            out.append(Block(f"h{level}", markdown.unescape(line[level:].strip())))
         elif line.startswith("|"):
-            cells = [c.strip() for c in line.strip("|").split("|")]
-            if all(set(c) <= set("-: ") for c in cells):
+            cells = markdown.cells(line)
+            if markdown.is_rule(cells):
                 continue
             if not out or out[-1].kind != "table":
                 out.append(Block("table"))
-            out[-1].rows.append(cells)
+            out[-1].rows.append([markdown.unescape(c) for c in cells])
         else:
             stripped = line.lstrip()
             level = (len(line) - len(stripped)) // 2
             body = stripped.removeprefix("- ")
             match = _LABELLED.match(body)
             if match:
-                out.append(Block("item", match["value"], match["label"], level))
+                out.append(Block("item", markdown.unescape(match["value"]), match["label"], level))
             else:
-                out.append(Block("item", body, level=level))
+                out.append(Block("item", markdown.unescape(body), level=level))
     return out
 
 

@@ -7,6 +7,7 @@ class ConsoleConfig(AppConfig):
     verbose_name = "Console"
 
     def ready(self) -> None:
+        import console.checks  # (registers check --deploy on the database role)
         import console.schema  # noqa: F401  (registers the OpenAPI auth extension)
         from console import sockets
         from console.roles import sync_roles_after_migrate

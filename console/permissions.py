@@ -79,3 +79,5 @@ class DashboardRequiredMixin(PermissionRequiredMixin):
 
     permission_required = DASHBOARD_PERMISSION
     raise_exception = True
+    # Shown on the 403 page (templates/403.html).
+    permission_denied_message = "The console's pages need a role: Viewer, Operator, Compliance officer or Admin."

@@ -25,6 +25,12 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env("GOODPUT_DATA_DIR", str(BASE_DIR / "var")) or BASE_DIR / "var")
 
 DATABASE_URL = env("DATABASE_URL")
+# Two database roles (console.dbroles): migrations run as the owner of the tables, the console as
+# an application role that owns none of the audited ones. Unset in production: DATABASE_URL's role
+# migrates too, with a warning (migrate, check --deploy). DATABASE_ADMIN_URL (a superuser, or a
+# role with CREATEROLE) is used only by `manage.py setup_database_roles`.
+DATABASE_OWNER_URL = env("DATABASE_OWNER_URL")
+DATABASE_ADMIN_URL = env("DATABASE_ADMIN_URL")
 REDIS_URL = env("REDIS_URL")
 
 # --- run mode --------------------------------------------------------------------------------
@@ -119,6 +125,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "compliance.middleware.NoStoreMiddleware",  # Cache-Control: no-store on compliance answers
     "console.middleware.DependencyDownMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -156,10 +163,29 @@ TEMPLATES = [
 ]
 
 # --- database --------------------------------------------------------------------------------
+# DATABASE_OWNER and DATABASE_ADMIN hold only the credentials (USER, PASSWORD, HOST, PORT) that
+# console.dbroles puts on the default connection to migrate or to set the roles up; None: none.
+DATABASE_OWNER: dict[str, str] | None = None
+DATABASE_ADMIN: dict[str, str] | None = None
+
+
+def _credentials(name: str, url: str) -> dict[str, str]:
+    try:
+        parsed = dj_database_url.parse(url)
+    except ValueError as exc:
+        raise ImproperlyConfiguredEnv(f"{name} cannot be parsed: {exc}") from exc
+    if parsed["ENGINE"] != "django.db.backends.postgresql":
+        raise ImproperlyConfiguredEnv(f"{name} must point at PostgreSQL 15+ (postgres://...).")
+    return {key: str(parsed.get(key) or "") for key in ("NAME", "USER", "PASSWORD", "HOST", "PORT")}
+
+
 if EMBEDDED_DATABASE:
     from console.embedded import embedded_database_settings
 
-    DATABASES = {"default": embedded_database_settings(DATA_DIR / "pgdata")}
+    # The embedded server has the same two roles, made at start-up by its superuser.
+    _embedded = embedded_database_settings(DATA_DIR / "pgdata")
+    DATABASES = {"default": _embedded["app"]}
+    DATABASE_OWNER, DATABASE_ADMIN = _embedded["owner"], _embedded["admin"]
 else:
     try:
         DATABASES = {"default": dj_database_url.parse(DATABASE_URL or "")}
@@ -167,6 +193,13 @@ else:
         raise ImproperlyConfiguredEnv(f"DATABASE_URL cannot be parsed: {exc}") from exc
     if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
         raise ImproperlyConfiguredEnv("DATABASE_URL must point at PostgreSQL 15+ (postgres://...).")
+    if DATABASE_OWNER_URL:
+        DATABASE_OWNER = _credentials("DATABASE_OWNER_URL", DATABASE_OWNER_URL)
+        if DATABASE_OWNER.pop("NAME") != DATABASES["default"]["NAME"]:
+            raise ImproperlyConfiguredEnv("DATABASE_OWNER_URL must name the same database as DATABASE_URL.")
+    if DATABASE_ADMIN_URL:
+        DATABASE_ADMIN = _credentials("DATABASE_ADMIN_URL", DATABASE_ADMIN_URL)
+        DATABASE_ADMIN.pop("NAME")
 # A connection pool, not persistent connections: under ASGI every request runs its sync code in
 # a fresh thread, so per-thread persistent connections would be opened anew (and leak) each time.
 DATABASES["default"]["CONN_MAX_AGE"] = 0
@@ -180,6 +213,9 @@ DATABASES["default"].setdefault("OPTIONS", {}).update(
         },
     }
 )
+# The console's own role, kept apart from DATABASES: console.dbroles puts the owner's credentials
+# on the default connection while it migrates (and the test suite while it creates its database).
+DATABASE_APP = {key: str(DATABASES["default"].get(key) or "") for key in ("USER", "PASSWORD", "HOST", "PORT")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- tasks and websockets ------------------------------------------------------------------
@@ -222,6 +258,8 @@ CELERY_BEAT_SCHEDULE = {
     "advance-reservations": {"task": "fleet.tasks.advance_reservations", "schedule": 30.0},
     # Compliance retention: apply the policies to what the console holds, and record each run.
     "apply-retention": {"task": "compliance.tasks.apply_retention", "schedule": 86400.0},
+    # Walk the audit log's hash chain and record the result (the compliance home page shows it).
+    "verify-audit-log": {"task": "compliance.tasks.verify_audit_log", "schedule": 86400.0},
 }
 
 if REDIS_URL:
@@ -355,6 +393,9 @@ RAW_RETENTION_DAYS = envint("GOODPUT_RAW_RETENTION_DAYS", 7, minimum=1)
 ROLLUP_1M_RETENTION_DAYS = envint("GOODPUT_ROLLUP_1M_RETENTION_DAYS", 30, minimum=1)
 ROLLUP_1H_RETENTION_DAYS = envint("GOODPUT_ROLLUP_1H_RETENTION_DAYS", 400, minimum=1)
 # --- compliance ---------------------------------------------------------------------------
+# No retention policy, no purge and no session can delete audit entries younger than this: the
+# database's purge function keeps them (written into the database by `manage.py migrate`).
+AUDIT_RETENTION_FLOOR_DAYS = envint("GOODPUT_AUDIT_RETENTION_FLOOR_DAYS", 7 * 365, minimum=365)
 # A model's export-control check goes overdue this many days after it was last done.
 EXPORT_CONTROL_REVIEW_DAYS = envint("GOODPUT_EXPORT_CONTROL_REVIEW_DAYS", 180, minimum=1)
 # The crawled-domain list of a training-content summary: the top 10 % of domains by bytes; an SME

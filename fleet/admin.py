@@ -38,6 +38,11 @@ class GpuAdmin(admin.ModelAdmin):
     list_select_related = ["node"]
 
 
+# Django adds an "s" to a model's name: "ingest batchs". The plural is a display name only, set
+# here rather than in the model's Meta, which would need a migration for no change in the database.
+IngestBatch._meta.verbose_name_plural = "ingest batches"
+
+
 @admin.register(IngestBatch)
 class IngestBatchAdmin(admin.ModelAdmin):
     list_display = ["key", "site", "samples", "received_at"]

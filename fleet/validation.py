@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -36,10 +37,21 @@ class IngestError(Exception):
 
 
 def read_body(request: Request) -> bytes:
+    """The request's body, or 413 naming the limit: from its Content-Length when it has one, and
+    while reading when it has none (a chunked body, which Django refuses past
+    DATA_UPLOAD_MAX_MEMORY_SIZE with a bare 400 of its own)."""
     declared = request.META.get("CONTENT_LENGTH")
     if declared and declared.isdigit() and int(declared) > settings.INGEST_MAX_BYTES:
         raise IngestError(413, f"Body is {declared} bytes; the limit is {settings.INGEST_MAX_BYTES} bytes.")
-    return request.body
+    try:
+        body = request.body
+    except RequestDataTooBig:
+        raise IngestError(
+            413, f"Body is larger than the limit of {settings.INGEST_MAX_BYTES} bytes (sent without Content-Length)."
+        ) from None
+    if len(body) > settings.INGEST_MAX_BYTES:
+        raise IngestError(413, f"Body is {len(body)} bytes; the limit is {settings.INGEST_MAX_BYTES} bytes.")
+    return body
 
 
 def rejected(exc: IngestError) -> Response:

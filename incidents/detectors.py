@@ -36,6 +36,9 @@ class FindingSpec:
     impact: dict[str, Any] = field(default_factory=dict)
     category: str = ""
     started_at: datetime | None = None  # when the fault began, if the detector can tell
+    # The fault is over and this is its final impact (a failed job that made progress again: what
+    # its failure cost in the end): a firing finding takes it, then clears; none is raised anew.
+    final: bool = False
 
 
 Detector = Callable[[datetime], Iterable[FindingSpec]]
@@ -104,8 +107,18 @@ def run_detectors(*, now: datetime | None = None, only: Iterable[str] | None = N
             report[name] = {"error": str(exc)}
             continue
         clear_finding(failure, source="detectors")
-        present = {spec.fingerprint for spec in specs}
+        present = {spec.fingerprint for spec in specs if not spec.final}
+        finals = [spec for spec in specs if spec.final]
+        firing_finals = set(
+            Finding.objects.filter(
+                fingerprint__in=[spec.fingerprint for spec in finals], status=FindingStatus.FIRING
+            ).values_list("fingerprint", flat=True)
+            if finals
+            else []
+        )
         for spec in specs:
+            if spec.final and spec.fingerprint not in firing_finals:
+                continue  # nothing firing to settle: a final impact never raises a finding
             raise_finding(
                 spec.fingerprint,
                 # Like Alertmanager's alertname: one matcher (detector="...") silences one detector.

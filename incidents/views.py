@@ -21,11 +21,30 @@ from incidents.choices import ActionItemState, IncidentRole, IncidentState, Main
 from incidents.filtersets import IncidentFilterSet
 from incidents.models import ActionItem, Finding, Incident, MaintenanceWindow, RunbookLink, Silence
 from incidents.services import actions, engine, views_data
+from incidents.services.cost import at_risk_gpu_hours, finding_cost
 from incidents.services.engine import Actor, TransitionError
 from incidents.services.matchers import MatcherError, validate_matchers
 from incidents.services.silences import DuplicateSilence, create_silence
 
 User = get_user_model()
+
+
+# A failure's cost in parts, as its impact reports them (fleet.training.detectors).
+_COST_PARTS = (
+    ("progress_lost_gpu_h", "progress lost"),
+    ("waiting_gpu_h", "waiting to restart"),
+    ("reinit_gpu_h", "re-initialisation"),
+    ("restore_gpu_h", "restore"),
+)
+
+
+def finding_row_cost(finding: Finding) -> dict[str, Any]:
+    """A finding's own cost for its row on the incident page, with the parts of a failure's."""
+    cost = finding_cost(finding)
+    impact = finding.impact or {}
+    if all(key in impact for key, _ in _COST_PARTS):
+        cost["parts"] = "Cost: " + " + ".join(f"{float(impact[key]):.2f} {label}" for key, label in _COST_PARTS)
+    return cost
 
 
 class IncidentListView(DashboardRequiredMixin, TemplateView):
@@ -58,7 +77,9 @@ class IncidentDetailView(DashboardRequiredMixin, TemplateView):
         )
         context["incident"] = incident
         context["timeline"] = incident.timeline.select_related("actor").order_by("at", "id")
-        context["findings"] = incident.findings.order_by("-last_seen")
+        findings = list(incident.findings.order_by("-last_seen"))
+        context["findings"] = [(f, finding_row_cost(f)) for f in findings]
+        context["gpu_hours_at_risk"] = at_risk_gpu_hours(findings)
         context["action_items"] = incident.action_items.select_related("owner")
         context["roles"] = IncidentRole.choices
         context["users"] = User.objects.filter(is_active=True).order_by("username")

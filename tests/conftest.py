@@ -30,6 +30,26 @@ from fleet.telemetry import partitions
 PASSWORD = "correct-horse-battery-staple"
 
 
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None) -> None:
+    """The test database is created and migrated by the owner role, as `manage.py migrate` does in
+    production (console.dbroles; nothing changes where DATABASE_URL's role is the only one)..."""
+    from console import dbroles
+
+    dbroles.use(dbroles.owner_credentials())
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None) -> Iterator[None]:
+    """...and the tests run as the console's own role, which may not rewrite the audit log; the
+    owner drops the database at the end."""
+    from console import dbroles
+
+    dbroles.use(dbroles.app_credentials())
+    yield
+    dbroles.use(dbroles.owner_credentials())
+
+
 @pytest.fixture(autouse=True)
 def _eager_unless_real_stack(request: pytest.FixtureRequest, settings: Any) -> Iterator[None]:
     real = request.node.get_closest_marker("worker") or request.node.get_closest_marker("browser")

@@ -1,6 +1,6 @@
 """The audit log API: read-only (list with filters, and one entry), for compliance officers and
 admins. There is no write route at all: PUT, PATCH and DELETE answer 405, and the database would
-refuse them anyway (migration 0002)."""
+refuse them anyway (migrations 0002 and 0006). Each entry carries its place in the hash chain."""
 
 from __future__ import annotations
 
@@ -50,6 +50,11 @@ class AuditEntrySerializer(serializers.ModelSerializer):
     # A plain string in the schema: an enum here would collide with the retention policy's
     # "action" enum of the same field name.
     action = serializers.CharField(read_only=True, help_text="One of: " + ", ".join(AuditAction.values))
+    # The entry's seal in the hash chain (written by the database at commit; null until then).
+    seq = serializers.IntegerField(source="seal.seq", read_only=True, allow_null=True)
+    content_hash = serializers.CharField(source="seal.content_hash", read_only=True, allow_null=True)
+    prev_hash = serializers.CharField(source="seal.prev_hash", read_only=True, allow_null=True)
+    hash = serializers.CharField(source="seal.hash", read_only=True, allow_null=True)
 
     class Meta:
         model = AuditEntry
@@ -67,6 +72,11 @@ class AuditEntrySerializer(serializers.ModelSerializer):
             "after",
             "message",
             "remote_addr",
+            # The hash chain (migration 0006): set at commit, walked by manage.py verify_audit_log.
+            "seq",
+            "content_hash",
+            "prev_hash",
+            "hash",
         ]
         read_only_fields = fields
 
@@ -74,7 +84,7 @@ class AuditEntrySerializer(serializers.ModelSerializer):
 class AuditEntryViewSet(viewsets.ReadOnlyModelViewSet):
     """Audit entries, newest first."""
 
-    queryset = AuditEntry.objects.order_by("-at", "-pk")
+    queryset = AuditEntry.objects.select_related("seal").order_by("-at", "-pk")
     serializer_class = AuditEntrySerializer
     filterset_class = AuditEntryFilterSet
     permission_classes = [CompliancePermission]

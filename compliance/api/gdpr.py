@@ -1,24 +1,27 @@
-"""The GDPR API: records of processing (Art. 30) and the data-subject request log.
+"""The GDPR API: records of processing as controller (Art. 30(1)) and as processor (Art. 30(2)),
+and the data-subject request log (Arts. 12(3), 15-22).
 
 Compliance officers and admins only, reads included (CompliancePermission). A request is never
-deleted through the API: it is part of the record of how the controller answered.
+deleted through the API: it is part of the record of how the controller answered. A body naming a
+field the endpoint does not take is a 400 naming it (compliance.api.strict).
 """
 
 from __future__ import annotations
 
-from datetime import date
 from typing import Any
 
 from django.utils import timezone
 from rest_framework import mixins, serializers, viewsets
 
-from compliance.models import DataAsset, SubjectRequest
-from compliance.models.gdpr import RECORD_FIELDS, received_on_error
+from compliance.api.strict import KnownFieldsOnly
+from compliance.choices import RequestStatus
+from compliance.models import DataAsset, ProcessorRecord, SubjectRequest
+from compliance.models.gdpr import PROCESSOR_FIELDS, RECORD_FIELDS
 from compliance.permissions import CompliancePermission
 from compliance.services import gdpr
 
 
-class DataAssetSerializer(serializers.ModelSerializer):
+class DataAssetSerializer(KnownFieldsOnly, serializers.ModelSerializer):
     class Meta:
         model = DataAsset
         fields = [
@@ -39,14 +42,37 @@ class DataAssetSerializer(serializers.ModelSerializer):
 
 
 class DataAssetViewSet(viewsets.ModelViewSet):
+    """Records of processing as controller (Art. 30(1))."""
+
     queryset = DataAsset.objects.all()
     serializer_class = DataAssetSerializer
     permission_classes = [CompliancePermission]
 
 
-class SubjectRequestSerializer(serializers.ModelSerializer):
+class ProcessorRecordSerializer(KnownFieldsOnly, serializers.ModelSerializer):
+    class Meta:
+        model = ProcessorRecord
+        fields = ["id", *PROCESSOR_FIELDS, "created_at", "updated_at"]
+
+
+class ProcessorRecordViewSet(viewsets.ModelViewSet):
+    """Records of the processing carried out as a processor for other controllers (Art. 30(2))."""
+
+    queryset = ProcessorRecord.objects.all()
+    serializer_class = ProcessorRecordSerializer
+    permission_classes = [CompliancePermission]
+
+
+class SubjectRequestSerializer(KnownFieldsOnly, serializers.ModelSerializer):
     overdue = serializers.SerializerMethodField(help_text="Open or in progress after its due date")
+    late = serializers.SerializerMethodField(help_text="Completed or refused after its due date")
+    extended = serializers.BooleanField(read_only=True, help_text="Extended by two further months (Art. 12(3))")
     assets = serializers.PrimaryKeyRelatedField(many=True, queryset=DataAsset.objects.all(), required=False)
+
+    read_only_hints = {
+        "due_on": "Read-only: one month after received_on, three with an extension "
+        "(send extension_reason and extension_notified_on).",
+    }
 
     class Meta:
         model = SubjectRequest
@@ -56,38 +82,66 @@ class SubjectRequestSerializer(serializers.ModelSerializer):
             "subject_reference",
             "received_on",
             "due_on",
+            "extended",
+            "extension_reason",
+            "extension_notified_on",
             "status",
             "overdue",
             "closed_on",
+            "late",
             "assets",
             "notes",
             "created_at",
             "updated_at",
         ]
-        read_only_fields = ["due_on", "closed_on"]
+        read_only_fields = ["due_on"]
+        extra_kwargs = {
+            "closed_on": {"help_text": "When it was completed or refused (default: today); not in the future"}
+        }
 
     def get_overdue(self, obj: SubjectRequest) -> bool:
         return obj.is_overdue(timezone.localdate())
 
-    def validate_received_on(self, value: date) -> date:
-        error = received_on_error(value, timezone.localdate())
-        if error:
-            raise serializers.ValidationError(error)
-        return value
+    def get_late(self, obj: SubjectRequest) -> bool:
+        return obj.is_late()
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """The request as it would be saved, checked whole (gdpr.request_errors): a PATCH of one
+        field is checked against the others as stored. A closed request without a completion date
+        is closed today; a reopened one loses its date."""
+
+        def current(name: str, default: Any = None) -> Any:
+            return attrs[name] if name in attrs else getattr(self.instance, name, default)
+
+        today = timezone.localdate()
+        status = current("status", RequestStatus.OPEN)
+        given = attrs.get("closed_on")
+        stored = self.instance.closed_on if self.instance is not None else None
+        closed_on = gdpr.closing_date(status, given=given, current=stored, today=today)
+        errors = gdpr.request_errors(
+            received_on=current("received_on"),
+            status=status,
+            # a date sent for an open request is the error to name, not the date it would keep
+            closed_on=given if given is not None else closed_on,
+            extension_reason=current("extension_reason", "") or "",
+            extension_notified_on=current("extension_notified_on"),
+            today=today,
+        )
+        if errors:
+            raise serializers.ValidationError(errors)
+        attrs["closed_on"] = closed_on
+        return attrs
 
 
 class SubjectRequestViewSet(
     mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet
 ):  # no destroy: the log keeps every request
+    """Data-subject requests of every kind (Arts. 15-22): ``due_on`` is one month after receipt,
+    three with an extension (``extension_reason`` and ``extension_notified_on``, told within the
+    first month); ``closed_on`` defaults to today when a request is completed or refused and may
+    be corrected (not in the future); ``late`` flags one closed after its due date."""
+
     queryset = SubjectRequest.objects.prefetch_related("assets")
     serializer_class = SubjectRequestSerializer
     permission_classes = [CompliancePermission]
     filterset_fields = ["status", "kind"]
-
-    def perform_create(self, serializer: serializers.BaseSerializer) -> None:
-        request = serializer.save()
-        gdpr.set_request_status(request, request.status, today=timezone.localdate())
-
-    def perform_update(self, serializer: serializers.BaseSerializer) -> None:
-        request = serializer.save()
-        gdpr.set_request_status(request, request.status, today=timezone.localdate())

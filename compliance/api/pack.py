@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.http import HttpResponse
+from django.core.handlers.asgi import ASGIRequest
+from django.http import StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -21,7 +23,7 @@ from compliance.choices import AuditAction, PackStatus
 from compliance.models import CompliancePack
 from compliance.permissions import CompliancePermission
 from compliance.services import audit
-from compliance.services.pack import period_error, request_pack
+from compliance.services.pack import azip_chunks, period_error, request_pack, zip_chunks
 
 
 class CompliancePackSerializer(serializers.ModelSerializer):
@@ -62,7 +64,7 @@ class CompliancePackViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewS
     """Compliance packs: POST a period to queue one (202); GET its status and progress; download
     the zip once done."""
 
-    queryset = CompliancePack.objects.defer("content").select_related("created_by")
+    queryset = CompliancePack.objects.select_related("created_by")
     serializer_class = CompliancePackSerializer
     permission_classes = [CompliancePermission]
     filterset_fields = ["status"]
@@ -82,22 +84,24 @@ class CompliancePackViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewS
         }
     )
     @action(detail=True, methods=["get"])
-    def download(self, request: Request, pk: str | None = None, **kwargs: Any) -> HttpResponse:
-        """The pack's zip, as an attachment; each download is audited."""
+    def download(self, request: Request, pk: str | None = None, **kwargs: Any) -> HttpResponseBase:
+        """The pack's zip, as an attachment; each download is audited. Streamed from its stored
+        chunks, one at a time: a year's pack is never held whole by the web process."""
         pack = self.get_object()
         if pack.status != PackStatus.DONE:
             return Response(
                 {"detail": f"The pack is {pack.get_status_display().lower()}; download it once it is done."},
                 status=status.HTTP_409_CONFLICT,
             )
-        content = CompliancePack.objects.values_list("content", flat=True).get(pk=pack.pk)
         audit.record(
             AuditAction.EXPORT,
             obj=pack,
             actor=request.user,
             message=f"Downloaded {pack.filename} (sha256 {pack.sha256})",
         )
-        response = HttpResponse(bytes(content), content_type="application/zip")
+        # Under ASGI a response must iterate asynchronously, or Django reads a sync iterator whole.
+        chunks = azip_chunks(pack.pk) if isinstance(request._request, ASGIRequest) else zip_chunks(pack.pk)
+        response = StreamingHttpResponse(chunks, content_type="application/zip")
         response["Content-Disposition"] = f'attachment; filename="{pack.filename}"'
         response["Content-Length"] = str(pack.size)
         return response

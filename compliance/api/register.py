@@ -19,6 +19,7 @@ from rest_framework.parsers import BaseParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from compliance.api.strict import KnownFieldsOnly
 from compliance.models.register import CrawledDomain, Dataset, GpaiModel, Lineage
 from compliance.permissions import CompliancePermission
 from compliance.services import register
@@ -33,7 +34,7 @@ class CompliancePermissionMixin:
 # --- models ------------------------------------------------------------------------------------
 
 
-class GpaiModelSerializer(serializers.ModelSerializer):
+class GpaiModelSerializer(KnownFieldsOnly, serializers.ModelSerializer):
     systemic_risk = serializers.BooleanField(read_only=True, help_text="Training compute above 10^25 FLOP")
     export_control_due = serializers.SerializerMethodField(help_text="When the export-control check is next due")
     export_control_overdue = serializers.SerializerMethodField(help_text="Never checked, or the check is past due")
@@ -55,6 +56,17 @@ class GpaiModelSerializer(serializers.ModelSerializer):
             raise serializers.ValidationError("A model cannot be its own base model.")
         return value
 
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        def current(name: str) -> Any:
+            return attrs[name] if name in attrs else getattr(self.instance, name, None)
+
+        error = register.scratch_error(
+            current("trained_from_scratch"), current("base_model"), current("base_model_external") or ""
+        )
+        if error:
+            raise serializers.ValidationError({"trained_from_scratch": error})
+        return attrs
+
 
 class GpaiModelViewSet(CompliancePermissionMixin, viewsets.ModelViewSet):
     """General-purpose model versions. Deleting one that others name as their base model is a 409."""
@@ -68,7 +80,7 @@ class GpaiModelViewSet(CompliancePermissionMixin, viewsets.ModelViewSet):
 # --- datasets ----------------------------------------------------------------------------------
 
 
-class DatasetSerializer(serializers.ModelSerializer):
+class DatasetSerializer(KnownFieldsOnly, serializers.ModelSerializer):
     class Meta:
         model = Dataset
         fields = "__all__"

@@ -68,14 +68,18 @@ class RetentionPolicyViewSet(viewsets.ModelViewSet):
 
 class LegalHoldSerializer(serializers.ModelSerializer):
     placed_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    released_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    release_requested_by = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True, help_text="Who asked to release a hold on the audit log"
+    )
     active = serializers.SerializerMethodField()
     incident_ids = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False)
 
     class Meta:
         model = LegalHold
         fields = ["id", "name", "data_class", "tenant", "incident_ids", "reason", "placed_by", "placed_at"]
-        fields += ["released_at", "active"]
-        read_only_fields = ["placed_at", "released_at"]
+        fields += ["released_at", "released_by", "release_requested_by", "release_requested_at", "active"]
+        read_only_fields = ["placed_at", "released_at", "release_requested_at"]
 
     def get_active(self, obj: LegalHold) -> bool:
         return obj.released_at is None
@@ -88,22 +92,28 @@ class LegalHoldSerializer(serializers.ModelSerializer):
 
 
 class LegalHoldViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
-    """Place a hold (POST) and release it (POST .../release/); a hold is never edited or deleted."""
+    """Place a hold (POST) and release it (POST .../release/); a hold is never edited or deleted.
 
-    queryset = LegalHold.objects.select_related("placed_by")
+    A hold on the audit log takes two people: the first release asks (202, still active), a
+    release by another compliance officer or admin releases it (200); the one who asked cannot
+    approve (409)."""
+
+    queryset = LegalHold.objects.select_related("placed_by", "released_by", "release_requested_by")
     serializer_class = LegalHoldSerializer
     permission_classes = [CompliancePermission]
 
     def perform_create(self, serializer: serializers.BaseSerializer) -> None:
         serializer.save(placed_by=self.request.user)
 
-    @extend_schema(request=None, responses={200: LegalHoldSerializer})
+    @extend_schema(request=None, responses={200: LegalHoldSerializer, 202: LegalHoldSerializer})
     @action(detail=True, methods=["post"])
     def release(self, request: Request, pk: str | None = None) -> Response:
         try:
-            hold = retention.release_hold(self.get_object())
-        except retention.HoldAlreadyReleased as exc:
+            hold = retention.release_hold(self.get_object(), by=request.user)
+        except (retention.HoldAlreadyReleased, retention.SecondPersonRequired) as exc:
             return Response({"error": str(exc)}, status=status.HTTP_409_CONFLICT)
+        if hold.released_at is None:  # an audit hold, asked for: a second person approves
+            return Response(self.get_serializer(hold).data, status=status.HTTP_202_ACCEPTED)
         return Response(self.get_serializer(hold).data)
 
 

@@ -106,13 +106,18 @@ class SummaryExportView(_SummaryAPIView):
             (200, "text/markdown"): OpenApiTypes.STR,
             (200, "application/json"): OpenApiTypes.OBJECT,
             (200, "application/pdf"): OpenApiTypes.BINARY,
+            409: OpenApiResponse(description="The PDF is still being rendered by a worker: try again (Retry-After)"),
         },
     )
     def get(self, request: Request, pk: int, version: int, fmt: str) -> HttpResponse:
         if fmt not in summary.EXPORT_FORMATS:
             raise Http404(f"No export as {fmt}: one of {', '.join(summary.EXPORT_FORMATS)}.")
         obj = self.get_version()
-        response = HttpResponse(summary.export(obj, fmt, actor=request.user), content_type=summary.EXPORT_FORMATS[fmt])
+        try:
+            body = summary.export(obj, fmt, actor=request.user)
+        except summary.PdfNotReady as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT, headers={"Retry-After": "5"})
+        response = HttpResponse(body, content_type=summary.EXPORT_FORMATS[fmt])
         # A header value: only characters no name can turn into a second header or a broken one.
         stem = re.sub(r"[^A-Za-z0-9._-]+", "_", f"summary-{obj.model.name}-{obj.model.version}-v{obj.version}")
         filename = f"{stem}.{fmt}"

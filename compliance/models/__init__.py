@@ -1,23 +1,30 @@
-from compliance.models.audit import AuditEntry
-from compliance.models.gdpr import DataAsset, SubjectRequest, one_month_after
-from compliance.models.pack import CompliancePack
+from compliance.models.audit import GENESIS_HASH, AuditChainCheck, AuditEntry, AuditSeal
+from compliance.models.gdpr import DataAsset, ProcessorRecord, SubjectRequest, one_month_after
+from compliance.models.pack import CompliancePack, CompliancePackChunk
 from compliance.models.register import SYSTEMIC_RISK_FLOP, CrawledDomain, Dataset, GpaiModel, Lineage
 from compliance.models.retention import LegalHold, RetentionPolicy, RetentionRun
 from compliance.models.summary import SummaryVersion
+from compliance.models.summary_pdf import SummaryPdf
 
 __all__ = [
+    "GENESIS_HASH",
     "SYSTEMIC_RISK_FLOP",
+    "AuditChainCheck",
     "AuditEntry",
+    "AuditSeal",
     "CompliancePack",
+    "CompliancePackChunk",
     "CrawledDomain",
     "DataAsset",
     "Dataset",
     "GpaiModel",
     "LegalHold",
     "Lineage",
+    "ProcessorRecord",
     "RetentionPolicy",
     "RetentionRun",
     "SubjectRequest",
+    "SummaryPdf",
     "SummaryVersion",
     "one_month_after",
 ]

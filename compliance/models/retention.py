@@ -56,7 +56,9 @@ class LegalHoldQuerySet(models.QuerySet["LegalHold"]):
 class LegalHold(models.Model):
     """Blocks deletion of a data class (for one tenant, or all) while it is active.
 
-    ``incident_ids`` narrows a hold on incidents to those incidents (empty: all of them).
+    ``incident_ids`` narrows a hold on incidents to those incidents (empty: all of them). A hold on
+    the audit log needs two people to release it (``release_requested_by``, then another officer
+    or an admin as ``released_by``), and the audit purge waits a day after (services.retention).
     """
 
     name = models.CharField(max_length=200)
@@ -69,6 +71,14 @@ class LegalHold(models.Model):
     )
     placed_at = models.DateTimeField(auto_now_add=True)
     released_at = models.DateTimeField(null=True, blank=True)
+    released_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # A hold on the audit log is released by two people: one asks, another approves.
+    release_requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    release_requested_at = models.DateTimeField(null=True, blank=True)
 
     objects = LegalHoldQuerySet.as_manager()
 

@@ -9,8 +9,6 @@ What: ``compliance.signals`` calls ``record_save`` / ``record_delete`` for the a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -18,8 +16,9 @@ from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import connection, models, transaction
+from django.db import connection, connections, models
 from django.http import HttpRequest
 from django.utils import timezone
 
@@ -103,14 +102,17 @@ def record(
     after: dict[str, Any] | None = None,
     message: str = "",
     actor: Any = None,
+    remote_addr: str | None = None,
 ) -> AuditEntry:
-    """Append one entry. ``actor`` overrides the context's (a user or a label)."""
+    """Append one entry. ``actor`` overrides the context's (a user or a label), ``remote_addr``
+    the request's address (a sign-in gives the client's, as django-axes counts it)."""
     if actor is None:
-        actor_id, actor_name, remote_addr = current_actor()
+        actor_id, actor_name, context_addr = current_actor()
     elif isinstance(actor, str):
-        actor_id, actor_name, remote_addr = None, actor, current_actor()[2]
+        actor_id, actor_name, context_addr = None, actor, current_actor()[2]
     else:
-        actor_id, actor_name, remote_addr = actor.pk, actor.get_username(), current_actor()[2]
+        actor_id, actor_name, context_addr = actor.pk, actor.get_username(), current_actor()[2]
+    remote_addr = remote_addr or context_addr
     meta = obj._meta if obj is not None else None
     return AuditEntry.objects.create(
         at=timezone.now(),
@@ -235,26 +237,39 @@ def field_diff(entry: AuditEntry) -> list[tuple[str, Any, Any]]:
 # -- Purging past the audit policy ------------------------------------------------------------
 
 
-@contextmanager
-def audit_purge() -> Iterator[None]:
-    """Open a transaction in which the append-only trigger lets DELETE through.
+def floor_days() -> int:
+    """No audit entry younger than this is ever deleted (GOODPUT_AUDIT_RETENTION_FLOOR_DAYS, at
+    least 365; the database's purge function holds its own copy, written by migrate)."""
+    return int(settings.AUDIT_RETENTION_FLOOR_DAYS)
 
-    The setting is on for this block only, so nothing after it can delete an entry. Only the
-    retention task applying the audit data class's policy uses this (its run is recorded as a
-    RetentionRun); UPDATE stays refused even here.
+
+def write_floor(using: str = "default") -> None:
+    """Put the deployment's floor where the purge function reads it (after each migrate, as the
+    owner: the console's role may only read that table)."""
+    with connections[using].cursor() as cursor:
+        cursor.execute("SELECT to_regclass('goodput_audit_settings') IS NOT NULL")
+        if cursor.fetchone()[0]:
+            cursor.execute(
+                "UPDATE goodput_audit_settings SET floor_days = %s WHERE id = 1 AND floor_days <> %s",
+                [floor_days(), floor_days()],
+            )
+
+
+def purge_entries_before(cutoff: datetime, *, actor: str = "system") -> int:
+    """Delete the entries older than ``cutoff`` and than the floor; returns how many.
+
+    The only way an entry is deleted: ``goodput_audit_purge``, the owner's SECURITY DEFINER
+    function (migration 0006). It seals what is pending, deletes, never the newest entry, and
+    writes its own entry (action "purge") naming the sequence ranges it removed.
     """
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL goodput.audit_purge = 'on'")
-        yield
-        # Nested in an outer transaction, SET LOCAL would outlive this block: switch it off again.
-        # (On an exception the savepoint's rollback undoes it.)
-        with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL goodput.audit_purge = 'off'")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT goodput_audit_purge(%s, %s)", [cutoff, actor[:200]])
+        return int(cursor.fetchone()[0])
 
 
-def purge_entries_before(cutoff: datetime) -> int:
-    """Delete the entries older than ``cutoff``; returns how many (for the retention run)."""
-    with audit_purge():
-        deleted, _ = AuditEntry.objects.filter(at__lt=cutoff).delete()
-    return deleted
+def seal_pending() -> int:
+    """Seal this transaction's entries now rather than at commit (a test, or a pack that names the
+    chain's head while entries of its own transaction are still pending); returns how many."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT goodput_audit_seal_pending()")
+        return int(cursor.fetchone()[0])

@@ -1,4 +1,4 @@
-"""GDPR records of processing (Art. 30) and data-subject requests (Art. 12(3), 15, 17, 21)."""
+"""GDPR records of processing (Art. 30) and data-subject requests (Arts. 12(3), 15-22)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from django.db import transaction
 
 from compliance.choices import OPEN_REQUEST_STATES, DataClass, LawfulBasis
 from compliance.models import DataAsset, SubjectRequest
+from compliance.models.gdpr import one_month_after, received_on_error
 
 BALANCING_NOTE_REQUIRED = (
     "Legitimate interests (Art. 6(1)(f)) needs the balancing test: say why they are not overridden."
@@ -21,16 +22,84 @@ def balancing_note_error(lawful_basis: str, balancing_note: str) -> str | None:
     return None
 
 
-def set_request_status(request: SubjectRequest, status: str, *, today: date) -> SubjectRequest:
-    """Move a request to ``status``; a completed or refused one is closed today, a reopened one
-    is open again."""
+def request_errors(
+    *,
+    received_on: date | None,
+    status: str,
+    closed_on: date | None,
+    extension_reason: str,
+    extension_notified_on: date | None,
+    today: date,
+) -> dict[str, str]:
+    """What is wrong with a data-subject request as it would be saved, by field (the form's and
+    the API's check; the database's constraints are the last line):
+
+    1. received: not in the future;
+    2. an extension (Art. 12(3)): its reason and the date the data subject was told, both, told
+       within the first month (on or after receipt, by the first due date) and not in the future;
+    3. the completion date: only on a completed or refused request, on or after receipt, not in
+       the future.
+    """
+    errors: dict[str, str] = {}
+    if received_on is not None and (error := received_on_error(received_on, today)):
+        return {"received_on": error}  # the other dates are judged against it: not yet
+    reason = extension_reason.strip()
+    if reason and extension_notified_on is None:
+        errors["extension_notified_on"] = "An extension needs the date the data subject was told of it and why."
+    elif extension_notified_on is not None and not reason:
+        errors["extension_reason"] = "An extension needs its reason (Art. 12(3)): why two further months are needed."
+    elif extension_notified_on is not None and received_on is not None:
+        first_due = one_month_after(received_on)
+        if extension_notified_on < received_on:
+            errors["extension_notified_on"] = "Cannot be before the request was received."
+        elif extension_notified_on > first_due:
+            errors["extension_notified_on"] = (
+                f"The data subject must be told within the first month, by {first_due:%Y-%m-%d} (Art. 12(3))."
+            )
+        elif extension_notified_on > today:
+            errors["extension_notified_on"] = "Cannot be in the future."
+    if closed_on is not None:
+        if status in OPEN_REQUEST_STATES:
+            errors["closed_on"] = "An open request has no completion date: complete or refuse it first."
+        elif closed_on > today:
+            errors["closed_on"] = "Cannot be in the future."
+        elif received_on is not None and closed_on < received_on:
+            errors["closed_on"] = "Cannot be before the request was received."
+    return errors
+
+
+def closing_date(status: str, *, given: date | None, current: date | None, today: date) -> date | None:
+    """The completion date a request gets with ``status``: none while open; else the date given,
+    else the one it already has, else today."""
+    if status in OPEN_REQUEST_STATES:
+        return None
+    return given or current or today
+
+
+def set_request_status(
+    request: SubjectRequest, status: str, *, today: date, closed_on: date | None = None
+) -> SubjectRequest:
+    """Move a request to ``status``: a completed or refused one is closed on ``closed_on`` (by
+    default the date it already has, else today); a reopened one is open again. The caller has
+    checked the date (request_errors)."""
+    current = request.closed_on if request.status not in OPEN_REQUEST_STATES else None
     request.status = status
-    request.closed_on = None if status in OPEN_REQUEST_STATES else (request.closed_on or today)
+    request.closed_on = closing_date(status, given=closed_on, current=current, today=today)
     request.save(update_fields=["status", "closed_on", "due_on", "updated_at"])
     return request
 
 
-_CONTROLLER = "The platform operator's data protection officer (see the organisation's privacy notice)"
+def extend_request(request: SubjectRequest, *, reason: str, notified_on: date) -> SubjectRequest:
+    """Record the Art. 12(3) extension: two further months, told to the data subject on
+    ``notified_on`` (checked by request_errors); the due date moves with it."""
+    request.extension_reason = reason.strip()
+    request.extension_notified_on = notified_on
+    request.save(update_fields=["extension_reason", "extension_notified_on", "due_on", "updated_at"])
+    return request
+
+
+_CONTROLLER = "The platform operator (name and contact details in the organisation's privacy notice)"
+_DPO = "The platform operator's data protection officer (contact details in the privacy notice)"
 _SECURITY = (
     "Single sign-on with roles (viewers and operators cannot read compliance records), hashed API "
     "tokens, TLS in transit, encrypted database volumes, an append-only audit log."
@@ -90,7 +159,8 @@ def ensure_console_assets() -> list[DataAsset]:
                 name=name,
                 defaults={
                     **fields,
-                    "controller_contact": _CONTROLLER,
+                    "controller": _CONTROLLER,
+                    "data_protection_officer": _DPO,
                     "recipients": "The console's operators; no third parties.",
                     "third_country_transfers": "None.",
                     "security_measures": _SECURITY,

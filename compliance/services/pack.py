@@ -8,37 +8,55 @@ moment it is built; the audit extract covers the requested period (first to last
 in the console's time zone).
 
 ``request_pack`` creates the row and queues the build after commit; the Celery task
-(compliance.tasks_pack) calls ``build_pack`` and stores the zip on the row.
+(compliance.tasks_pack) builds one pack at a time and stores the zip as the pack's chunks.
+
+A year's audit extract runs to a million entries, so nothing holds the pack whole (``write_pack``):
+
+1. every read is in one REPEATABLE READ transaction (one moment of the database), and the audit
+   extract comes through a server-side cursor, a few thousand rows at a time;
+2. each record is written as it is read: into ``pack.json``, which streams straight into the zip,
+   and into its CSV, spooled to a temporary file; sizes and SHA-256 sums are taken as the bytes go;
+3. the PDF (the audit table capped at ``PDF_AUDIT_ROWS``), the CSVs and the manifest follow, and
+   the zip itself goes to a file the task stores a chunk at a time (``save_zip``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import io
 import json
+import math
+import shutil
+import tempfile
 import zipfile
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from datetime import date, datetime, time, timedelta
-from typing import Any
+from typing import IO, Any
 
+from asgiref.sync import sync_to_async
 from django.db import transaction
 from django.utils import timezone
 
-from compliance.choices import OPEN_REQUEST_STATES
+from compliance.choices import PackStatus
 from compliance.models import (
     AuditEntry,
     CompliancePack,
+    CompliancePackChunk,
+    CrawledDomain,
     DataAsset,
     Dataset,
     GpaiModel,
     LegalHold,
+    ProcessorRecord,
     RetentionPolicy,
     RetentionRun,
     SubjectRequest,
-    SummaryVersion,
 )
-from compliance.models.gdpr import RECORD_FIELDS
+from compliance.models.gdpr import PROCESSOR_FIELDS, RECORD_FIELDS
+from compliance.models.pack import CHUNK_BYTES
+from compliance.services import audit_chain
 from compliance.services.audit import _json_safe
 from compliance.services.pdf import render_pdf
 from console import spreadsheet
@@ -48,6 +66,10 @@ from console import spreadsheet
 MAX_PERIOD_DAYS = 366
 # The PDF is for reading; past this many audit rows it says that audit.csv holds them all.
 PDF_AUDIT_ROWS = 1000
+# Audit rows fetched per round trip of the server-side cursor.
+AUDIT_FETCH_ROWS = 2000
+# A CSV stays in memory up to this size, then spills to a temporary file.
+SPOOL_BYTES = 4 * 1024 * 1024
 
 Progress = Callable[[int, str], None]
 
@@ -104,9 +126,35 @@ CSV_FILES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         RECORD_FIELDS,
     ),
     (
+        "processor_records.csv",
+        "processor_records",
+        PROCESSOR_FIELDS,
+    ),
+    (
+        # Every request before the controller during the period: open, and closed in it.
         "subject_requests.csv",
-        "open_subject_requests",
-        ("id", "kind", "subject_reference", "received_on", "due_on", "overdue", "status", "assets"),
+        "subject_requests",
+        (
+            "id",
+            "kind",
+            "subject_reference",
+            "received_on",
+            "due_on",
+            "extended",
+            "extension_notified_on",
+            "extension_reason",
+            "overdue",
+            "status",
+            "closed_on",
+            "late",
+            "assets",
+        ),
+    ),
+    (
+        # The internal register's per-domain byte counts, which the public summary leaves out.
+        "crawled_domains.csv",
+        "crawled_domains",
+        ("dataset", "domain", "bytes"),
     ),
     (
         "retention_policies.csv",
@@ -180,7 +228,8 @@ def period_error(start: date, end: date) -> str | None:
 
 def request_pack(*, period_start: date, period_end: date, actor: Any = None) -> CompliancePack:
     """Create a queued pack and queue its build once the row is committed (the worker must find
-    it). In eager mode (embedded) the build runs in this process when the transaction commits."""
+    it). In eager mode (embedded) the build runs in this process when the transaction commits.
+    Packs are built one at a time: behind another, its step says what it waits for."""
     from compliance.tasks_pack import build_compliance_pack
 
     with transaction.atomic():
@@ -189,8 +238,25 @@ def request_pack(*, period_start: date, period_end: date, actor: Any = None) -> 
             period_end=period_end,
             created_by=actor if getattr(actor, "is_authenticated", False) else None,
         )
+        if (
+            CompliancePack.objects.filter(status__in=(PackStatus.QUEUED, PackStatus.RUNNING))
+            .exclude(pk=pack.pk)
+            .exists()
+        ):
+            pack.step = waiting_step(pack.pk)
+            CompliancePack.objects.filter(pk=pack.pk).update(step=pack.step)
         transaction.on_commit(lambda: build_compliance_pack.delay(pack.pk))
     return pack
+
+
+def waiting_step(pack_id: int) -> str:
+    """A queued pack's step while another is built: packs are built one at a time, oldest first."""
+    running = CompliancePack.objects.filter(status=PackStatus.RUNNING).exclude(pk=pack_id).order_by("pk").first()
+    ahead = CompliancePack.objects.filter(status=PackStatus.QUEUED, pk__lt=pack_id).count()
+    waiting = f"Waiting for pack #{running.pk} to finish" if running else "Waiting for the pack being built to finish"
+    if ahead:
+        waiting += f", then {ahead} queued before this one"
+    return f"{waiting} (packs are built one at a time)"
 
 
 def period_bounds(start: date, end: date) -> tuple[datetime, datetime]:
@@ -205,49 +271,43 @@ def period_bounds(start: date, end: date) -> tuple[datetime, datetime]:
 # --- gathering the records ----------------------------------------------------------------------
 
 
-def _models(today: date) -> list[dict[str, Any]]:
-    summaries: dict[int, list[SummaryVersion]] = {}
-    for summary in SummaryVersion.objects.order_by("model_id", "-version"):
-        summaries.setdefault(summary.model_id, []).append(summary)
-    rows = []
+def _models(today: date) -> Iterator[dict[str, Any]]:
+    """Each model with its published summaries (newest first), one model at a time."""
     for model in GpaiModel.objects.select_related("base_model").prefetch_related("lineage__dataset"):
-        published = summaries.get(model.pk, [])
-        rows.append(
-            {
-                "name": model.name,
-                "version": model.version,
-                "provider_name": model.provider_name,
-                "provider_contact": model.provider_contact,
-                "authorised_representative": model.authorised_representative,
-                "base_model": str(model.base_model) if model.base_model else model.base_model_external,
-                "placed_on_market": model.placed_on_market,
-                "modalities": list(model.modalities),
-                "training_compute_flop": model.training_compute_flop,
-                "systemic_risk": model.systemic_risk,
-                "weights_location": model.weights_location,
-                "weights_classification": model.weights_classification,
-                "export_control_notes": model.export_control_notes,
-                "export_control_checked_on": model.export_control_checked_on,
-                "export_control_due": model.export_control_due(),
-                "export_control_overdue": model.export_control_overdue(today),
-                "signed_code_of_practice": model.signed_code_of_practice,
-                "datasets": sorted({link.dataset.name for link in model.lineage.all()}),
-                "latest_summary_version": published[0].version if published else None,
-                "latest_summary_sha256": published[0].sha256 if published else "",
-                "summaries": [
-                    {
-                        "version": s.version,
-                        "last_update": s.last_update,
-                        "published_at": s.published_at,
-                        "sha256": s.sha256,
-                        "document": s.document,
-                        "text": s.text,
-                    }
-                    for s in published
-                ],
-            }
-        )
-    return rows
+        published = list(model.summaries.order_by("-version"))
+        yield {
+            "name": model.name,
+            "version": model.version,
+            "provider_name": model.provider_name,
+            "provider_contact": model.provider_contact,
+            "authorised_representative": model.authorised_representative,
+            "base_model": str(model.base_model) if model.base_model else model.base_model_external,
+            "placed_on_market": model.placed_on_market,
+            "modalities": list(model.modalities),
+            "training_compute_flop": model.training_compute_flop,
+            "systemic_risk": model.systemic_risk,
+            "weights_location": model.weights_location,
+            "weights_classification": model.weights_classification,
+            "export_control_notes": model.export_control_notes,
+            "export_control_checked_on": model.export_control_checked_on,
+            "export_control_due": model.export_control_due(),
+            "export_control_overdue": model.export_control_overdue(today),
+            "signed_code_of_practice": model.signed_code_of_practice,
+            "datasets": sorted({link.dataset.name for link in model.lineage.all()}),
+            "latest_summary_version": published[0].version if published else None,
+            "latest_summary_sha256": published[0].sha256 if published else "",
+            "summaries": [
+                {
+                    "version": s.version,
+                    "last_update": s.last_update,
+                    "published_at": s.published_at,
+                    "sha256": s.sha256,
+                    "document": s.document,
+                    "text": s.text,
+                }
+                for s in published
+            ],
+        }
 
 
 def _datasets() -> list[dict[str, Any]]:
@@ -277,7 +337,13 @@ def _records_of_processing() -> list[dict[str, Any]]:
     return list(DataAsset.objects.values(*fields))
 
 
-def _open_requests(today: date) -> list[dict[str, Any]]:
+def _processor_records() -> list[dict[str, Any]]:
+    return list(ProcessorRecord.objects.values(*PROCESSOR_FIELDS))
+
+
+def _subject_requests(today: date, start: date, end: date) -> list[dict[str, Any]]:
+    """Every request of the period (SubjectRequest.objects.of_period): those still open and those
+    closed in it, each with its due date, extension, completion date and late flag."""
     return [
         {
             "id": r.pk,
@@ -285,12 +351,25 @@ def _open_requests(today: date) -> list[dict[str, Any]]:
             "subject_reference": r.subject_reference,
             "received_on": r.received_on,
             "due_on": r.due_on,
+            "extended": r.extended,
+            "extension_notified_on": r.extension_notified_on,
+            "extension_reason": r.extension_reason,
             "overdue": r.is_overdue(today),
             "status": r.status,
+            "closed_on": r.closed_on,
+            "late": r.is_late(),
             "assets": sorted(a.name for a in r.assets.all()),
         }
-        for r in SubjectRequest.objects.filter(status__in=OPEN_REQUEST_STATES).prefetch_related("assets")
+        for r in SubjectRequest.objects.of_period(start, end).order_by("received_on", "pk").prefetch_related("assets")
     ]
+
+
+def _crawled_domains() -> Iterator[dict[str, Any]]:
+    rows = CrawledDomain.objects.order_by("dataset__name", "-bytes", "domain").values_list(
+        "dataset__name", "domain", "bytes"
+    )
+    for dataset, domain, size in rows.iterator(chunk_size=AUDIT_FETCH_ROWS):
+        yield {"dataset": dataset, "domain": domain, "bytes": size}
 
 
 def _run(run: RetentionRun) -> dict[str, Any]:
@@ -370,49 +449,161 @@ def _legal_holds(start: datetime, end: datetime) -> list[dict[str, Any]]:
     ]
 
 
-def _audit(start: datetime, end: datetime) -> list[dict[str, Any]]:
+AUDIT_FIELDS = next(columns for name, _, columns in CSV_FILES if name == "audit.csv")
+
+
+def _audit(start: datetime, end: datetime) -> Iterator[dict[str, Any]]:
+    """The period's entries, oldest first, through a server-side cursor: call it inside a
+    transaction (``_snapshot``), where the cursor streams rather than being materialised.
+
+    Each comes JSON-safe (``at`` as ISO 8601; ``before`` and ``after`` come from JSON columns, so
+    are JSON already): a million entries skip _json_safe's walk through their before and after."""
     entries = AuditEntry.objects.filter(at__gte=start, at__lt=end).order_by("at", "pk")
-    return [
-        {
-            "id": e.pk,
-            "at": e.at,
-            "actor": e.actor,
-            "action": e.action,
-            "app_label": e.app_label,
-            "model": e.model,
-            "object_id": e.object_id,
-            "object_repr": e.object_repr,
-            "message": e.message,
-            "remote_addr": e.remote_addr,
-            "before": e.before,
-            "after": e.after,
-        }
-        for e in entries.iterator(chunk_size=2000)
-    ]
+    for row in entries.values(*AUDIT_FIELDS).iterator(chunk_size=AUDIT_FETCH_ROWS):
+        row["at"] = row["at"].isoformat()
+        yield row
 
 
 # --- writing the files --------------------------------------------------------------------------
 
 
 def _cell(value: Any) -> str:
+    if isinstance(value, str):
+        return value
     if value is None:
         return ""
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, dict):
-        return json.dumps(_json_safe(value), sort_keys=True)
+        # Records reach here JSON-safe already; json.dumps asks _json_safe about anything it cannot write.
+        return json.dumps(value, sort_keys=True, default=_json_safe)
     if isinstance(value, list):
         return "; ".join(map(str, value))
     return str(_json_safe(value))
 
 
-def _csv(rows: Iterable[dict[str, Any]], columns: tuple[str, ...]) -> bytes:
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\r\n")
-    writer.writerow(columns)
-    for row in rows:
-        writer.writerow([spreadsheet.cell(_cell(row[c])) for c in columns])
-    return out.getvalue().encode()
+class _Sink:
+    """A file being written, its size and SHA-256 (the manifest's figures) taken as it goes."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw = raw
+        self.size = 0
+        self._sha = hashlib.sha256()
+
+    def write(self, data: bytes) -> None:
+        self.raw.write(data)
+        self._sha.update(data)
+        self.size += len(data)
+
+    @property
+    def sha256(self) -> str:
+        return self._sha.hexdigest()
+
+
+class _CsvFile(_Sink):
+    """One CSV, a row at a time, spooled (in memory while small, then a temporary file)."""
+
+    FLUSH_ROWS = 500
+
+    def __init__(self, columns: tuple[str, ...]) -> None:
+        super().__init__(tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES))  # noqa: SIM115 (closed by close())
+        self.columns = columns
+        self._text = io.StringIO()
+        self._writer = csv.writer(self._text, lineterminator="\r\n")
+        self._pending = 0
+        self._writer.writerow(columns)
+
+    def row(self, record: dict[str, Any]) -> None:
+        self._writer.writerow([spreadsheet.cell(_cell(record[c])) for c in self.columns])
+        self._pending += 1
+        if self._pending >= self.FLUSH_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        self.write(self._text.getvalue().encode())
+        self._text.seek(0)
+        self._text.truncate()
+        self._pending = 0
+
+    def copy_to(self, dest: IO[bytes]) -> None:
+        self.flush()
+        self.raw.seek(0)
+        shutil.copyfileobj(self.raw, dest, CHUNK_BYTES)
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+_json_string = json.encoder.encode_basestring  # C-accelerated, as json.dumps(ensure_ascii=False) uses
+
+
+def _indented(value: Any, indent: str) -> str:
+    """``value`` as json.dumps(indent=2, ensure_ascii=False) writes it, its lines after the first
+    prefixed with ``indent``. A million audit entries go through here: strings, numbers and
+    containers are formatted directly, a few times faster than json's pure-Python indenting
+    encoder; anything else (a float that is not finite, a key that is not a string) goes to
+    json.dumps itself."""
+    if isinstance(value, str):
+        return _json_string(value)
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if type(value) is int or (type(value) is float and math.isfinite(value)):
+        return repr(value)
+    inner = indent + "  "
+    if type(value) is dict and all(type(k) is str for k in value):
+        if not value:
+            return "{}"
+        items = [f"{inner}{_json_string(k)}: {_indented(v, inner)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + indent + "}"
+    if type(value) is list:
+        if not value:
+            return "[]"
+        return "[\n" + ",\n".join(inner + _indented(v, inner) for v in value) + "\n" + indent + "]"
+    return json.dumps(value, indent=2, ensure_ascii=False).replace("\n", "\n" + indent)
+
+
+def _json(value: Any, level: int) -> bytes:
+    """``value`` as json.dumps(indent=2) writes it nested ``level`` deep in a larger document."""
+    return _indented(value, "  " * level).encode()
+
+
+class _JsonDocument:
+    """One JSON object written key by key, and a list value item by item, byte for byte as
+    ``json.dumps(document, indent=2, ensure_ascii=False)`` writes the whole object at once."""
+
+    def __init__(self, sink: _Sink) -> None:
+        self.sink = sink
+        self._keys = 0
+        self._items: int | None = None
+        sink.write(b"{")
+
+    def _key(self, key: str) -> None:
+        self.sink.write((b"\n  " if not self._keys else b",\n  ") + _json(key, 0) + b": ")
+        self._keys += 1
+
+    def value(self, key: str, value: Any) -> None:
+        self._key(key)
+        self.sink.write(_json(value, 1))
+
+    def begin_list(self, key: str) -> None:
+        self._key(key)
+        self._items = 0
+
+    def item(self, value: Any) -> None:
+        assert self._items is not None, "item() outside begin_list()"
+        self.sink.write((b"[\n    " if not self._items else b",\n    ") + _json(value, 2))
+        self._items += 1
+
+    def end_list(self) -> None:
+        self.sink.write(b"\n  ]" if self._items else b"[]")
+        self._items = None
+
+    def close(self) -> None:
+        self.sink.write(b"\n}" if self._keys else b"}")
 
 
 def _md(value: Any) -> str:
@@ -491,7 +682,10 @@ def _markdown(doc: dict[str, Any]) -> str:
             "",
             f"### {r['name']}",
             f"- Data class: {_md(r['data_class'])}",
-            f"- Controller: {_md(r['controller_contact'])}",
+            f"- Controller: {_md(r['controller'])}",
+            f"- Joint controller: {_md(r['joint_controller'])}",
+            f"- Representative: {_md(r['representative'])}",
+            f"- Data protection officer: {_md(r['data_protection_officer'])}",
             f"- Purposes: {_md(r['purposes'])}",
             f"- Data subjects: {_md(r['data_subject_categories'])}",
             f"- Personal data: {_md(r['personal_data_categories'])}",
@@ -504,6 +698,22 @@ def _markdown(doc: dict[str, Any]) -> str:
         ]
         if r["balancing_note"]:
             lines.append(f"- Balancing note: {_md(r['balancing_note'])}")
+
+    lines += ["", "### Records as processor (Art. 30(2))"]
+    if not doc["processor_records"]:
+        lines.append("No records as processor.")
+    for r in doc["processor_records"]:
+        lines += [
+            "",
+            f"#### {_md(r['name'])}",
+            f"- Processor: {_md(r['processor'])}",
+            f"- On behalf of: {_md(r['controllers'])}",
+            f"- Representative: {_md(r['representative'])}",
+            f"- Data protection officer: {_md(r['data_protection_officer'])}",
+            f"- Categories of processing: {_md(r['processing_categories'])}",
+            f"- Third-country transfers: {_md(r['third_country_transfers'])}",
+            f"- Security measures: {_md(r['security_measures'])}",
+        ]
 
     lines += ["", "## 4. Retention policies and their last runs"]
     lines += _table(
@@ -543,27 +753,29 @@ def _markdown(doc: dict[str, Any]) -> str:
         ),
     )
 
-    lines += ["", "## 6. Open data-subject requests"]
+    lines += ["", "## 6. Data-subject requests of the period (open, and closed in the period)"]
     lines += _table(
-        ("#", "Kind", "Reference", "Received", "Due", "Status"),
+        ("#", "Kind", "Reference", "Received", "Due", "Status", "Closed"),
         (
             (
                 r["id"],
                 r["kind"],
                 r["subject_reference"],
                 r["received_on"],
-                f"{r['due_on']}" + (" OVERDUE" if r["overdue"] else ""),
+                f"{r['due_on']}" + (" (extended)" if r["extended"] else "") + (" OVERDUE" if r["overdue"] else ""),
                 r["status"],
+                f"{_cell(r['closed_on'])}" + (" LATE" if r["late"] else ""),
             )
-            for r in doc["open_subject_requests"]
+            for r in doc["subject_requests"]
         ),
     )
 
-    audit = doc["audit"]
+    # doc["audit"] holds the first PDF_AUDIT_ROWS entries only; doc["audit_count"] counts them all.
+    audit, count = doc["audit"], doc["audit_count"]
     lines += ["", "## 7. Audit extract"]
-    lines.append(f"{len(audit)} entries from {period['start']} to {period['end']}.")
-    if len(audit) > PDF_AUDIT_ROWS:
-        lines.append(f"The first {PDF_AUDIT_ROWS} are shown here; audit.csv holds all {len(audit)}.")
+    lines.append(f"{count} entries from {period['start']} to {period['end']}.")
+    if count > PDF_AUDIT_ROWS:
+        lines.append(f"The first {PDF_AUDIT_ROWS} are shown here; audit.csv holds all {count}.")
     lines += _table(
         ("When", "Who", "Action", "Object", "Message"),
         (
@@ -580,61 +792,183 @@ def _markdown(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def build_pack(pack: CompliancePack, *, progress: Progress | None = None) -> bytes:
-    """The pack's zip. ``progress(percent, step)`` is told how far it is (0-100) as it goes.
+@contextlib.contextmanager
+def _snapshot() -> Iterator[None]:
+    """One transaction for every read: REPEATABLE READ, so the pack is one moment of the
+    database however long the extract takes (the audit chain's head included), and the
+    transaction a server-side cursor streams in (outside one, PostgreSQL materialises a holdable
+    cursor's whole result first). Inside an enclosing transaction (a test's) the reads join it."""
+    outermost = not transaction.get_connection().in_atomic_block
+    with transaction.atomic():
+        if outermost:
+            with transaction.get_connection().cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        yield
 
-    1. gather every record into one document (pack.json's content);
-    2. write the CSVs from that same document, then the PDF;
-    3. write the manifest of sizes and SHA-256 sums, last, and the zip in a fixed order.
-    """
+
+def _pdf_model(model: dict[str, Any]) -> dict[str, Any]:
+    """What pack.pdf needs of a model: every summary's version, date and hash, and the latest text."""
+    summaries = [{**s, "document": None, "text": s["text"] if i == 0 else ""} for i, s in enumerate(model["summaries"])]
+    return {**model, "summaries": summaries}
+
+
+def write_pack(pack: CompliancePack, out: IO[bytes], *, progress: Progress | None = None) -> None:
+    """Write the pack's zip to ``out`` (a seekable binary file). ``progress(percent, step)`` is told
+    how far it is (0-100) as it goes. Memory stays flat whatever the period holds: see the module's
+    docstring for how."""
     report = progress or (lambda percent, step: None)
     now = timezone.now()
     today = timezone.localdate(now)
     start, end = period_bounds(pack.period_start, pack.period_end)
-
-    report(5, "Reading the register and the published summaries")
-    models, datasets = _models(today), _datasets()
-    report(20, "Reading the records of processing and data-subject requests")
-    records, requests = _records_of_processing(), _open_requests(today)
-    report(30, "Reading retention policies, runs and legal holds")
-    policies, runs = _retention(today, start, end)
-    holds = _legal_holds(start, end)
-    report(40, "Reading the audit extract")
-    audit = _audit(start, end)
-    doc: dict[str, Any] = {
-        "generated_at": now,
-        "period": {"start": pack.period_start, "end": pack.period_end},
-        "models": models,
-        "datasets": datasets,
-        "records_of_processing": records,
-        "retention_policies": policies,
-        "retention_runs": runs,
-        "legal_holds": holds,
-        "open_subject_requests": requests,
-        "audit": audit,
-    }
-    doc = _json_safe(doc)
-
-    report(55, "Writing pack.json and the CSVs")
-    files: list[tuple[str, bytes]] = [("pack.json", json.dumps(doc, indent=2, ensure_ascii=False).encode())]
-    csvs = [(name, _csv(doc[key], columns)) for name, key, columns in CSV_FILES]
-    report(65, "Rendering pack.pdf")
-    footer = f"Goodput compliance pack {pack.period_start} to {pack.period_end}, generated {doc['generated_at']}"
-    files.append(("pack.pdf", render_pdf(_markdown(doc), title="Compliance pack", footer=footer)))
-    files += csvs
-
-    report(90, "Writing the manifest and the zip")
-    manifest = {
-        "generated_at": doc["generated_at"],
-        "period": doc["period"],
-        "algorithm": "sha256",
-        "files": [{"name": n, "size": len(b), "sha256": hashlib.sha256(b).hexdigest()} for n, b in files],
-    }
-    files.append(("manifest.json", json.dumps(manifest, indent=2).encode()))
+    generated_at, period = _json_safe(now), _json_safe({"start": pack.period_start, "end": pack.period_end})
     stamp = timezone.localtime(now).timetuple()[:6]
+    csvs = {key: (name, _CsvFile(columns)) for name, key, columns in CSV_FILES}
+    pdf_doc: dict[str, Any] = {"generated_at": generated_at, "period": period}
+    files: list[tuple[str, _Sink]] = []
+
+    def member(name: str) -> zipfile.ZipInfo:
+        info = zipfile.ZipInfo(name, date_time=stamp)
+        info.compress_type = zipfile.ZIP_DEFLATED
+        return info
+
+    def section(
+        doc: _JsonDocument,
+        key: str,
+        records: Iterable[dict[str, Any]],
+        keep: int | None = None,
+        json_safe: bool = False,
+    ) -> int:
+        """Write each record to pack.json and its CSV; keep the first ``keep`` (all: None) for the
+        PDF. ``json_safe``: the records need no _json_safe (they come that way)."""
+        kept: list[dict[str, Any]] = []
+        count = 0
+        sheet = csvs[key][1] if key in csvs else None
+        doc.begin_list(key)
+        for raw in records:
+            record = raw if json_safe else _json_safe(raw)
+            doc.item(record)
+            if sheet is not None:
+                sheet.row(record)
+            if keep is None or count < keep:
+                kept.append(_pdf_model(record) if key == "models" else record)
+            count += 1
+        doc.end_list()
+        pdf_doc[key] = kept
+        return count
+
+    try:
+        with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+            # pack.json streams into the zip as it is read; its size is not known in advance.
+            with _snapshot(), archive.open(member("pack.json"), "w", force_zip64=True) as raw:
+                sink = _Sink(raw)
+                doc = _JsonDocument(sink)
+                doc.value("generated_at", generated_at)
+                doc.value("period", period)
+                # The audit chain's head in this snapshot: an auditor keeps it and later checks that
+                # the chain still holds it (`manage.py verify_audit_log --head SEQ:HASH`).
+                chain = _json_safe(audit_chain.head_json(audit_chain.chain_head(), audit_chain.last_check()))
+                doc.value("audit_chain", chain)
+                report(5, "Reading the register and the published summaries")
+                section(doc, "models", _models(today))
+                section(doc, "datasets", _datasets())
+                report(15, "Reading the records of processing and data-subject requests")
+                section(doc, "records_of_processing", _records_of_processing())
+                section(doc, "processor_records", _processor_records())
+                report(20, "Reading retention policies, runs and legal holds")
+                policies, runs = _retention(today, start, end)
+                section(doc, "retention_policies", policies)
+                section(doc, "retention_runs", runs)
+                section(doc, "legal_holds", _legal_holds(start, end))
+                section(doc, "subject_requests", _subject_requests(today, pack.period_start, pack.period_end))
+                section(doc, "crawled_domains", _crawled_domains(), keep=0)  # crawled_domains.csv only
+                total = AuditEntry.objects.filter(at__gte=start, at__lt=end).count()
+                report(25, f"Reading the audit extract: {total:,} entries")
+                pdf_doc["audit_count"] = section(
+                    doc, "audit", _counted(_audit(start, end), total, report), PDF_AUDIT_ROWS, json_safe=True
+                )
+                doc.close()
+            files.append(("pack.json", sink))
+
+            report(85, "Rendering pack.pdf")
+            footer = f"Goodput compliance pack {pack.period_start} to {pack.period_end}, generated {generated_at}"
+            with archive.open(member("pack.pdf"), "w") as raw:
+                sink = _Sink(raw)
+                sink.write(render_pdf(_markdown(pdf_doc), title="Compliance pack", footer=footer))
+            files.append(("pack.pdf", sink))
+            pdf_doc.clear()
+
+            report(90, "Writing the CSVs and the manifest")
+            for name, sheet in csvs.values():
+                sheet.flush()
+                with archive.open(member(name), "w", force_zip64=sheet.size >= zipfile.ZIP64_LIMIT) as raw:
+                    sheet.copy_to(raw)
+                sheet.close()
+                files.append((name, sheet))
+            manifest = {
+                "generated_at": generated_at,
+                "period": period,
+                "algorithm": "sha256",
+                "files": [{"name": n, "size": f.size, "sha256": f.sha256} for n, f in files],
+                "audit_chain": chain,
+            }
+            archive.writestr(member("manifest.json"), json.dumps(manifest, indent=2).encode())
+    finally:
+        for _, sheet in csvs.values():
+            sheet.close()
+    report(95, "Zip written")
+
+
+def _counted(rows: Iterable[dict[str, Any]], total: int, report: Progress) -> Iterator[dict[str, Any]]:
+    """``rows``, telling ``report`` how far through the ``total`` it is (25 % to 85 %) every 2 %."""
+    step = max(AUDIT_FETCH_ROWS, total // 30)
+    for n, row in enumerate(rows, 1):
+        yield row
+        if n % step == 0 and n < total:
+            report(25 + 60 * n // total, f"Reading the audit extract: {n:,} of {total:,} entries")
+
+
+def build_pack(pack: CompliancePack, *, progress: Progress | None = None) -> bytes:
+    """The pack's zip in memory: for small packs and tests. The task writes to a file instead
+    (``write_pack``), so that a large pack is never held whole."""
     out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for name, data in files:
-            archive.writestr(zipfile.ZipInfo(name, date_time=stamp), data, compress_type=zipfile.ZIP_DEFLATED)
-    report(100, "Done")
+    write_pack(pack, out, progress=progress)
+    (progress or (lambda percent, step: None))(100, "Done")
     return out.getvalue()
+
+
+# --- storing and serving the zip ----------------------------------------------------------------
+
+
+def save_zip(pack_id: int, source: IO[bytes]) -> tuple[str, int]:
+    """Store the zip read from ``source`` as pack ``pack_id``'s chunks (replacing any it had), one
+    chunk in memory at a time; returns its (SHA-256, size). Call it inside the transaction that
+    marks the pack done, so that a pack is never done with part of its zip."""
+    CompliancePackChunk.objects.filter(pack_id=pack_id).delete()
+    sha, size, seq = hashlib.sha256(), 0, 0
+    source.seek(0)
+    while data := source.read(CHUNK_BYTES):
+        CompliancePackChunk.objects.create(pack_id=pack_id, seq=seq, data=data)
+        sha.update(data)
+        size += len(data)
+        seq += 1
+    return sha.hexdigest(), size
+
+
+def _chunk(pack_id: int, seq: int) -> bytes:
+    return bytes(CompliancePackChunk.objects.filter(pack_id=pack_id, seq=seq).values_list("data", flat=True).get())
+
+
+def _chunk_count(pack_id: int) -> int:
+    return CompliancePackChunk.objects.filter(pack_id=pack_id).count()
+
+
+def zip_chunks(pack_id: int) -> Iterator[bytes]:
+    """The stored zip, one chunk (one query) at a time."""
+    for seq in range(_chunk_count(pack_id)):
+        yield _chunk(pack_id, seq)
+
+
+async def azip_chunks(pack_id: int) -> AsyncIterator[bytes]:
+    """``zip_chunks`` for an ASGI response, which would otherwise read a sync iterator whole."""
+    for seq in range(await sync_to_async(_chunk_count)(pack_id)):
+        yield await sync_to_async(_chunk)(pack_id, seq)

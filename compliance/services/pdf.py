@@ -3,8 +3,12 @@
 Documents are written as a small subset of Markdown, which is also what the summary's hash is
 taken of and what the Markdown export holds, so the PDF says the same words:
 
-- ``# ``, ``## ``, ``### `` headings; ``- `` bullets; ``| a | b |`` table rows (a ``|---|`` rule
-  line is skipped); blank lines; anything else is a paragraph. ``**bold**`` is kept as bold.
+- ``# `` to ``#### `` headings; ``- `` bullets (two spaces of indent a level); ``| a | b |``
+  table rows (a ``|---|`` rule line is skipped); blank lines; anything else is a paragraph.
+  ``**bold**`` is kept as bold; backslash escapes (compliance.services.markdown) are resolved.
+
+Nothing else is markup here: text is written as text (fpdf2's own Markdown, which would make a
+link of ``[x](javascript:…)``, is never switched on).
 
 fpdf2 is pure Python; DejaVu Sans (bundled in compliance/fonts, free licence alongside) covers the
 characters the core PDF fonts lack (en dashes, arrows, ≥, accented names).
@@ -16,6 +20,8 @@ from pathlib import Path
 
 from fpdf import FPDF
 from fpdf.enums import XPos, YPos
+
+from compliance.services import markdown
 
 FONTS = Path(__file__).resolve().parent.parent / "fonts"
 FAMILY = "DejaVu"
@@ -54,14 +60,31 @@ def _table_row(pdf: _Document, cells: list[str], header: bool) -> None:
     pdf.set_xy(pdf.l_margin, y + rows * 4.5)
 
 
-def render_pdf(markdown: str, *, title: str, footer: str = "") -> bytes:
+def _runs(pdf: _Document, text: str, *, indent: float, bullet: bool) -> None:
+    """One bullet or paragraph: its bold and plain runs written as flowing text, wrapped at the
+    right margin back to ``indent``."""
+    margin = pdf.l_margin
+    pdf.set_left_margin(margin + indent)
+    pdf.set_x(margin + indent)
+    if bullet:
+        pdf.set_font(FAMILY, "", 9.5)
+        pdf.write(5, "• ")
+    for run, bold in markdown.spans(text):
+        pdf.set_font(FAMILY, "B" if bold else "", 9.5)
+        pdf.write(5, run)
+    pdf.ln(5)
+    pdf.set_left_margin(margin)
+    pdf.set_x(margin)
+
+
+def render_pdf(markdown_text: str, *, title: str, footer: str = "") -> bytes:
     """The Markdown subset above as an A4 PDF; ``footer`` goes on every page (e.g. the hash)."""
     pdf = _Document(title, footer or title)
     pdf.alias_nb_pages()
     pdf.add_page()
     width = pdf.w - pdf.l_margin - pdf.r_margin
     table_header = True
-    for raw in markdown.splitlines():
+    for raw in markdown_text.splitlines():
         line = raw.rstrip()
         if not line.startswith("|"):
             table_header = True
@@ -72,27 +95,18 @@ def render_pdf(markdown: str, *, title: str, footer: str = "") -> bytes:
             size = {1: 16, 2: 13, 3: 11}.get(level, 10)
             pdf.ln(2 if level > 1 else 0)
             pdf.set_font(FAMILY, "B", size)
-            pdf.multi_cell(width, size * 0.5, line[level:].strip(), new_x=XPos.LMARGIN, new_y=YPos.NEXT)
+            text = markdown.unescape(line[level:].strip())
+            pdf.multi_cell(width, size * 0.5, text, new_x=XPos.LMARGIN, new_y=YPos.NEXT)
             pdf.ln(1)
         elif line.startswith("|"):
-            cells = [c.strip() for c in line.strip("|").split("|")]
-            if all(set(c) <= set("-: ") for c in cells):
+            cells = markdown.cells(line)
+            if markdown.is_rule(cells):
                 continue  # the header rule of a Markdown table
-            _table_row(pdf, cells, table_header)
+            _table_row(pdf, [markdown.unescape(c) for c in cells], table_header)
             table_header = False
         elif line.lstrip().startswith("- "):
-            indent = (len(line) - len(line.lstrip())) // 2
-            pdf.set_font(FAMILY, "", 9.5)
-            pdf.set_x(pdf.l_margin + 4 + 4 * indent)
-            pdf.multi_cell(
-                width - 4 - 4 * indent,
-                5,
-                "• " + line.lstrip()[2:],
-                markdown=True,
-                new_x=XPos.LMARGIN,
-                new_y=YPos.NEXT,
-            )
+            level = (len(line) - len(line.lstrip())) // 2
+            _runs(pdf, line.lstrip()[2:], indent=4 + 4 * level, bullet=True)
         else:
-            pdf.set_font(FAMILY, "", 9.5)
-            pdf.multi_cell(width, 5, line, markdown=True, new_x=XPos.LMARGIN, new_y=YPos.NEXT)
+            _runs(pdf, line, indent=0, bullet=False)
     return bytes(pdf.output())

@@ -28,6 +28,14 @@ MAX_BYTES = 2**63 - 1  # the column is a bigint
 MAX_CSV_BYTES = 20 * 1024 * 1024  # about 400,000 domains: far more than a summary lists
 
 
+def scratch_error(trained_from_scratch: bool | None, base_model: Any, base_model_external: str) -> str | None:
+    """Why the model's answers to 1.2 contradict each other: trained from scratch, yet named a base
+    model (the database's check gpaimodel_scratch_has_no_base, asked first by the form and API)."""
+    if trained_from_scratch and (base_model is not None or (base_model_external or "").strip()):
+        return "A model trained from scratch has no base model: clear the base model or this answer."
+    return None
+
+
 class CsvLineError(ValidationError):
     """A crawler CSV line that cannot be imported; ``line`` is its 1-based number (1: the header)."""
 

@@ -13,10 +13,13 @@ RetentionRun and one audit entry):
    their timeline entries, findings, action items and notifications. An active legal hold on
    incidents (all, or those in its ``incident_ids``, for its tenant or all) keeps them, counted as
    ``held``; so is an incident that a kept incident was merged into (the merge link protects it).
-   The timeline's append-only trigger lets the DELETE through only under ``SET LOCAL
-   goodput.retention_purge = 'on'`` (migration 0003).
-2. Audit entries older than the cutoff, deleted under ``SET LOCAL goodput.audit_purge = 'on'`` (the
-   trigger of migration 0002 refuses it otherwise). Any active hold on audit keeps them all.
+   Their timeline entries go through ``goodput_purge_incident_timeline``, the owner's SECURITY
+   DEFINER function (migration 0006): the timeline's trigger refuses every other DELETE.
+2. Audit entries older than the cutoff and older than the audit floor (``audit.floor_days()``,
+   7 years unless the deployment says otherwise, never under one), deleted by the database's purge
+   function, which also keeps the floor and records itself. Any active hold on audit keeps them
+   all; so does the day after an audit hold was released or an audit policy changed
+   (``AUDIT_PURGE_WAIT``), and releasing an audit hold takes two people (``release_hold``).
 3. Telemetry and serving samples live in daily partitions that fleet.telemetry.partitions drops
    whole, at the deployment's retention settings (RAW_RETENTION_DAYS for samples, the rollup
    settings for rollups). The simplest correct way to enforce them here is to call its
@@ -69,6 +72,9 @@ _TABLE_CLASS = {
     partitions.SERVING_ROLLUP_1H.name: DataClass.SERVING_SAMPLES,
 }
 PARTITION_DROP = "partition-drop"
+# After an audit hold is released, or an audit policy is made or changed, the purge waits this
+# long: one officer cannot release and purge the audit log in one sitting.
+AUDIT_PURGE_WAIT = timedelta(hours=24)
 # Any 64-bit key of our own: serialises record_partition_drops between concurrent runs.
 _DROP_IMPORT_LOCK = 0x7265_7465_6E74
 
@@ -81,6 +87,8 @@ def raw_days() -> int:
 def default_days(data_class: str) -> int | None:
     if data_class in PARTITIONED:
         return raw_days()
+    if data_class == DataClass.AUDIT:
+        return max(DEFAULT_DAYS[DataClass.AUDIT], audit.floor_days())
     return DEFAULT_DAYS.get(data_class)
 
 
@@ -125,6 +133,11 @@ def policy_errors(
     errors: dict[str, str] = {}
     if days is not None and days > MAX_POLICY_DAYS:
         errors["days"] = f"At most {MAX_POLICY_DAYS} days (100 years)."
+    if data_class == DataClass.AUDIT and days is not None and days < audit.floor_days():
+        errors["days"] = (
+            f"At least {audit.floor_days()} days: audit entries are kept for GOODPUT_AUDIT_RETENTION_FLOOR_DAYS "
+            f"({audit.floor_days()} days), a deployment setting no policy goes below."
+        )
     if data_class in CONSOLE_HELD:
         if action != RetentionAction.DELETE:
             errors["action"] = "The console deletes what it holds; anonymise applies to attested stores."
@@ -221,8 +234,8 @@ def _apply_incidents(eff: Effective, tenants_with_policy: set[str], *, now: date
     detail["findings"] = Finding.objects.filter(incident__in=deletable).count()
     if deletable and not dry_run:
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute("SET LOCAL goodput.retention_purge = 'on'")
-            TimelineEntry.objects.filter(incident__in=deletable).delete()
+            # The one door through the timeline's append-only trigger (migration 0006).
+            cursor.execute("SELECT goodput_purge_incident_timeline(%s)", [sorted(deletable)])
             Finding.objects.filter(incident__in=deletable).delete()
             Incident.objects.filter(pk__in=deletable).update(merged_into=None)
             Incident.objects.filter(pk__in=deletable).delete()  # action items, notifications cascade
@@ -241,25 +254,46 @@ def _apply_incidents(eff: Effective, tenants_with_policy: set[str], *, now: date
 # --- audit ---------------------------------------------------------------------------------------
 
 
+def audit_purge_waits_until(now: datetime) -> tuple[datetime, str] | None:
+    """When the audit purge may run again, and why, while an audit hold's release or an audit
+    policy's change is under a day old; None when nothing holds it back."""
+    since = now - AUDIT_PURGE_WAIT
+    reasons: list[tuple[datetime, str]] = [
+        (hold.released_at, f"legal hold '{hold.name}' on audit entries was released")
+        for hold in LegalHold.objects.filter(data_class=DataClass.AUDIT, released_at__gt=since)
+        if hold.released_at is not None
+    ]
+    reasons += [
+        (policy.updated_at, f"the audit policy ({policy.days} days) was set")
+        for policy in RetentionPolicy.objects.filter(data_class=DataClass.AUDIT, updated_at__gt=since)
+    ]
+    if not reasons:
+        return None
+    at, why = max(reasons)
+    return at + AUDIT_PURGE_WAIT, f"{why} at {at:%Y-%m-%d %H:%M} UTC; the purge waits until a day after"
+
+
 def _apply_audit(eff: Effective, *, now: datetime, dry_run: bool, by: str) -> RetentionRun:
     started = timezone.now()
-    cutoff = now - timedelta(days=eff.days)
+    floor = audit.floor_days()
+    cutoff = now - timedelta(days=max(eff.days, floor))
     due = AuditEntry.objects.filter(at__lt=cutoff)
     hold = LegalHold.objects.active().filter(data_class=DataClass.AUDIT).first()
     count = due.count()
+    detail: dict[str, Any] = {"floor_days": floor}
     if hold is not None:
+        detail["skipped"] = f"legal hold '{hold.name}' on audit entries"
+    elif waiting := audit_purge_waits_until(now):
+        detail["skipped"], detail["waits_until"] = waiting[1], waiting[0].isoformat()
+    if "skipped" in detail:
         return _new_run(
-            eff,
-            cutoff=cutoff,
-            started=started,
-            dry_run=dry_run,
-            triggered_by=by,
-            held=count,
-            detail={"skipped": f"legal hold '{hold.name}' on audit entries"},
+            eff, cutoff=cutoff, started=started, dry_run=dry_run, triggered_by=by, held=count, detail=detail
         )
     if count and not dry_run:
-        count = audit.purge_entries_before(cutoff)
-    return _new_run(eff, cutoff=cutoff, started=started, dry_run=dry_run, triggered_by=by, affected=count)
+        count = audit.purge_entries_before(cutoff, actor=by)
+    return _new_run(
+        eff, cutoff=cutoff, started=started, dry_run=dry_run, triggered_by=by, affected=count, detail=detail
+    )
 
 
 # --- partitioned telemetry -----------------------------------------------------------------------
@@ -389,13 +423,44 @@ class HoldAlreadyReleased(Exception):
     """A release of a hold someone released already (409 at the API)."""
 
 
-def release_hold(hold: LegalHold, *, now: datetime | None = None) -> LegalHold:
-    """Release an active hold: a conditional UPDATE, so two releases cannot both win."""
+class SecondPersonRequired(Exception):
+    """The person who asked for an audit hold's release tried to approve it too (409 at the API)."""
+
+
+def release_hold(hold: LegalHold, *, by: Any, now: datetime | None = None) -> LegalHold:
+    """Release an active hold; its ``released_at`` stays None while an audit hold waits for its
+    second person.
+
+    A hold on the audit log takes two people: the first call asks (``release_requested_by``),
+    and a call by another compliance officer or admin releases it (``released_by``). Every step
+    is a conditional UPDATE, so two callers cannot both win, and each is audited.
+    """
     now = now or timezone.now()
-    if not LegalHold.objects.filter(pk=hold.pk, released_at__isnull=True).update(released_at=now):
+    active = LegalHold.objects.filter(pk=hold.pk, released_at__isnull=True)
+    if hold.data_class == DataClass.AUDIT:
+        if active.filter(release_requested_by__isnull=True).update(release_requested_by=by, release_requested_at=now):
+            hold.refresh_from_db()
+            audit.record(
+                AuditAction.ACTION,
+                obj=hold,
+                after={"release_requested_by": by.get_username(), "release_requested_at": now},
+                message=f"release of legal hold requested: {hold} (another compliance officer or an admin approves)",
+            )
+            return hold
+        hold.refresh_from_db()
+        if hold.released_at is None and hold.release_requested_by_id == by.pk:
+            raise SecondPersonRequired(
+                f"You asked for the release of legal hold '{hold.name}': another compliance officer or an admin "
+                "approves it."
+            )
+        active = active.filter(release_requested_by=hold.release_requested_by_id).exclude(release_requested_by=by)
+    if not active.update(released_at=now, released_by=by):
         raise HoldAlreadyReleased(f"Legal hold '{hold.name}' was released already.")
     hold.refresh_from_db()
-    audit.record(AuditAction.ACTION, obj=hold, after={"released_at": now}, message=f"legal hold released: {hold}")
+    after: dict[str, Any] = {"released_at": now, "released_by": by.get_username()}
+    if hold.release_requested_by_id is not None:
+        after["release_requested_by_id"] = hold.release_requested_by_id
+    audit.record(AuditAction.ACTION, obj=hold, after=after, message=f"legal hold released: {hold}")
     return hold
 
 

@@ -22,6 +22,7 @@ from compliance.models import (
     SubjectRequest,
     SummaryVersion,
 )
+from compliance.services import audit_chain
 
 
 def compliance_status() -> dict[str, Any]:
@@ -48,4 +49,6 @@ def compliance_status() -> dict[str, Any]:
         "active_holds": LegalHold.objects.active().count(),
         "last_run": RetentionRun.objects.filter(dry_run=False).order_by("-started_at").first(),
         "audit_24h": AuditEntry.objects.filter(at__gte=now - timedelta(hours=24)).count(),
+        # The latest walk of the audit chain (verify_audit_log or the daily task); None: never.
+        "audit_chain_check": audit_chain.last_check(),
     }

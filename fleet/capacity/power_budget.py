@@ -5,6 +5,7 @@ budget. Pure arithmetic shared by the capacity plan (energised supply) and the p
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from django.conf import settings
 
@@ -48,3 +49,18 @@ def energisable_nodes(budget_w: float | None, node_w: float, nodes: int) -> int:
     if node_w <= 0:
         return nodes
     return max(0, min(nodes, math.floor(budget_w / node_w + 1e-9)))
+
+
+def energised_in_order(budget_w: float | None, node_watts: Sequence[float]) -> list[bool]:
+    """Which of a rack's nodes (in hostname order, each at its full-load power) its budget runs:
+    whole nodes while the budget lasts, a node that does not fit left dark and the next one tried.
+    The rule of capacity's energised supply; every node without a budget."""
+    if budget_w is None:
+        return [True] * len(node_watts)
+    left, out = budget_w, []
+    for watts in node_watts:
+        fits = energisable_nodes(left, watts, 1) == 1
+        out.append(fits)
+        if fits:
+            left -= watts
+    return out

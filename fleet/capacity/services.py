@@ -130,13 +130,15 @@ class PoolNow:
 
 
 def out_of_service_uuids() -> set[str]:
-    """Physical GPUs taken out of service now: named by firing findings of open incidents."""
+    """Physical GPUs taken out of service now: named as faulty by firing findings of open incidents
+    (incidents.services.cost.faulty_gpu_uuids: a job's straggler or hang does not take its gang out)."""
     from incidents.models import Finding, Incident
+    from incidents.services.cost import faulty_gpu_uuids
 
     uuids: set[str] = set()
     impacts = Finding.objects.firing().filter(incident__in=Incident.objects.open()).values_list("impact", flat=True)
     for impact in impacts:
-        uuids.update((impact or {}).get("gpu_uuids") or [])
+        uuids.update(faulty_gpu_uuids(impact))
     return uuids
 
 

@@ -3,7 +3,8 @@
 Parsing uses prometheus_client's parser. DCGM fields become GPU samples (the same schema and
 writer as the JSON door); serving metrics (gauges, counters, histogram buckets) are stored per
 endpoint as raw series for the serving SLO work. A malformed exposition is refused whole with
-the line at fault; nothing is written.
+the line at fault; nothing is written. A serving series whose values no read could use (NaN, ±Inf,
+beyond ``MAX_MAGNITUDE``, a negative count) is ignored whole and counted.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from prometheus_client.parser import text_fd_to_metric_families
 
 from fleet.choices import ServingFramework
 from fleet.ingest.batches import GpuBatchIn, GpuSampleIn, check_idempotency_key, check_site_scope, invalid_identity
+from fleet.serving import metrics as sm
 from fleet.serving.store import ServingPoint, store_serving_points
 from fleet.telemetry.fields import COUNTER_FIELDS, FIELDS_BY_NAME, GPU_SAMPLE_FIELDS, MIG_INSTANCE_FIELDS
 from fleet.telemetry.store import store_gpu_samples
@@ -71,7 +73,7 @@ IGNORED_NAMES_SHOWN = 20
 class Exposition:
     gpu_samples: list[Any] = field(default_factory=list)
     serving: list[ServingPoint] = field(default_factory=list)
-    ignored: int = 0  # samples of metrics this console does not store
+    ignored: int = 0  # samples not stored: metrics this console does not use, or series it cannot read
     ignored_metrics: Counter[str] = field(default_factory=Counter)  # how many of each were ignored
     timestamped: bool = True  # every stored sample carried its own timestamp
 
@@ -240,6 +242,8 @@ def parse_exposition(
     origin: dict[tuple[str, str], int] = {}  # (uuid, field) -> line, to name the line of a bad value
     seen: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}  # series -> its line
     out = Exposition()
+    serving: list[tuple[tuple[str, ...], str, ServingPoint]] = []  # (series group, name, point)
+    unreadable: set[tuple[str, ...]] = set()  # series groups with a value no read can use
     handed = 0
     for family in _families(lines, openmetrics=openmetrics):
         for sample in family.samples:
@@ -269,15 +273,24 @@ def parse_exposition(
                 continue
             if framework is not None and kind in ("auto", framework):
                 _check_labels(line, name, sample.labels, SERVING_LABEL_LIMITS)
+                _check_bound(line, name, sample.labels)
                 ts = window.time_of(timestamp, line)
                 out.timestamped &= timestamp is not None
                 point = _serving_point(name, framework, sample.labels, sample.value, ts, endpoint, line)
-                if point is None:
-                    out.ignore(name)
-                else:
-                    out.serving.append(point)
+                group = _series_group(point, sample.labels)
+                if not _readable(name, sample.labels, sample.value):
+                    unreadable.add(group)
+                serving.append((group, name, point))
                 continue
             out.ignore(name)
+    # A series with a value no read can use (NaN, ±Inf, past MAX_MAGNITUDE, a negative count) is
+    # ignored whole: for a histogram, every bucket, its sum and its count, since a histogram
+    # missing one bucket would move its percentiles.
+    for group, name, point in serving:
+        if group in unreadable:
+            out.ignore(name)
+        else:
+            out.serving.append(point)
     out.gpu_samples = _validated_gpu_samples(gpus, origin)
     out.timestamped &= out.count > 0
     return out
@@ -424,6 +437,39 @@ def _validated_gpu_samples(gpus: dict[str, dict[str, Any]], origin: dict[tuple[s
     return samples
 
 
+def _check_bound(line: int, name: str, labels: dict[str, str]) -> None:
+    """A histogram bucket's ``le`` must be a bound a read can use: a finite number (at most
+    MAX_MAGNITUDE) or +Inf. Anything else cannot be read, so the push is refused naming the line."""
+    if name.endswith("_bucket") and "le" in labels and sm.bucket_bound(labels["le"]) is None:
+        raise _bad(
+            line,
+            f"label le is {labels['le'][:40]!r}; a bucket's upper bound is a number "
+            f"(at most {sm.MAX_MAGNITUDE:g} either side of 0) or +Inf.",
+            field="le",
+        )
+
+
+def _readable(name: str, labels: dict[str, str], value: float) -> bool:
+    """Can the reads use this value: finite, within MAX_MAGNITUDE (so no sum of them overflows),
+    and never below zero for a counter or a histogram's bucket or count (which only go up)."""
+    if not sm.readable(value):
+        return False
+    if value < 0:
+        quantity = sm.quantity_of(name, labels)
+        if quantity is not None and (quantity.kind == "counter" or sm.histogram_part(name) in ("bucket", "count")):
+            return False
+    return True
+
+
+def _series_group(point: ServingPoint, labels: dict[str, str]) -> tuple[str, ...]:
+    """What is ignored together: one series, or all the parts of one histogram (its base name and
+    labels but ``le``) under one endpoint."""
+    part = sm.histogram_part(point.metric)
+    base = point.metric if part is None else point.metric.removesuffix(f"_{part}")
+    rest = tuple(f"{k}={v}" for k, v in sorted(labels.items()) if k != "le")
+    return (point.endpoint, base, *rest)
+
+
 def _serving_point(
     name: str,
     framework: str,
@@ -432,11 +478,8 @@ def _serving_point(
     ts: datetime,
     endpoint: str | None,
     line: int,
-) -> ServingPoint | None:
-    """One serving series value, or None for a value that is not a number (NaN, ±Inf): skipped and
-    counted, never stored as infinity."""
-    if math.isnan(value) or math.isinf(value):
-        return None
+) -> ServingPoint:
+    """One serving series value (parse_exposition drops the series whose values cannot be read)."""
     model_label = MODEL_LABELS[framework]
     model = labels.get(model_label, "") if model_label else ""
     name_for_endpoint = endpoint or model

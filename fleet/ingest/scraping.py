@@ -140,6 +140,11 @@ def scrape(target_id: int) -> int:
         error = f"the request failed ({exc.__class__.__name__})"
     except IngestError as exc:
         error = _refusal(exc)[:1000]
+        if exc.field == "endpoint" and "cannot tell which endpoint" in exc.message:
+            # The push door's advice (?endpoint=NAME) means nothing for a target: its own field does.
+            error = (
+                "the scrape does not say which endpoint it belongs to (no model label); set this target's endpoint name"
+            )
     duration_ms = (time.monotonic() - started) * 1000
     ScrapeTarget.objects.filter(pk=target.pk).update(
         last_scrape_at=scraped_at,

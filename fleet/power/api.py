@@ -1,5 +1,5 @@
 """The power page's read API: per site and rack the live draw against budget and contracted power,
-headroom, idle and unpowered GPUs, energy over 24 h and 7 d, and the last hour's per-minute draw.
+headroom, idle GPUs and GPUs beyond the power budget, energy over 24 h and 7 d, and the last hour's per-minute draw.
 Any role reads it (a session or a personal token); the page fetches it on load and after a
 reconnect, and the ``power`` topic's pushes move it forward."""
 

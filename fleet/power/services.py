@@ -1,13 +1,19 @@
 """Power against budget, per site and rack: the read model of the power page, its API, its live
 pushes and the power detectors.
 
-* Live draw: the latest power of each physical GPU with a fresh state (GpuState.power_w, newer than
-  FLEET_STALE_SECONDS) plus the node overhead (settings.NODE_OVERHEAD_W) for each node with a fresh
-  GPU state. A MIG instance's power is its physical GPU's, so only parent-less GPUs count.
+* Draw: the GPUs' draw (fleet.telemetry.dashboard.gpu_power_w: the latest power of each physical
+  GPU with a fresh state, the fleet page's "GPU power") plus the node overhead. The overhead is an
+  assumption, not a measurement: settings.NODE_OVERHEAD_W (CPUs, memory, NICs, fans) for each node
+  with a fresh GPU state; the console has no node power series to take it from. A MIG instance's
+  power is its physical GPU's, so only parent-less GPUs count.
 * Budget: the rack's power_budget_kw; the site's contracted_power_kw.
+* Headroom: a rack's budget less its draw. A site's: the contracted power less its draw, but never
+  more than its racks' budgets allow (each budgeted rack's headroom, a rack over budget giving
+  none); when a node sits in no rack or in a rack with no budget, only the contract bounds it.
 * Idle: energised (fresh) GPUs under IDLE_UTIL_PCT utilisation.
-* Unpowered: GPUs on the nodes the rack's budget cannot run at full load (power_budget.energisable_nodes,
-  nodes in hostname order), plus GPUs on energised nodes with no fresh state.
+* GPUs beyond the power budget: GPUs on the nodes their rack's budget cannot run at full load
+  (power_budget.energised_in_order: whole nodes in hostname order, each at its GPUs' board power
+  plus the overhead; the rule of capacity's energised supply). A site's is the sum of its racks'.
 * Energy over 24 h and 7 d: the GPUs' energy from the hourly group rollups (energy_j).
 * Per-minute draw: the per-minute group rollups' power_sum plus the overhead of the nodes that
   reported in that minute (node-scope rows), for the chart and the detectors.
@@ -25,10 +31,12 @@ from django.utils import timezone
 
 from fleet.capacity import power_budget
 from fleet.inventory.models import Gpu, Rack, Site
+from fleet.telemetry.dashboard import gpu_power_w
 
 IDLE_UTIL_PCT = 5.0
 SERIES_WINDOW = timedelta(hours=1)
 NO_RACK = "(no rack)"
+DRAW_INCLUDES = "the GPUs' latest power plus an assumed node overhead per reporting node"
 
 
 def _kw(watts: float | None, digits: int = 2) -> float | None:
@@ -55,7 +63,6 @@ def _gpu_rows(now: datetime) -> list[dict[str, Any]]:
             "node__rack_id",
             "node__site_id",
             "state__ts",
-            "state__power_w",
             "state__gpu_util",
         )
         .order_by("node__hostname", "index", "id")
@@ -63,16 +70,14 @@ def _gpu_rows(now: datetime) -> list[dict[str, Any]]:
 
 
 class _Tally:
-    """One rack's or site's live figures, added up GPU by GPU."""
+    """One rack's or site's live figures, added up GPU by GPU (their power comes from gpu_power_w)."""
 
     def __init__(self) -> None:
         self.gpus = 0
-        self.gpu_power_w = 0.0
         self.fresh_gpus = 0
         self.fresh_nodes: set[int] = set()
         self.nodes: dict[int, list[dict[str, Any]]] = {}
         self.idle = 0
-        self.unpowered = 0
 
     def add(self, row: dict[str, Any], fresh: bool) -> None:
         self.gpus += 1
@@ -80,12 +85,16 @@ class _Tally:
         if fresh:
             self.fresh_gpus += 1
             self.fresh_nodes.add(row["node_id"])
-            self.gpu_power_w += row["state__power_w"] or 0.0
             if row["state__gpu_util"] is not None and row["state__gpu_util"] < IDLE_UTIL_PCT:
                 self.idle += 1
 
-    def draw_w(self, overhead_w: float) -> float:
-        return self.gpu_power_w + overhead_w * len(self.fresh_nodes)
+    def overhead_w(self, overhead_w: float) -> float:
+        return overhead_w * len(self.fresh_nodes)
+
+
+def _draw(gpu_w: float, overhead_w: float) -> dict[str, float | None]:
+    """A draw and what it is made of (kW): the GPUs, the assumed node overhead, the two together."""
+    return {"gpu_draw_kw": _kw(gpu_w), "node_overhead_kw": _kw(overhead_w), "draw_kw": _kw(gpu_w + overhead_w)}
 
 
 def _energy_kwh(now: datetime) -> dict[tuple[str, int], dict[str, float]]:
@@ -108,25 +117,36 @@ def _energy_kwh(now: datetime) -> dict[tuple[str, int], dict[str, float]]:
         }
 
 
-def _rack_unpowered(tally: _Tally, budget_w: float | None, overhead_w: float, cutoff: datetime) -> tuple[int, int]:
-    """(GPUs the budget cannot energise at full load, energised nodes). Nodes are energised in
-    hostname order; the full-load power of a node is its GPUs at board power plus the overhead."""
+def _beyond_budget(tally: _Tally, budget_w: float | None, overhead_w: float) -> tuple[int, int]:
+    """(GPUs the rack's budget cannot run at full load, nodes it runs): whole nodes in hostname
+    order, each at its GPUs' board power plus the overhead (power_budget.energised_in_order)."""
     nodes = list(tally.nodes.values())
-    if not nodes:
-        return 0, 0
-    full_w = sum(
-        power_budget.node_power_w(len(g), power_budget.board_power_w(g[0]["model"]), overhead_w) for g in nodes
-    )
-    energised = power_budget.energisable_nodes(budget_w, full_w / len(nodes), len(nodes))
-    beyond = sum(len(g) for g in nodes[energised:])
-    silent = sum(1 for g in nodes[:energised] for row in g if row["state__ts"] is None or row["state__ts"] < cutoff)
-    return beyond + silent, energised
+    watts = [sum(power_budget.board_power_w(row["model"]) for row in g) + overhead_w for g in nodes]
+    energised = power_budget.energised_in_order(budget_w, watts)
+    beyond = sum(len(g) for g, on in zip(nodes, energised, strict=True) if not on)
+    return beyond, sum(energised)
+
+
+def site_headroom_w(
+    *, contracted_w: float | None, draw_w: float, rack_room_w: float | None
+) -> tuple[float | None, str | None]:
+    """A site's headroom (W) and what limits it ("contract" or "racks"): the contracted power less
+    the draw, but no more than the room its racks' budgets leave (``rack_room_w``; None when some
+    node is bounded by no rack budget). None when neither bounds the site."""
+    candidates = []
+    if contracted_w is not None:
+        candidates.append((contracted_w - draw_w, "contract"))
+    if rack_room_w is not None:
+        candidates.append((rack_room_w, "racks"))
+    if not candidates:
+        return None, None
+    return min(candidates, key=lambda c: c[0])
 
 
 def snapshot(*, now: datetime | None = None) -> dict[str, Any]:
     """Everything the power page draws: per site (and per rack in it) the live draw against budget
-    and contracted power, headroom, idle and unpowered GPUs, energy over 24 h and 7 d, and the
-    last hour's per-minute draw."""
+    and contracted power, headroom, idle GPUs and GPUs beyond the power budget, energy over 24 h
+    and 7 d, and the last hour's per-minute draw."""
     now = now or timezone.now()
     cutoff = _stale_cutoff(now)
     overhead_w = power_budget.node_overhead_w()
@@ -142,23 +162,31 @@ def snapshot(*, now: datetime | None = None) -> dict[str, Any]:
             rack_tally[row["node__rack_id"]].add(row, fresh)
         else:
             unracked[row["node__site_id"]].add(row, fresh)
+    site_gpu_w = gpu_power_w(by="site", now=now)
+    rack_gpu_w = gpu_power_w(by="rack", now=now)
     energy = _energy_kwh(now)
     empty_energy = {"energy_kwh_24h": 0.0, "energy_kwh_7d": 0.0}
     out_sites = []
     for site in sites:
         site_racks = []
-        unpowered = 0
+        beyond_budget = 0
+        rack_room_w: float | None = 0.0
         for rack in (r for r in racks.values() if r.site_id == site.pk):
             tally = rack_tally[rack.pk]
             budget_w = float(rack.power_budget_kw) * 1000 if rack.power_budget_kw is not None else None
-            rack_unpowered, energised = _rack_unpowered(tally, budget_w, overhead_w, cutoff)
-            unpowered += rack_unpowered
-            draw = tally.draw_w(overhead_w)
+            rack_beyond, energised = _beyond_budget(tally, budget_w, overhead_w)
+            beyond_budget += rack_beyond
+            gpu_w = rack_gpu_w.get(rack.pk, 0.0)
+            draw = gpu_w + tally.overhead_w(overhead_w)
+            if budget_w is None:
+                rack_room_w = None  # its nodes are bounded by the contract alone
+            elif rack_room_w is not None:
+                rack_room_w += max(0.0, budget_w - draw)
             site_racks.append(
                 {
                     "id": rack.pk,
                     "name": rack.name,
-                    "draw_kw": _kw(draw),
+                    **_draw(gpu_w, tally.overhead_w(overhead_w)),
                     "budget_kw": _kw(budget_w, 1),
                     "headroom_kw": _kw(budget_w - draw) if budget_w is not None else None,
                     "utilisation_pct": _pct(draw, budget_w),
@@ -167,36 +195,42 @@ def snapshot(*, now: datetime | None = None) -> dict[str, Any]:
                     "nodes": len(tally.nodes),
                     "nodes_energisable": energised,
                     "idle_gpus": tally.idle,
-                    "unpowered_gpus": rack_unpowered,
+                    "beyond_budget_gpus": rack_beyond,
                     **energy.get(("rack", rack.pk), empty_energy),
                 }
             )
-        loose = unracked[site.pk]
-        unpowered += loose.gpus - loose.fresh_gpus  # no budget to exceed: only the silent ones
+        if not site_racks or unracked[site.pk].gpus:
+            rack_room_w = None  # no rack budgets, or nodes in no rack: the contract alone bounds them
         tally = site_tally[site.pk]
         contracted_w = float(site.contracted_power_kw) * 1000 if site.contracted_power_kw is not None else None
-        draw = tally.draw_w(overhead_w)
+        gpu_w = site_gpu_w.get(site.pk, 0.0)
+        draw = gpu_w + tally.overhead_w(overhead_w)
+        headroom_w, limited_by = site_headroom_w(contracted_w=contracted_w, draw_w=draw, rack_room_w=rack_room_w)
         out_sites.append(
             {
                 "id": site.pk,
                 "name": site.name,
                 "region": site.region,
-                "draw_kw": _kw(draw),
+                **_draw(gpu_w, tally.overhead_w(overhead_w)),
                 "contracted_kw": _kw(contracted_w, 1),
                 "budget_kw": _kw(sum(r["budget_kw"] or 0 for r in site_racks) * 1000, 1) if site_racks else None,
-                "headroom_kw": _kw(contracted_w - draw) if contracted_w is not None else None,
+                "headroom_kw": _kw(headroom_w),
+                "headroom_limited_by": limited_by,
+                "rack_headroom_kw": _kw(rack_room_w),
                 "utilisation_pct": _pct(draw, contracted_w),
                 "gpus": tally.gpus,
                 "reporting": tally.fresh_gpus,
                 "idle_gpus": tally.idle,
-                "unpowered_gpus": unpowered,
+                "beyond_budget_gpus": beyond_budget,
                 **energy.get(("site", site.pk), empty_energy),
                 "racks": site_racks,
             }
         )
     return {
         "ts": now.isoformat(),
+        "draw_includes": DRAW_INCLUDES,
         "node_overhead_w": overhead_w,
+        "node_overhead_measured": False,
         "idle_util_pct": IDLE_UTIL_PCT,
         "sites": out_sites,
         "series": minute_series(now=now),
@@ -262,7 +296,7 @@ def minute_series(*, now: datetime | None = None) -> dict[str, Any]:
 
 def _figures(snap: dict[str, Any]) -> dict[str, Any]:
     """The figures a push compares: per site and rack, what the page shows."""
-    keys = ("draw_kw", "headroom_kw", "utilisation_pct", "reporting", "idle_gpus", "unpowered_gpus")
+    keys = ("draw_kw", "headroom_kw", "utilisation_pct", "reporting", "idle_gpus", "beyond_budget_gpus")
     figures: dict[str, Any] = {}
     for site in snap["sites"]:
         figures[f"site.{site['id']}"] = {k: site[k] for k in keys}
@@ -294,8 +328,8 @@ def build_power_delta(topic: str, watermark: dict[str, Any] | None) -> tuple[dic
 
 
 def overview_tile(request: Any) -> dict[str, Any]:
-    """The tile on /: total draw against contracted power, racks over 95 % of budget, idle and
-    unpowered GPUs."""
+    """The tile on /: total draw (GPUs plus the assumed node overhead, each shown) against contracted
+    power, racks over 95 % of budget, idle GPUs and GPUs beyond the power budget."""
     snap = snapshot()
     sites = snap["sites"]
     hot = [
@@ -308,10 +342,13 @@ def overview_tile(request: Any) -> dict[str, Any]:
     return {
         "has_sites": bool(sites),
         "draw_kw": round(sum(s["draw_kw"] or 0 for s in sites), 1),
+        "gpu_draw_kw": round(sum(s["gpu_draw_kw"] or 0 for s in sites), 1),
+        "node_overhead_kw": round(sum(s["node_overhead_kw"] or 0 for s in sites), 1),
+        "node_overhead_w": snap["node_overhead_w"],
         "contracted_kw": round(sum(contracted), 1) if contracted else None,
         "hot_racks": sorted(hot, key=lambda h: -h["pct"]),
         "idle_gpus": sum(s["idle_gpus"] for s in sites),
-        "unpowered_gpus": sum(s["unpowered_gpus"] for s in sites),
+        "beyond_budget_gpus": sum(s["beyond_budget_gpus"] for s in sites),
     }
 
 

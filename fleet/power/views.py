@@ -20,5 +20,6 @@ class PowerDashboardView(DashboardRequiredMixin, TemplateView):
         context = super().get_context_data(**kwargs)
         context["has_sites"] = Site.objects.exists()
         context["idle_util_pct"] = power.IDLE_UTIL_PCT
+        context["node_overhead_w"] = power.power_budget.node_overhead_w()
         context["page_config"] = {"snapshot_url": reverse("api:power-api:snapshot"), "topic": "power"}
         return context

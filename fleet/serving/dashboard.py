@@ -7,8 +7,8 @@ Everything is read from the serving rollups through fleet.serving.slo (``slo_sta
 by the same functions, so a page that reconnects and re-reads its snapshot lands where the deltas
 would have taken it.
 
-Queries: the overview costs three per endpoint (slo_status's two, one for the last hour's minute
-points); an endpoint's page about eight whatever its range.
+Queries: the overview costs four per endpoint (slo_status's three, one for the last hour's minute
+points); an endpoint's page about eleven whatever its range.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from django.db import transaction
 from django.http import HttpRequest
 from django.utils import timezone
 
+from console.ranges import Window
 from fleet.serving import metrics as sm
 from fleet.serving import slo as serving
 from fleet.serving.models import Endpoint, EndpointChange, EndpointChangeKind, EndpointEval
@@ -68,6 +69,9 @@ SERIES_KEYS = (
     "running_max",
     "kv_cache_usage",
     "kv_cache_usage_max",
+    "request_mean_ms",
+    "queue_mean_ms",
+    "compute_mean_ms",
 )
 # Fields the endpoint page's form sets (fleet.serving.views.EndpointSettingsForm), audited by name.
 SETTINGS_FIELDS = (
@@ -173,32 +177,34 @@ def columns(points: list[dict[str, Any]], step: timedelta) -> dict[str, list[Any
     return out
 
 
-def _mean(values: list[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return round(sum(present) / len(present), 3) if present else None
-
-
 def _latest(values: list[float | None]) -> float | None:
     return next((v for v in reversed(values) if v is not None), None)
 
 
 def now_figures(status: dict[str, Any], points: list[dict[str, Any]], *, now: datetime) -> dict[str, Any]:
-    """The last five minutes: TTFT and ITL p50 / p99 (from the 5m window's histograms), request and
-    token rates (means of the whole minutes), and the latest queue depth, running requests and KV-cache
-    usage."""
+    """The last five minutes: TTFT and ITL p50 / p99 (from the 5m window's histograms); requests,
+    request and token rates and Triton's mean times per successful request, from the same
+    minutes' activity sums the chart points show (serving.activity_figures over their sum, the
+    minute still filling included: a rate is over the seconds its scrapes cover); and the latest
+    queue depth, running requests and KV-cache usage."""
     five = status["latency"][serving.window_name(NOW_SPAN)]
     since = (_minute(now) - NOW_SPAN + MINUTE).isoformat()
     recent = [p for p in points if p["t"] >= since]
-    # Rates from whole minutes: the one still filling has only part of its increases yet.
-    whole = [p for p in recent if not p.get("partial")]
+    act: dict[str, float | None] = {}
+    for p in recent:
+        act = serving.add_activity(act, p["activity"])
+    activity = serving.activity_figures(act)
     return {
         "ttft_p50": five["ttft"]["p50"],
         "ttft_p99": five["ttft"]["p99"],
         "itl_p50": five["itl"]["p50"],
         "itl_p99": five["itl"]["p99"],
-        "requests_5m": five["ttft"]["count"],
-        "rps": _mean([p["rps"] for p in whole]),
-        "tokens_per_s": _mean([p["tokens_per_s"] for p in whole]),
+        "requests_5m": activity["requests"] or 0.0,
+        "rps": activity["rps"],
+        "tokens_per_s": activity["tokens_per_s"],
+        "request_mean_ms": activity["request_mean_ms"],
+        "queue_mean_ms": activity["queue_mean_ms"],
+        "compute_mean_ms": activity["compute_mean_ms"],
         "waiting": _latest([p["waiting"] for p in recent]),
         "running": _latest([p["running"] for p in recent]),
         "kv_cache_usage": _latest([p["kv_cache_usage"] for p in recent]),
@@ -208,7 +214,8 @@ def now_figures(status: dict[str, Any], points: list[dict[str, Any]], *, now: da
 
 
 def endpoint_summary(endpoint: Endpoint, *, now: datetime, points: list[dict[str, Any]]) -> dict[str, Any]:
-    """An endpoint's SLO table, verdict, alerts and "now" figures (slo_status: two queries)."""
+    """An endpoint's SLO table, verdict, alerts, "now" figures and the data the SLO period's figures
+    cover (slo_status: three queries)."""
     status = serving.slo_status(endpoint, now=now)
     rows = slo_rows(status)
     return {
@@ -217,6 +224,7 @@ def endpoint_summary(endpoint: Endpoint, *, now: datetime, points: list[dict[str
         "alerts": _alerts(rows),
         "now": now_figures(status, points, now=now),
         "worst_budget_left": min((r["budget_left"] for r in rows if r["budget_left"] is not None), default=None),
+        "coverage": status["coverage"],
     }
 
 
@@ -269,7 +277,7 @@ def _totals(cards: list[dict[str, Any]]) -> dict[str, Any]:
 
 def overview_tile(request: HttpRequest | None = None) -> dict[str, Any]:
     """The overview page's serving section: endpoints meeting and missing their SLOs, the worst
-    error budget left and the alerts firing (two queries per endpoint)."""
+    error budget left and the alerts firing (three queries per endpoint)."""
     now = timezone.now()
     rows = []
     for endpoint in _endpoints():
@@ -372,27 +380,42 @@ def prompt_lengths(endpoint_id: int, span: timedelta, *, now: datetime) -> dict[
         "p90": p90,
         "baseline_p50": base50,
         "baseline_p90": base90,
-        "p50_ratio": round(p50 / base50, 3) if p50 is not None and base50 else None,
-        "p90_ratio": round(p90 / base90, 3) if p90 is not None and base90 else None,
+        "p50_ratio": sm.finite(round(p50 / base50, 3)) if p50 is not None and base50 else None,
+        "p90_ratio": sm.finite(round(p90 / base90, 3)) if p90 is not None and base90 else None,
     }
 
 
-def endpoint_snapshot(endpoint: Endpoint, range_key: str, *, now: datetime | None = None) -> dict[str, Any]:
+def custom_minutes(window: Window) -> tuple[datetime, datetime]:
+    """A custom window (from / to) on whole minutes, as the rollups are kept: from the minute
+    holding its start to the end of the minute holding its end."""
+    return window.start.replace(second=0, microsecond=0), serving.read_end(window.end - timedelta(microseconds=1))
+
+
+def endpoint_snapshot(
+    endpoint: Endpoint, range_key: str, *, now: datetime | None = None, window: Window | None = None
+) -> dict[str, Any]:
     """Everything an endpoint's page draws over a range (RANGES): the chart series (a point per
     serving.chart_step), the SLO table, the "now" figures, the figures since the server started,
     the change events and evals in the range (chart markers), and the prompt-length distribution
-    against its 7-day baseline."""
+    against its 7-day baseline. A custom ``window`` (from / to, on whole minutes: custom_minutes)
+    moves the series, markers, prompt lengths and range figures; the SLO table and the "now"
+    figures stay now's."""
     now = now or timezone.now()
     span = RANGES[range_key]
-    end = serving.read_end(now)
+    end = live_end = serving.read_end(now)
     start = end - span
+    custom: dict[str, Any] = {}
+    range_now = now  # the range's figures (window_totals) end at read_end(range_now)
+    if window is not None and window.custom:
+        start, end = custom_minutes(window)
+        span, range_now, custom = end - start, end - timedelta(microseconds=1), window.as_json()
     step = serving.chart_step(start, end)
     points = serving.timeseries(endpoint.pk, start, end, step=step, now=now)
     # The "now" figures need the last five minutes at a minute's resolution.
     recent = (
         points
-        if step == MINUTE
-        else serving.timeseries(endpoint.pk, end - NOW_SPAN - MINUTE, end, step=MINUTE, now=now)
+        if step == MINUTE and not custom
+        else serving.timeseries(endpoint.pk, live_end - NOW_SPAN - MINUTE, live_end, step=MINUTE, now=now)
     )
     changes = EndpointChange.objects.filter(endpoint=endpoint, ts__gte=start, ts__lt=end).order_by("ts", "pk")
     evals = EndpointEval.objects.filter(endpoint=endpoint, ts__gte=start, ts__lt=end).order_by("ts", "pk")
@@ -400,6 +423,7 @@ def endpoint_snapshot(endpoint: Endpoint, range_key: str, *, now: datetime | Non
         "ts": now.isoformat(),
         "range": range_key,
         "ranges": list(RANGES),
+        **custom,
         "since": start.isoformat(),
         "until": end.isoformat(),
         "step_seconds": int(step.total_seconds()),
@@ -417,7 +441,8 @@ def endpoint_snapshot(endpoint: Endpoint, range_key: str, *, now: datetime | Non
         "since_start": serving.since_start(endpoint.pk, now=now),
         "changes": [_change_row(c) for c in changes[:MARKER_LIMIT]],
         "evals": [_eval_row(e) for e in evals[:MARKER_LIMIT]],
-        "prompt_lengths": prompt_lengths(endpoint.pk, span, now=now),
+        "prompt_lengths": prompt_lengths(endpoint.pk, span, now=range_now),
+        "range_figures": serving.range_figures(endpoint.pk, span, now=range_now),
     }
 
 

@@ -12,6 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from console import live
+from console.ranges import WINDOW_PARAMETERS, RangeError, window_from_query
 from fleet.serving import dashboard as serving_dashboard
 from fleet.serving.models import Endpoint
 
@@ -44,14 +45,19 @@ class EndpointSnapshotView(APIView):
                 OpenApiTypes.STR,
                 enum=list(serving_dashboard.RANGES),
                 default=serving_dashboard.DEFAULT_RANGE,
-            )
+            ),
+            *WINDOW_PARAMETERS,
         ],
         responses=OpenApiTypes.OBJECT,
     )
     def get(self, request: Request, pk: int) -> Response:
-        range_key = request.query_params.get("range", serving_dashboard.DEFAULT_RANGE)
-        if range_key not in serving_dashboard.RANGES:
-            return Response({"range": f"Use one of {', '.join(serving_dashboard.RANGES)}."}, status=400)
+        try:
+            window = window_from_query(
+                request.query_params, presets=serving_dashboard.RANGES, default=serving_dashboard.DEFAULT_RANGE
+            )
+        except RangeError as exc:
+            return Response(exc.as_dict(), status=400)
         endpoint = get_object_or_404(Endpoint.objects.select_related("site"), pk=pk)
         live.watch_topic(f"endpoint.{endpoint.pk}")
-        return Response(serving_dashboard.endpoint_snapshot(endpoint, range_key))
+        range_key = window.preset or serving_dashboard.DEFAULT_RANGE
+        return Response(serving_dashboard.endpoint_snapshot(endpoint, range_key, window=window))

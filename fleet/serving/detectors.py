@@ -19,7 +19,8 @@ into one incident by it), endpoint_name and model.
 
 Queries are bounded per run and read rollups only, never raw scrapes: one for the endpoints with
 recent data (an index probe per endpoint), one over the last 30 minutes' per-minute rollups of
-those endpoints (queueing and KV), two per endpoint for the burn rates (``serving.slo_status``),
+those endpoints (queueing and KV), three per endpoint for the burn rates (``serving.slo_status``)
+and one per new burn-rate finding for its start,
 two per KV-exhausted endpoint for its prompt lengths, one for recent capacity changes (and one
 chart read per recent scale-out), and two for the latest change events and their evals.
 
@@ -81,7 +82,6 @@ QUALITY_TOLERANCE = 0.02  # relative drop
 QUALITY_BASELINE_EVALS = 3  # the baseline is the mean of the last few evals before the change
 QUALITY_AFTER_EVALS = 3  # ... compared with the mean of the latest few after it
 # Burn rate
-SPAN_LOOKBACK = timedelta(days=3)  # the longest burn window
 BURN_HOLD_SHORT = 0.5  # a firing alert holds while its short window burns past half the factor
 SLO_NAMES = {"ttft": "TTFT", "itl": "ITL", "availability": "availability"}
 RECENT_QUANTITIES = (
@@ -109,20 +109,14 @@ def _minute_floor(ts: datetime) -> datetime:
     return ts.replace(second=0, microsecond=0)
 
 
-def active_endpoints(now: datetime, within: timedelta = ACTIVE_WITHIN, *, span: bool = False) -> list[Endpoint]:
-    """Endpoints with a per-minute rollup in ``within`` before now, with ``last_minute`` set (and,
-    with ``span``, ``first_minute``: their first minute in the last 3 days). One query: a probe
-    of each endpoint's (endpoint, bucket) index from each end."""
+def active_endpoints(now: datetime, within: timedelta = ACTIVE_WITHIN) -> list[Endpoint]:
+    """Endpoints with a per-minute rollup in ``within`` before now, with ``last_minute`` set. One
+    query: a probe of each endpoint's (endpoint, bucket) index."""
     end = serving.read_end(now)
     minutes = ServingRollup1m.objects.filter(endpoint_id=OuterRef("pk"), bucket__lt=end)
     endpoints = Endpoint.objects.select_related("site").annotate(
         last_minute=Subquery(minutes.filter(bucket__gte=end - within).order_by("-bucket").values("bucket")[:1])
     )
-    if span:
-        since = end - SPAN_LOOKBACK
-        endpoints = endpoints.annotate(
-            first_minute=Subquery(minutes.filter(bucket__gte=since).order_by("bucket").values("bucket")[:1])
-        )
     return list(endpoints.filter(last_minute__isnull=False).order_by("pk"))
 
 
@@ -758,21 +752,16 @@ def serving_burn_rate(now: datetime) -> list[FindingSpec]:
     """The multi-window burn-rate alerts of each endpoint's SLOs (``serving.slo_status``: two
     queries per endpoint with data in the last 6 hours). One finding per (endpoint, SLO), the worst
     rule firing: a page (14.4x over 1 h and 5 m, 6x over 6 h and 30 m) is SEV2, a ticket (1x over
-    3 d and 6 h) SEV4. A rule counts once the endpoint's data spans its short window."""
+    3 d and 6 h) SEV4. A rule counts once the endpoint's data spans its short window
+    (``serving.rules_covered``, the rule the SLO pages show alerts by). A new finding starts at the
+    first minute of the short window that breached (``serving.first_breach``)."""
     already = firing_since("serving-burn-rate")
     specs = []
-    for endpoint in active_endpoints(now, BURN_ACTIVE_WITHIN, span=True):
+    for endpoint in active_endpoints(now, BURN_ACTIVE_WITHIN):
         status = serving.slo_status(endpoint, now=now)
-        # A rule counts once the endpoint's data covers its short window: before that both windows
-        # hold the same few minutes, and "1x over 3 days" after three hours of history would be a
-        # ticket on any blip. (A new endpoint failing outright still pages after 5 minutes.)
-        covered = serving.read_end(now) - endpoint.first_minute
         for slo in ("ttft", "itl", "availability"):
             fingerprint = f"serving-burn-rate:{endpoint.pk}:{slo}"
-            alerts = sorted(
-                (a for a in status[slo]["alerts"] if _window(a["short_window"]) <= covered),
-                key=lambda a: (a["severity"] != "page", -a["long_burn"]),
-            )
+            alerts = sorted(status[slo]["alerts"], key=lambda a: (a["severity"] != "page", -a["long_burn"]))
             alert = alerts[0] if alerts else None
             if alert is None and fingerprint in already:
                 alert = _hold(status, slo)
@@ -814,14 +803,19 @@ def serving_burn_rate(now: datetime) -> list[FindingSpec]:
                         "symptom": True,  # a cause joining the incident gives it its title
                     },
                     category="serving",
-                    started_at=already.get(fingerprint) or now - _window(alert["short_window"]),
+                    started_at=already.get(fingerprint) or _breach_start(endpoint, slo, alert, now),
                 )
             )
     return specs
 
 
-def _window(name: str) -> timedelta:
-    for length in sm.BURN_WINDOWS:
-        if serving.window_name(length) == name:
-            return length
-    return timedelta(0)
+def _breach_start(endpoint: Endpoint, slo: str, alert: dict[str, Any], now: datetime) -> datetime:
+    """A new burn-rate finding's start: the first minute of its short window that breached on its
+    own; failing that, the start of the short window's data (never before the endpoint's first)."""
+    rule = next(r for r in sm.BURN_RULES if r.name == alert["rule"])
+    breach = serving.first_breach(endpoint, slo, rule, now=now)
+    if breach is not None:
+        return breach
+    end = serving.read_end(now)
+    first = serving.first_data(endpoint.pk, end - rule.short_window, end)
+    return first or end - rule.short_window

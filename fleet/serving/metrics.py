@@ -30,9 +30,11 @@ HISTOGRAM_QUANTITIES = (
     "generation_tokens_hist",
 )
 # Counter quantities. ``e2e_seconds``, ``queue_seconds`` and ``compute_seconds`` are Triton's
-# cumulative durations (already in seconds here): divided by the requests of the same interval
-# they give a mean latency (``mean_latency``). ``requests_aborted`` are client cancellations
-# (vLLM finished_reason="abort", Triton reason="CANCELED"): neither good nor bad for availability.
+# cumulative durations (already in seconds here; compute is input + infer + output, as Triton's
+# docs define compute time). Triton adds them up for successful requests only, so divided by the
+# successful requests of the same interval they give a mean time per request (``mean_latency``).
+# ``requests_aborted`` are client cancellations (vLLM finished_reason="abort", Triton
+# reason="CANCELED"): neither good nor bad for availability.
 COUNTER_QUANTITIES = (
     "requests_ok",
     "requests_failed",
@@ -46,6 +48,8 @@ COUNTER_QUANTITIES = (
 )
 # Gauge quantities; kv_cache_usage is a fraction 0-1.
 GAUGE_QUANTITIES = ("running", "waiting", "kv_cache_usage")
+# The rollups' seconds covered by a bucket's increases (the spacing of the scrapes): rates divide by it.
+SPAN_QUANTITY = "span_seconds"
 
 
 class Quantity(NamedTuple):
@@ -95,7 +99,9 @@ _NAMES: dict[str, _Spec] = {
     "nv_inference_pending_request_count": _Spec("waiting", "gauge"),
     "nv_inference_request_duration_us": _Spec("e2e_seconds", "counter", 1e-6),
     "nv_inference_queue_duration_us": _Spec("queue_seconds", "counter", 1e-6),
+    "nv_inference_compute_input_duration_us": _Spec("compute_seconds", "counter", 1e-6),
     "nv_inference_compute_infer_duration_us": _Spec("compute_seconds", "counter", 1e-6),
+    "nv_inference_compute_output_duration_us": _Spec("compute_seconds", "counter", 1e-6),
     "nv_inference_first_response_histogram_ms": _Spec("ttft", "histogram", 1e-3),
     # Hugging Face TGI (no TTFT metric; its per-token figure is each request's mean)
     "tgi_queue_size": _Spec("waiting", "gauge"),
@@ -116,6 +122,27 @@ _HISTOGRAM_SUFFIXES: tuple[tuple[str, HistogramPart], ...] = (
 # Request outcomes that are the client's doing, not the server's.
 _ABORT_REASONS = frozenset({"abort", "canceled", "cancelled"})
 _FAILED_VLLM_REASONS = frozenset({"error"})
+
+
+# Triton's failure reasons (nv_inference_request_failure{reason}); a failure without the label
+# (releases before it) is UNSPECIFIED, a reason this list does not know is counted as OTHER.
+FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER", "UNSPECIFIED")
+FAILURE_PREFIX = "failures:"
+FAILURE_QUANTITIES = tuple(FAILURE_PREFIX + reason for reason in FAILURE_REASONS)
+_FAILURE_METRICS = frozenset({"nv_inference_request_failure", "nv_inference_request_failure_total"})
+
+
+def failure_reason_quantity(metric_name: str, labels: Mapping[str, str]) -> str | None:
+    """The per-reason quantity (``failures:REJECTED``...) a Triton failure counter also counts
+    under, beside requests_failed or requests_aborted; None for every other series."""
+    if metric_name not in _FAILURE_METRICS:
+        return None
+    reason = labels.get("reason", "").strip().upper()
+    if not reason:
+        reason = "UNSPECIFIED"
+    elif reason not in FAILURE_REASONS:
+        reason = "OTHER"
+    return FAILURE_PREFIX + reason
 
 
 def _lookup(metric_name: str) -> tuple[_Spec, HistogramPart | None] | None:
@@ -182,9 +209,38 @@ def parse_series(series: str) -> dict[str, str]:
     }
 
 
+# The largest magnitude a stored serving value or bucket bound may have. Counters past it (about
+# 31,700 years of microseconds) are not readings; below it, sums over any number of series and
+# intervals stay far from float overflow, so no read can reach infinity by adding.
+MAX_MAGNITUDE = 1e18
+
+
 def parse_le(text: str) -> float:
     """A bucket bound as exposed: a float, or +Inf in any of Prometheus's spellings."""
     return math.inf if text.strip().lower() in ("+inf", "inf") else float(text)
+
+
+def bucket_bound(text: str) -> float | None:
+    """A bucket bound that can be read: a finite number within MAX_MAGNITUDE, or +Inf spelt as
+    Prometheus spells it; None for anything else (``fast``, NaN, -Inf, 1e400)."""
+    stripped = text.strip().lower()
+    if stripped in ("+inf", "inf"):
+        return math.inf
+    try:
+        bound = float(stripped)
+    except ValueError:
+        return None
+    return bound if math.isfinite(bound) and abs(bound) <= MAX_MAGNITUDE else None
+
+
+def readable(value: float) -> bool:
+    """Can this stored value be added into a figure: finite and within MAX_MAGNITUDE."""
+    return math.isfinite(value) and abs(value) <= MAX_MAGNITUDE
+
+
+def finite(value: float | None) -> float | None:
+    """The value, or None where it is not a finite number: what a read may show."""
+    return value if value is not None and math.isfinite(value) else None
 
 
 # --- histograms ----------------------------------------------------------------------------
@@ -358,13 +414,20 @@ def histogram_quantile(q: float, histogram: Histogram) -> float | None:
 
 def histogram_mean(histogram: Histogram) -> float | None:
     """_sum / _count, or None with no observations."""
-    return histogram.sum / histogram.count if histogram.count > 0 else None
+    return finite(histogram.sum / histogram.count) if histogram.count > 0 else None
 
 
-def mean_latency(seconds_increase: float, requests_increase: float) -> float | None:
-    """Mean latency over an interval from cumulative-duration counters (Triton's *_duration_us,
-    scaled to seconds) and the requests finished in it; None with no requests."""
-    return seconds_increase / requests_increase if requests_increase > 0 else None
+def mean_latency(seconds_increase: float, successes_increase: float) -> float | None:
+    """Mean time per request over an interval from cumulative-duration counters (Triton's
+    *_duration_us, scaled to seconds) and the successful requests of the same interval: Triton
+    adds the durations of successful requests only. None with no successes."""
+    return finite(seconds_increase / successes_increase) if successes_increase > 0 else None
+
+
+def rate(increase: float, seconds: float) -> float | None:
+    """Per second over the time the scrapes' increases cover (not a fixed step): a server scraped
+    every two minutes credits two minutes of traffic to one minute. None when nothing is covered."""
+    return finite(increase / seconds) if seconds > 0 else None
 
 
 # --- SLIs, error budgets, burn rates ------------------------------------------------------
@@ -509,6 +572,7 @@ class Quantities:
     gauges: dict[str, float] = field(default_factory=dict)
     counters: dict[str, float] = field(default_factory=dict)
     histograms: dict[str, Histogram] = field(default_factory=dict)
+    failures: dict[str, float] = field(default_factory=dict)  # Triton's failures by reason
 
 
 # How a gauge combines over several series (engines of one server, models of one endpoint).
@@ -525,12 +589,15 @@ def scrape_quantities(rows: Iterable[tuple[str, str, float]]) -> Quantities:
     buckets: dict[tuple[str, int], dict[str, dict[float, float]]] = {}  # per series: le -> count
     sums: dict[tuple[str, int], float] = {}
     counts: dict[tuple[str, int], float] = {}
+    failures: dict[str, float] = {}
     for metric, series, value in rows:
         found = _lookup(metric)
-        if found is None:
+        if found is None or not readable(value):
             continue
         labels = parse_series(series)
         spec, part = _refine(found[0], labels), found[1]
+        if (reason := failure_reason_quantity(metric, labels)) is not None:
+            failures[reason] = failures.get(reason, 0.0) + value
         if spec.kind == "gauge":
             gauges.setdefault(spec.quantity, {}).setdefault(spec.legacy, []).append(value * spec.unit_scale)
         elif spec.kind == "counter":
@@ -541,14 +608,16 @@ def scrape_quantities(rows: Iterable[tuple[str, str, float]]) -> Quantities:
             if part == "bucket":
                 if "le" not in labels:
                     continue
+                bound = bucket_bound(labels["le"])
+                if bound is None:
+                    continue  # not a bound (the door refuses these; rows from before it did are skipped)
                 rest = ",".join(f"{k}={v}" for k, v in sorted(labels.items()) if k != "le")
-                le = parse_le(labels["le"]) * spec.unit_scale
-                buckets.setdefault(key, {}).setdefault(rest, {})[le] = value
+                buckets.setdefault(key, {}).setdefault(rest, {})[bound * spec.unit_scale] = value
             elif part == "sum":
                 sums[key] = sums.get(key, 0.0) + value * spec.unit_scale
             else:
                 counts[key] = counts.get(key, 0.0) + value
-    out = Quantities()
+    out = Quantities(failures=failures)
     for quantity, by_rank in gauges.items():
         values = by_rank[min(by_rank)]
         out.gauges[quantity] = sum(values) / len(values) if quantity in _GAUGE_MEAN else sum(values)

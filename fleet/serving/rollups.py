@@ -12,7 +12,12 @@ every few seconds) claims them and recomputes each claimed minute from the raw c
   (non-cumulative, zero buckets left out), so a 30-day sum is a few rows per minute;
 * gauges: each series' mean and maximum over the minute, summed over series (a mean for the
   KV-cache usage, a fraction);
-* a quantity exposed under both its current and an older name counts once, under the current one.
+* a quantity exposed under both its current and an older name counts once, under the current one;
+* ``span_seconds``: the seconds the minute's increases cover, from the spacing of the endpoint's
+  scrapes (each distinct scrape time of its counters and histograms, back to the one before it),
+  so a rate is an increase over the time it took, whatever the scrape interval;
+* Triton's failures per reason (``failures:REJECTED``, ...), beside requests_failed and
+  requests_aborted.
 
 Hours are the sums (means, maxima) of their minutes, recomputed once their minutes settle. Reads
 (fleet.serving.slo) add hours and minutes; nothing on a page scans raw scrapes.
@@ -21,6 +26,7 @@ Hours are the sums (means, maxima) of their minutes, recomputed once their minut
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import re
 from collections import defaultdict
@@ -42,6 +48,7 @@ MAX_RUN = 240  # minutes of one endpoint read from raw with one query
 LOCK_KEY = 0x5E_12_1E_0  # advisory lock: one serving rollup run at a time across workers
 # Gauges averaged (not summed) over the series of an endpoint: fractions, not counts.
 MEAN_GAUGES = frozenset({"kv_cache_usage"})
+SPAN = sm.SPAN_QUANTITY
 
 
 def _minute(ts: datetime) -> datetime:
@@ -103,15 +110,19 @@ def _classify(metric: str, series: str) -> tuple[str, str, float, int, float] | 
     if spec.kind != "histogram":
         return spec.quantity, spec.kind, spec.unit_scale, spec.legacy, 0.0
     if part == "bucket":
-        if "le" not in labels:
+        bound = sm.bucket_bound(labels["le"]) if "le" in labels else None
+        if bound is None:
             return None
-        try:
-            le = sm.parse_le(labels["le"]) * spec.unit_scale
-        except ValueError:
-            return None
-        return spec.quantity, "bucket", spec.unit_scale, spec.legacy, le
+        # The unit scale applies to the bound (Triton's milliseconds become seconds), never to the
+        # bucket's count: a count of requests is a count in any unit.
+        return spec.quantity, "bucket", 1.0, spec.legacy, bound * spec.unit_scale
     assert part is not None
     return spec.quantity, part, spec.unit_scale if part == "sum" else 1.0, spec.legacy, 0.0
+
+
+@functools.lru_cache(maxsize=4096)
+def _failure_reason(metric: str, series: str) -> str | None:
+    return sm.failure_reason_quantity(metric, sm.parse_series(series))
 
 
 HISTOGRAM_PARTS = frozenset({"bucket", "count", "sum"})
@@ -135,6 +146,8 @@ def _histogram_resets(rows: list[tuple[str, str, datetime, float]]) -> dict[tupl
     resets: dict[tuple[str, str], set[datetime]] = defaultdict(set)
     previous_key, previous_value = None, None
     for metric, series, ts, value in rows:
+        if not sm.readable(value):
+            continue
         key = (metric, series)
         if key != previous_key:
             previous_key, previous_value = key, None
@@ -186,6 +199,8 @@ def _run_rows(endpoint_id: int, run: list[datetime]) -> list[tuple[datetime, str
     series_values: list[float] = []
     series_minute: datetime | None = None
     info: tuple[str, str, float, int, float] | None = None
+    reason: str | None = None
+    scrape_times: set[datetime] = set()  # of the series that have increases (not gauges)
 
     def flush_gauge() -> None:
         if info is None or series_minute is None or not series_values:
@@ -196,6 +211,8 @@ def _run_rows(endpoint_id: int, run: list[datetime]) -> list[tuple[datetime, str
         stats[2] += 1
 
     for metric, series, ts, value in rows:
+        if not sm.readable(value):
+            continue  # stored before the door refused such values: never added into a sum
         key = (metric, series)
         if key != previous_key:
             if info is not None and info[1] == "gauge":
@@ -203,12 +220,15 @@ def _run_rows(endpoint_id: int, run: list[datetime]) -> list[tuple[datetime, str
             previous_key, previous_value, series_values, series_minute = key, None, [], None
             info = _classify(metric, series)
             group = _group(metric, series) if info is not None and info[1] in HISTOGRAM_PARTS else None
+            reason = _failure_reason(metric, series) if info is not None and info[1] == "counter" else None
         if info is None:
             continue
         minute = _minute(ts)
         quantity, kind, scale, rank, le = info
         if minute in wanted:
             legacy_seen[(minute, quantity)].add(rank)
+        if kind != "gauge":
+            scrape_times.add(ts)
         if kind == "gauge":
             if minute not in wanted:
                 continue
@@ -227,8 +247,16 @@ def _run_rows(endpoint_id: int, run: list[datetime]) -> list[tuple[datetime, str
         if minute in wanted and (increase or kind == "bucket"):
             name = quantity if kind in ("counter", "bucket") else f"{quantity}:{kind}"
             sums[(minute, name, rank, le)] += increase * scale
+            if reason is not None:
+                sums[(minute, reason, 0, 0.0)] += increase
     if info is not None and info[1] == "gauge":
         flush_gauge()
+    # The time each minute's increases cover: every scrape time in it, back to the scrape before
+    # (the first scrape read has none: its increases are zero too).
+    spans: dict[datetime, float] = defaultdict(float)
+    for earlier, later in itertools.pairwise(sorted(scrape_times)):
+        if _minute(later) in wanted:
+            spans[_minute(later)] += (later - earlier).total_seconds()
 
     def current_rank(minute: datetime, quantity: str) -> int:
         return min(legacy_seen.get((minute, quantity.split(":", 1)[0]), {0}))
@@ -253,6 +281,7 @@ def _run_rows(endpoint_id: int, run: list[datetime]) -> list[tuple[datetime, str
         for i, (le, in_bucket) in enumerate(buckets):
             if in_bucket or (i + 1 < len(buckets) and buckets[i + 1][1]):
                 out.append((minute, name, le, in_bucket))
+    out.extend((minute, SPAN, 0.0, seconds) for minute, seconds in spans.items())
     for (minute, quantity, rank), (mean_sum, max_sum, n) in gauge_stats.items():
         if rank != current_rank(minute, quantity):
             continue

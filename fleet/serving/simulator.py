@@ -12,17 +12,21 @@ log-normal, and the histograms' cumulative bucket counts follow their distributi
 quantiles read back are what the model meant.
 
 Scripted scenarios (``scenarios=True``), relative to the start of the live run:
-  * queueing collapse (the Llama endpoint): from minute 3 to 13 arrivals run at 1.2 x what the
-    batch completes; an autoscaler scales out at minute 4 and the replica takes 7.5 minutes to be
-    ready (a cold start); its capacity drains the queue;
+  * queueing collapse (the Llama endpoint): from minute 3 to 13 arrivals run at 1.1 x what the
+    batch completes, labelled on the endpoint by a config change naming the scripted surge; an
+    autoscaler scales out at minute 4 and the replica takes 7.5 minutes to be ready (a cold
+    start); its capacity drains the queue. TTFT p99 peaks near a minute; outside it every
+    endpoint's is in the hundreds of milliseconds (or less);
   * KV-cache exhaustion (the Qwen endpoint): from minute 4 to 40 prompts are three times longer (a
     retrieval feature sends whole documents): the cache fills, requests are preempted;
   * quality regression (the Mistral endpoint, older vLLM metric names): at minute 2 its weights
     are re-quantised (fp16 -> awq-int4) and the evals after it score about 5 % lower.
 
-``backfill`` first pushes a few hours of history (timestamped scrapes a few minutes apart, eval
-results every 20 minutes), so the pages and the 7-day prompt-length baseline are not empty. The
-clock is always an argument (``tick(now)``), so tests can run a simulated hour in seconds.
+``backfill`` pushes a few hours of history through the doors (timestamped scrapes a few minutes
+apart, eval results every 20 minutes); ``history`` writes a week in-process (the demo's first
+start: the last hour's scrapes through the serving writer, the minutes and hours before as the
+rollups they would make, ``RollupMirror``). The clock is always an argument (``tick(now)``), so
+tests can run a simulated hour in seconds.
 """
 
 from __future__ import annotations
@@ -36,12 +40,15 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 import requests
+from django.db import connection
 
 from fleet.telemetry.simulator import DEFAULT_SITES, Poster
 
 SCRAPE_INTERVAL_S = 15.0
 SUBSTEP_S = 15.0  # the queue model's step (a backfill minute is four of them)
 EVAL_EVERY = timedelta(minutes=20)
+HISTORY_EVAL_EVERY = timedelta(hours=3)
+HISTORY_STEP = timedelta(minutes=10)  # a history's hour rollups: the sums of scrapes this far apart
 SQRT2 = math.sqrt(2.0)
 # Bucket bounds as vLLM exposes them (REFERENCE.md; vLLM's metrics.py).
 TTFT_BOUNDS = (
@@ -115,7 +122,11 @@ E2E_BOUNDS = (
 TOKEN_BOUNDS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000, 131072)
 # Scenario timings, from the live run's start.
 COLLAPSE_FROM, COLLAPSE_UNTIL = timedelta(minutes=3), timedelta(minutes=13)
-COLLAPSE_SURGE = 1.2  # arrivals x the batch's capacity
+# Arrivals x the batch's capacity: ten minutes of it leave about a minute of queue (TTFT p99 near
+# a minute at the worst, as clients would still wait), which the scale-out drains.
+COLLAPSE_SURGE = 1.1
+# The change event that labels the surge on the endpoint's charts and list of changes.
+SURGE_NOTE = "Scripted demo scenario: traffic surge at 1.1 x the batch's capacity (queueing collapse)"
 SCALE_OUT_AT, SCALE_OUT_LOAD = timedelta(minutes=4), timedelta(minutes=7.5)
 KV_FROM, KV_UNTIL = timedelta(minutes=4), timedelta(minutes=40)
 PROMPT_SHIFT = 3.0
@@ -311,6 +322,10 @@ class ServingSimulator:
         self.pushed = 0
         self.counter = 0
         self.eval_runs = 0  # live eval runs scheduled so far
+        # A history's scripted scenario (``history``): its time zero and which scenarios it runs.
+        self.script_origin: datetime | None = None
+        self.script_only: frozenset[str] | None = None
+        self.substep_s = SUBSTEP_S
         offsets = {s.name: s.utc_offset_h for s in DEFAULT_SITES}
         self.endpoints: list[SimEndpoint] = []
         for spec in specs:
@@ -332,6 +347,7 @@ class ServingSimulator:
             return
         for ep in self.endpoints:
             if ep.spec.scenario == "collapse":
+                self._label_surge(ep, now)
                 at = now + SCALE_OUT_AT
                 self._change(
                     ep,
@@ -391,6 +407,123 @@ class ServingSimulator:
         self._post_due(end)
         self.last_scrape = None
 
+    def history(
+        self,
+        start: datetime,
+        end: datetime,
+        *,
+        site_ids: dict[str, int],
+        collapse_at: datetime | None = None,
+        raw: timedelta = timedelta(hours=1),
+        minutes: timedelta = timedelta(hours=24),
+    ) -> dict[str, int]:
+        """Write [start, end) as history, in-process, with the servers starting at ``start``:
+
+        * the last ``raw``: a scrape per endpoint every minute through the serving writer (the
+          door's points, without the text and its parsing), for the rollup code to roll up;
+        * before it, back to the hour ``minutes`` before ``end``: the minute rollups those scrapes
+          would roll up to (``RollupMirror``), by COPY, the hours marked for the rollup code;
+        * before that: the hour rollups, the sums of such minutes (scrapes HISTORY_STEP apart);
+
+        and eval results every 20 minutes, a routine replica load per endpoint and, at
+        ``collapse_at``, the collapse scenario's surge on the endpoint that runs it (its label, its
+        slow scale-out, the queue it leaves): the history's one scripted incident, inside the
+        minute rollups so the detectors can read it. The caller rolls up
+        (fleet.serving.rollups.roll_everything). Returns the rows and points written, by kind. The
+        live run's scenarios count from its own start."""
+        from fleet.serving import rollups as serving_rollups
+        from fleet.serving.store import store_serving_points
+
+        for ep in self.endpoints:
+            ep.restart()
+            ep.clock = start
+            load_at = start + timedelta(minutes=self.rng.uniform(10, 40))
+            ready = load_at + timedelta(seconds=self.rng.uniform(80, 160))
+            self._change(ep, load_at, kind="replica_load", ts=load_at, ready_at=ready, note="rolling restart")
+        if collapse_at is not None:
+            origin = collapse_at - COLLAPSE_FROM
+            self.script_origin, self.script_only = origin, frozenset({"collapse"})
+            for ep in self.endpoints:
+                if self._runs(ep, "collapse"):
+                    self._label_surge(ep, origin)
+                    at = origin + SCALE_OUT_AT
+                    self._change(
+                        ep,
+                        at + SCALE_OUT_LOAD,
+                        kind="scale_out",
+                        ts=at,
+                        ready_at=at + SCALE_OUT_LOAD,
+                        from_value=str(ep.spec.replicas),
+                        to_value=str(ep.spec.replicas + 1),
+                        note="HPA: queue depth above target",
+                    )
+        minute_from = (end - minutes).replace(minute=0, second=0, microsecond=0)
+        raw_from = (end - raw).replace(second=0, microsecond=0)
+        mirrors = {ep.spec.name: RollupMirror(ep) for ep in self.endpoints}
+        hour_rows: list[tuple[Any, ...]] = []
+        minute_rows: list[tuple[Any, ...]] = []
+        points_by_site: dict[str, list[Any]] = {}
+        hours: dict[str, datetime | None] = {}
+        try:
+            t = start
+            while t < end:
+                step = HISTORY_STEP if t + HISTORY_STEP < minute_from else timedelta(minutes=1)
+                t += step
+                if t >= end:
+                    break
+                hour = t.replace(minute=0)
+                self.substep_s = step.total_seconds()  # the fluid model is linear within a step
+                for ep in self.endpoints:
+                    self._advance(ep, t)
+                    mirror = mirrors[ep.spec.name]
+                    if hours.get(ep.spec.name) not in (None, hour):  # an hour of sums is complete
+                        hour_rows += [(ep.endpoint_id, hours[ep.spec.name], *r) for r in mirror.rows()]
+                        hours[ep.spec.name] = None
+                    if t < minute_from:
+                        mirror.observe(ep, step.total_seconds())
+                        hours[ep.spec.name] = hour
+                        continue
+                    if t < raw_from:
+                        mirror.observe(ep, step.total_seconds())
+                        minute_rows += [(ep.endpoint_id, t, *r) for r in mirror.rows()]
+                    if t >= raw_from - timedelta(minutes=1):  # the raw minutes, and the scrape before them
+                        points_by_site.setdefault(ep.spec.site, []).extend(points(ep, t))
+        finally:
+            self.script_origin = self.script_only = None
+            self.substep_s = SUBSTEP_S
+        written = {"hour_rollups": len(hour_rows), "minute_rollups": len(minute_rows), "points": 0}
+        _copy_serving_rollups("1h", hour_rows)
+        _copy_serving_rollups("1m", minute_rows)
+        # The hours of the minute rollups: summed by the rollup code, as it sums live minutes.
+        serving_rollups._mark("1h", sorted({(row[0], row[1].replace(minute=0)) for row in minute_rows}))
+        for site, rows in points_by_site.items():
+            key = f"{self.run}-history-{site}"
+            written["points"] += store_serving_points(site_id=site_ids[site], batch_key=key, points=rows)
+        # The scrape before the raw minutes is there for their first increase; its own minute keeps
+        # the copied row (from raw it would have no scrape before it, and no increase).
+        ids = [ep.endpoint_id for ep in self.endpoints if ep.endpoint_id is not None]
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "DELETE FROM fleet_servingrollupdirty "
+                "WHERE resolution = '1m' AND endpoint_id = ANY(%s) AND bucket < %s",
+                [ids, raw_from],
+            )
+        evals_at = start + timedelta(minutes=5)
+        while evals_at < end:
+            for ep in self.endpoints:
+                if ep.spec.framework == "vllm":
+                    self._evals(ep, evals_at)
+            # Nightly-style runs every few hours over the week, every 20 minutes over the last hours
+            # (the quality detector's baseline is the last few runs before a change).
+            evals_at += EVAL_EVERY if end - evals_at < timedelta(hours=3) else HISTORY_EVAL_EVERY
+        sender, self.sender = self.sender, _InProcess()  # type: ignore[assignment]
+        try:
+            self._post_due(end)
+        finally:
+            self.sender = sender
+        self.last_scrape = None
+        return written
+
     # --- the model ------------------------------------------------------------------------------
 
     def _load(self, ep: SimEndpoint, t: datetime) -> float:
@@ -403,22 +536,38 @@ class ServingSimulator:
             rate = max(rate, ep.spec.capacity_rps * COLLAPSE_SURGE)
         return rate
 
+    def _origin(self) -> datetime | None:
+        """The scenarios' time zero: a history's scripted moment, else the live run's start."""
+        return self.script_origin or self.started_at
+
+    def _runs(self, ep: SimEndpoint, name: str) -> bool:
+        only = self.script_only
+        return self.scenarios and ep.spec.scenario == name and (only is None or name in only)
+
     def _scenario(self, ep: SimEndpoint, name: str, t: datetime, start: timedelta, end: timedelta) -> bool:
-        return self.scenarios and ep.spec.scenario == name and start <= self.elapsed(t) < end
+        origin = self._origin()
+        return self._runs(ep, name) and origin is not None and start <= t - origin < end
+
+    def _label_surge(self, ep: SimEndpoint, origin: datetime) -> None:
+        """Mark the scripted surge on the endpoint (a config change with a note): a demo's TTFT of
+        tens of seconds is a labelled incident, never a healthy-looking endpoint's figure."""
+        at = origin + COLLAPSE_FROM
+        self._change(ep, at, kind="config", ts=at, note=SURGE_NOTE)
 
     def _advance(self, ep: SimEndpoint, now: datetime) -> None:
         if ep.clock is None:
             ep.clock = now
             return
         while ep.clock < now:
-            dt = min(SUBSTEP_S, (now - ep.clock).total_seconds())
+            dt = min(self.substep_s, (now - ep.clock).total_seconds())
             ep.clock += timedelta(seconds=dt)
             self._step(ep, ep.clock, dt)
 
     def _step(self, ep: SimEndpoint, t: datetime, dt: float) -> None:
         s = ep.spec
-        if self.scenarios and s.scenario == "collapse" and self.started_at is not None:
-            ready = self.elapsed(t) >= SCALE_OUT_AT + SCALE_OUT_LOAD
+        origin = self._origin()
+        if self._runs(ep, "collapse") and origin is not None:
+            ready = t - origin >= SCALE_OUT_AT + SCALE_OUT_LOAD
             ep.extra_capacity = s.capacity_rps / s.replicas if ready else 0.0
         prompt_median = s.prompt_median
         if self._scenario(ep, "kv", t, KV_FROM, KV_UNTIL):
@@ -461,7 +610,9 @@ class ServingSimulator:
         ep.generation_tokens += tokens_out
         h = ep.histograms
         ttft = ttft_base + wait_s
-        h["ttft"].observe(served, ttft, 0.45)
+        # Requests behind a backlog all wait about as long: the spread is the prefill's, not the
+        # wait's (a queue's TTFT p99 is its wait plus a little, not three times it).
+        h["ttft"].observe(served, ttft, 0.1 + 0.35 * ttft_base / ttft)
         h["itl"].observe(tokens_out, itl, 0.2)
         h["e2e"].observe(served, ttft + s.generation_median * itl, 0.6)
         h["queue"].observe(served, max(wait_s, 0.001), 0.5)
@@ -474,7 +625,7 @@ class ServingSimulator:
 
     def exposition(self, ep: SimEndpoint, ts: datetime) -> str:
         """The server's /metrics now, with explicit timestamps (milliseconds)."""
-        return _triton_text(ep, ts) if ep.spec.framework == "triton" else _vllm_text(ep, ts)
+        return _render(ep, ts)
 
     def _push(self, ep: SimEndpoint, ts: datetime) -> None:
         response = self.sender.send_text(ep.spec.site, "/api/v1/ingest/prometheus", self.exposition(ep, ts))
@@ -552,46 +703,54 @@ def _ms(ts: datetime) -> int:
     return int(ts.timestamp() * 1000)
 
 
-def _num(value: float) -> str:
-    return repr(float(value))
-
-
 def _le(bound: float) -> str:
     return str(int(bound)) if float(bound).is_integer() and bound >= 1 else repr(float(bound))
 
 
-def _vllm_text(ep: SimEndpoint, ts: datetime) -> str:
-    s, stamp = ep.spec, _ms(ts)
-    base = f'model_name="{s.name}",engine="0"'
-    lines: list[str] = []
+# A sample of an exposition: (metric name, labels in exposition order, value). The text and the
+# in-process points of one scrape are rendered from the same samples.
+Sample = tuple[str, dict[str, str], float]
 
-    def metric(name: str, kind: str, samples: list[tuple[str, float]]) -> None:
-        lines.append(f"# TYPE {name} {kind}")
-        lines.extend(f"{name}{{{labels}}} {_num(value)} {stamp}" for labels, value in samples)
+
+def _vllm_samples(ep: SimEndpoint, *, labels: bool = True) -> tuple[list[tuple[str, str]], list[Sample]]:
+    """The samples of a vLLM scrape; with ``labels=False`` the bucket samples carry no labels
+    (a history's rollups need only the values, in this order)."""
+    s = ep.spec
+    base = {"model_name": s.name, "engine": "0"}
+    types: list[tuple[str, str]] = []
+    out: list[Sample] = []
+
+    def metric(name: str, kind: str, samples: list[tuple[dict[str, str], float]]) -> None:
+        types.append((name, kind))
+        out.extend((name, labels, value) for labels, value in samples)
 
     def histogram(name: str, h: CumulativeHistogram, *, whole: bool = False) -> None:
-        lines.append(f"# TYPE {name} histogram")
-        for bound, count in zip(h.bounds, h.counts, strict=True):
-            lines.append(f'{name}_bucket{{le="{_le(bound)}",{base}}} {_num(round(count))} {stamp}')
-        lines.append(f'{name}_bucket{{le="+Inf",{base}}} {_num(round(h.count))} {stamp}')
-        lines.append(f"{name}_count{{{base}}} {_num(round(h.count))} {stamp}")
-        lines.append(f"{name}_sum{{{base}}} {_num(round(h.total) if whole else round(h.total, 3))} {stamp}")
+        types.append((name, "histogram"))
+        bucket = f"{name}_bucket"
+        if labels:
+            for bound, count in zip(h.bounds, h.counts, strict=True):
+                out.append((bucket, {"le": _le(bound), **base}, float(round(count))))
+        else:
+            out.extend((bucket, base, float(round(count))) for count in h.counts)
+        out.append((f"{name}_bucket", {"le": "+Inf", **base}, float(round(h.count))))
+        out.append((f"{name}_count", base, float(round(h.count))))
+        out.append((f"{name}_sum", base, float(round(h.total) if whole else round(h.total, 3))))
 
-    metric("vllm:num_requests_running", "gauge", [(base, round(ep.running))])
-    metric("vllm:num_requests_waiting", "gauge", [(base, round(ep.waiting_shown))])
+    metric("vllm:num_requests_running", "gauge", [(base, float(round(ep.running)))])
+    metric("vllm:num_requests_waiting", "gauge", [(base, float(round(ep.waiting_shown)))])
     cache = "vllm:gpu_cache_usage_perc" if s.legacy_names else "vllm:kv_cache_usage_perc"
-    metric(cache, "gauge", [(base, round(ep.kv_usage, 4))])
-    metric("vllm:num_preemptions_total", "counter", [(base, round(ep.preemptions))])
-    metric("vllm:prompt_tokens_total", "counter", [(base, round(ep.prompt_tokens))])
-    metric("vllm:generation_tokens_total", "counter", [(base, round(ep.generation_tokens))])
+    metric(cache, "gauge", [(base, float(round(ep.kv_usage, 4)))])
+    metric("vllm:num_preemptions_total", "counter", [(base, float(round(ep.preemptions)))])
+    metric("vllm:prompt_tokens_total", "counter", [(base, float(round(ep.prompt_tokens)))])
+    metric("vllm:generation_tokens_total", "counter", [(base, float(round(ep.generation_tokens)))])
     metric(
         "vllm:request_success_total",
         "counter",
         [
-            (f'finished_reason="stop",{base}', round(ep.ok)),
-            (f'finished_reason="length",{base}', round(ep.length)),
-            (f'finished_reason="abort",{base}', round(ep.aborted)),
-            (f'finished_reason="error",{base}', round(ep.failed)),
+            ({"finished_reason": "stop", **base}, float(round(ep.ok))),
+            ({"finished_reason": "length", **base}, float(round(ep.length))),
+            ({"finished_reason": "abort", **base}, float(round(ep.aborted))),
+            ({"finished_reason": "error", **base}, float(round(ep.failed))),
         ],
     )
     h = ep.histograms
@@ -602,25 +761,26 @@ def _vllm_text(ep: SimEndpoint, ts: datetime) -> str:
     histogram("vllm:request_queue_time_seconds", h["queue"])
     histogram("vllm:request_prompt_tokens", h["prompt"], whole=True)
     histogram("vllm:request_generation_tokens", h["generation"], whole=True)
-    return "\n".join(lines) + "\n"
+    return types, out
 
 
-def _triton_text(ep: SimEndpoint, ts: datetime) -> str:
-    s, stamp = ep.spec, _ms(ts)
-    base = f'model="{s.name}",version="{s.version}"'
-    lines: list[str] = []
+def _triton_samples(ep: SimEndpoint) -> tuple[list[tuple[str, str]], list[Sample]]:
+    s = ep.spec
+    base = {"model": s.name, "version": s.version}
+    types: list[tuple[str, str]] = []
+    out: list[Sample] = []
 
-    def metric(name: str, kind: str, samples: list[tuple[str, float]]) -> None:
-        lines.append(f"# TYPE {name} {kind}")
-        lines.extend(f"{name}{{{labels}}} {round(value)} {stamp}" for labels, value in samples)
+    def metric(name: str, kind: str, samples: list[tuple[dict[str, str], float]]) -> None:
+        types.append((name, kind))
+        out.extend((name, labels, float(round(value))) for labels, value in samples)
 
     metric("nv_inference_request_success", "counter", [(base, ep.ok + ep.length)])
     metric(
         "nv_inference_request_failure",
         "counter",
         [
-            (f'model="{s.name}",reason="BACKEND",version="{s.version}"', ep.failed),
-            (f'model="{s.name}",reason="CANCELED",version="{s.version}"', ep.aborted),
+            ({"model": s.name, "reason": "BACKEND", "version": s.version}, ep.failed),
+            ({"model": s.name, "reason": "CANCELED", "version": s.version}, ep.aborted),
         ],
     )
     metric("nv_inference_pending_request_count", "gauge", [(base, ep.waiting_shown)])
@@ -628,7 +788,55 @@ def _triton_text(ep: SimEndpoint, ts: datetime) -> str:
     metric("nv_inference_request_duration_us", "counter", [(base, e2e * 1e6)])
     metric("nv_inference_queue_duration_us", "counter", [(base, ep.queue_s * 1e6)])
     metric("nv_inference_compute_infer_duration_us", "counter", [(base, ep.compute_s * 1e6)])
+    return types, out
+
+
+def _samples(ep: SimEndpoint, *, labels: bool = True) -> tuple[list[tuple[str, str]], list[Sample]]:
+    return _triton_samples(ep) if ep.spec.framework == "triton" else _vllm_samples(ep, labels=labels)
+
+
+def _value(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() and abs(value) < 2**53 else repr(float(value))
+
+
+def _render(ep: SimEndpoint, ts: datetime) -> str:
+    """The server's /metrics text: each family's TYPE line, then its samples with the timestamp."""
+    stamp = _ms(ts)
+    types, samples = _samples(ep)
+    lines: list[str] = []
+    declared = iter(types)
+    family = None
+    for name, labels, value in samples:
+        while family is None or not name.startswith(family):
+            family, kind = next(declared)
+            lines.append(f"# TYPE {family} {kind}")
+        text = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
+        lines.append(f"{name}{{{text}}} {_value(value)} {stamp}")
     return "\n".join(lines) + "\n"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+# The label that names the endpoint, left out of the stored series (fleet.ingest.prometheus).
+MODEL_LABEL = {"vllm": "model_name", "triton": "model"}
+
+
+def points(ep: SimEndpoint, ts: datetime) -> list[Any]:
+    """The scrape at ``ts`` as the Prometheus door stores it (fleet.serving.store.ServingPoint:
+    labels sorted and escaped, the endpoint's model label left out), without the text and its
+    parsing: how a history's scrapes are written in bulk. The same samples as ``exposition``."""
+    from fleet.serving.store import ServingPoint
+
+    s = ep.spec
+    skip = MODEL_LABEL[s.framework]
+    version = s.version if s.framework == "triton" else ""
+    out = []
+    for name, labels, value in _samples(ep)[1]:
+        series = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()) if k != skip)
+        out.append(ServingPoint(s.name, s.framework, s.name, ts, name, series, value, version))
+    return out
 
 
 def _text(response: Any) -> str:
@@ -638,7 +846,140 @@ def _text(response: Any) -> str:
     return str(text)
 
 
+# --- a history's rollups ------------------------------------------------------------------------
+
+
+class RollupMirror:
+    """What fleet.serving.rollups makes of an endpoint scraped once a step, without the scrapes:
+    each series' increase since the step before (counters, histogram parts, Triton's failures by
+    reason), histogram buckets per bucket (zero buckets left out but the one below a counted
+    bucket), gauges' mean and maximum over the steps, and the seconds covered. The series are
+    classified by the rollups' own rules (``rollups._classify``); a test holds the rows to what
+    the rollup code makes of the same scrapes. ``observe`` takes a scrape; ``rows`` gives the
+    rows since the last call (the sums of its steps, as an hour sums its minutes)."""
+
+    def __init__(self, ep: SimEndpoint) -> None:
+        from fleet.serving import rollups as serving_rollups
+
+        s = ep.spec
+        skip = MODEL_LABEL[s.framework]
+        reason_of = getattr(serving_rollups, "_failure_reason", lambda metric, series: None)
+        self.layout = []
+        for name, labels, _ in _samples(ep)[1]:
+            series = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()) if k != skip)
+            info = serving_rollups._classify(name, series)
+            reason = reason_of(name, series) if info is not None and info[1] == "counter" else None
+            self.layout.append((info, reason))
+        self.mean_gauges = serving_rollups.MEAN_GAUGES
+        self.span = getattr(serving_rollups, "SPAN", None)
+        self.previous: list[float] | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self.sums: dict[tuple[str, float], float] = {}
+        self.gauges: dict[str, list[float]] = {}  # quantity -> [sum of means, max, observations]
+        self.covered = 0.0
+
+    def observe(self, ep: SimEndpoint, seconds: float) -> None:
+        """The endpoint's scrape now, ``seconds`` after the one before: its rows (a minute's, as
+        the rollups make them of one scrape) are added to the sums since the last ``rows``, as an
+        hour sums its minutes."""
+        from fleet.serving import metrics as sm
+
+        values = [v for _, _, v in _samples(ep, labels=False)[1]]
+        previous, self.previous = self.previous, values
+        sums, gauges = self.sums, self.gauges
+        step: dict[tuple[str, float], float] = {}
+        cumulative: dict[str, dict[float, float]] = {}
+        step_gauges: dict[str, list[float]] = {}
+        for (info, reason), before, value in zip(self.layout, previous or [None] * len(values), values, strict=True):
+            if info is None:
+                continue
+            quantity, kind, scale, _, le = info
+            if kind == "gauge":
+                g = step_gauges.setdefault(quantity, [0.0, 0.0, 0.0])
+                g[0] += value * scale
+                g[1] += value * scale
+                g[2] += 1
+                continue
+            if before is None:
+                continue
+            increase = sm.counter_increase(before, value)
+            if kind == "bucket":
+                per_le = cumulative.setdefault(quantity, {})
+                per_le[le] = per_le.get(le, 0.0) + increase * scale
+            elif increase:
+                name = quantity if kind == "counter" else f"{quantity}:{kind}"
+                step[(name, 0.0)] = step.get((name, 0.0), 0.0) + increase * scale
+            if reason is not None and increase:
+                step[(reason, 0.0)] = step.get((reason, 0.0), 0.0) + increase
+        for quantity, per_le in cumulative.items():
+            below, buckets = 0.0, []
+            for le in sorted(per_le):
+                buckets.append((le, per_le[le] - below))
+                below = per_le[le]
+            # Zero buckets are left out, but the one just below a counted bucket (its lower bound).
+            for k, (le, count) in enumerate(buckets):
+                if count or (k + 1 < len(buckets) and buckets[k + 1][1]):
+                    step[(quantity, le)] = count
+        for key, value in step.items():
+            sums[key] = sums.get(key, 0.0) + value
+        for quantity, (total, high, n) in step_gauges.items():
+            mean, high = (total / n, high / n) if quantity in self.mean_gauges else (total, high)
+            g = gauges.setdefault(quantity, [0.0, float("-inf"), 0])
+            g[0] += mean
+            g[1] = max(g[1], high)
+            g[2] += 1
+        if previous is not None:
+            self.covered += seconds
+
+    def rows(self) -> list[tuple[str, float, float]]:
+        """(quantity, le, value) of the scrapes observed since the last call."""
+        out = [(name, le, value) for (name, le), value in self.sums.items()]
+        if self.span is not None and self.covered:
+            out.append((self.span, 0.0, self.covered))
+        for quantity, (means, high, n) in self.gauges.items():
+            out.append((quantity, 0.0, means / n))
+            out.append((f"{quantity}:max", 0.0, high))
+        self._reset()
+        return out
+
+
+def _copy_serving_rollups(resolution: str, rows: list[tuple[Any, ...]]) -> None:
+    """COPY (endpoint id, bucket, quantity, le, value) rows into a serving rollup table."""
+    from fleet.telemetry import partitions
+
+    if not rows:
+        return
+    table = partitions.SERVING_ROLLUP_1M if resolution == "1m" else partitions.SERVING_ROLLUP_1H
+    partitions.ensure_partitions_for(table, sorted({row[1] for row in rows}))
+    sql = f"COPY {table.name} (endpoint_id, bucket, quantity, le, value) FROM STDIN (FORMAT BINARY)"
+    with connection.cursor() as cursor, cursor.cursor.copy(sql) as copy:
+        copy.set_types(["int8", "timestamptz", "text", "float8", "float8"])
+        for row in rows:
+            copy.write_row(row)
+
+
 # --- in-process set-up (the simulate command has the database) ----------------------------------
+
+
+class _InProcess:
+    """Stores a history's change events and evals as the serving API does (its item parser, one
+    bulk insert per batch), without HTTP: the console's server may not be up yet. It has no
+    send_text: a history writes its scrapes as points by COPY, never as exposition text."""
+
+    def send(self, site: str, url: str, body: dict[str, Any]) -> Any:
+        from fleet.serving.api import ChangeItemSerializer, EvalItemSerializer, parse_items
+        from fleet.serving.models import EndpointChange, EndpointEval
+
+        endpoint_id, kind = url.rstrip("/").split("/")[-2:]
+        model, serializer = (
+            (EndpointChange, ChangeItemSerializer) if kind == "changes" else (EndpointEval, EvalItemSerializer)
+        )
+        for start in range(0, len(body["items"]), 1000):  # the API's batch limit
+            items = parse_items({"items": body["items"][start : start + 1000]}, serializer)
+            model.objects.bulk_create([model(endpoint_id=int(endpoint_id), **item) for item in items])
+        return type("Stored", (), {"status_code": 201})()
 
 
 def prepare_endpoints(site_ids: dict[str, int], *, specs: tuple[EndpointSpec, ...] = ENDPOINTS) -> dict[str, int]:
@@ -686,29 +1027,31 @@ def history_start(endpoint_ids: dict[str, int], *, now: datetime, hours: float) 
     return start if now - start >= timedelta(minutes=2) else None
 
 
-def start_for_command(
+def serving_for_command(
     poster: Poster,
     *,
     endpoints: int,
     seed: int,
     run: str,
-    history_hours: float,
-    now: datetime,
     log: Callable[[str], None],
 ) -> ServingSimulator:
     """The `simulate` command's serving simulator: its endpoints registered on the sites the
-    poster has tokens for, and ``history_hours`` of history pushed (scrapes five minutes apart)
-    unless a previous session's is already there."""
+    poster has tokens for (no history: ``push_history``, or the demo's week of history)."""
     from fleet.inventory.models import Site
 
     site_ids = dict(Site.objects.filter(name__in=poster.tokens).values_list("name", "pk"))
     specs = ENDPOINTS[:endpoints]
     ids = prepare_endpoints(site_ids, specs=specs)
-    sim = ServingSimulator(
+    return ServingSimulator(
         TextPoster(poster), sites=sorted(site_ids), endpoint_ids=ids, seed=seed, specs=specs, run=run, log=log
     )
-    start = history_start(ids, now=now, hours=history_hours) if history_hours > 0 else None
+
+
+def push_history(sim: ServingSimulator, *, hours: float, now: datetime) -> None:
+    """Push ``hours`` of history through the doors (scrapes five minutes apart) unless a previous
+    session's is already there (``history_start``)."""
+    start = history_start(sim.endpoint_ids, now=now, hours=hours)
     if start is not None:
-        log(f"pushing {(now - start).total_seconds() / 3600:.1f} h of serving history for {len(specs)} endpoints")
+        hours_pushed = (now - start).total_seconds() / 3600
+        sim.log(f"pushing {hours_pushed:.1f} h of serving history for {len(sim.endpoints)} endpoints")
         sim.backfill(start, now, step=timedelta(minutes=5))
-    return sim

@@ -34,13 +34,91 @@ SLO_QUANTITIES = [*LATENCIES, "requests_ok", "requests_failed", "requests_aborte
 @dataclass
 class Totals:
     """What an endpoint served over a window: histograms of the window's observations (quantity
-    units: seconds, tokens) and counter increases."""
+    units: seconds, tokens), counter increases (with ``span_seconds``, the time they cover), and
+    Triton's failures by reason."""
 
     histograms: dict[str, sm.Histogram] = field(default_factory=dict)
     counters: dict[str, float] = field(default_factory=dict)
+    failures: dict[str, float] = field(default_factory=dict)
 
     def histogram(self, quantity: str) -> sm.Histogram:
         return self.histograms.get(quantity, sm.EMPTY_HISTOGRAM)
+
+
+# --- requests, tokens and time per request: one definition for every page -----------------------
+
+OUTCOMES = ("requests_ok", "requests_failed", "requests_aborted")
+DURATIONS = {"request": "e2e_seconds", "queue": "queue_seconds", "compute": "compute_seconds"}
+# The quantities ``activity`` reads (for window_totals' ``quantities``).
+ACTIVITY_QUANTITIES = [
+    *OUTCOMES,
+    *DURATIONS.values(),
+    "generation_tokens",
+    "prompt_tokens",
+    "generation_tokens_hist",
+    "prompt_tokens_hist",
+    "e2e",
+    sm.SPAN_QUANTITY,
+]
+
+
+def activity(totals: Totals) -> dict[str, float | None]:
+    """The sums a window's rates and means per request are made of, each from the framework's own
+    series:
+
+    * ``requests``: finished requests, from the outcome counters (vLLM request_success, Triton
+      success + failure, TGI success + failure), or where there are none the end-to-end latency
+      histogram's count;
+    * ``successes``: successful requests (the divisor of Triton's durations);
+    * ``generated_tokens`` and ``prompt_tokens``: vLLM's token counters, or where there are none the
+      sum of the per-request token histograms (TGI's tgi_request_generated_tokens and
+      tgi_request_input_length);
+    * ``span_seconds``: the time the scrapes' increases cover;
+    * ``request_seconds``, ``queue_seconds``, ``compute_seconds``: Triton's cumulative durations (None
+      for frameworks without them).
+
+    Sums add: the sums of two windows are the sums of their union (``add_activity``)."""
+    c = totals.counters
+    outcomes = [c[k] for k in OUTCOMES if k in c]
+
+    def tokens(counter: str, histogram: str) -> float:
+        if counter in c:
+            return c[counter]
+        return totals.histograms[histogram].sum if histogram in totals.histograms else 0.0
+
+    return {
+        "requests": sum(outcomes) if outcomes else totals.histogram("e2e").total,
+        "successes": c.get("requests_ok", 0.0),
+        "generated_tokens": tokens("generation_tokens", "generation_tokens_hist"),
+        "prompt_tokens": tokens("prompt_tokens", "prompt_tokens_hist"),
+        "span_seconds": c.get(sm.SPAN_QUANTITY, 0.0),
+        **{f"{name}_seconds": c.get(counter) for name, counter in DURATIONS.items()},
+    }
+
+
+def add_activity(a: Mapping[str, float | None], b: Mapping[str, float | None]) -> dict[str, float | None]:
+    """The activity of two windows together (None, no such series, counts as nothing)."""
+    out: dict[str, float | None] = {}
+    for key in {*a, *b}:
+        x, y = a.get(key), b.get(key)
+        out[key] = None if x is None and y is None else (x or 0.0) + (y or 0.0)
+    return out
+
+
+def activity_figures(act: Mapping[str, float | None]) -> dict[str, Any]:
+    """Rates and means from activity sums: requests and tokens per second over the seconds the
+    scrapes cover, and Triton's mean request, queue and compute time per successful request (ms)."""
+    span = act.get("span_seconds") or 0.0
+    out: dict[str, Any] = {
+        "requests": _round(act.get("requests"), 3),
+        "rps": _round(sm.rate(act.get("requests") or 0.0, span), 4),
+        "tokens_per_s": _round(sm.rate(act.get("generated_tokens") or 0.0, span), 3),
+        "prompt_tokens_per_s": _round(sm.rate(act.get("prompt_tokens") or 0.0, span), 3),
+    }
+    for name in DURATIONS:
+        seconds = act.get(f"{name}_seconds")
+        out[f"{name}_mean_ms"] = None if seconds is None else _ms(sm.mean_latency(seconds, act.get("successes") or 0.0))
+    return out
 
 
 def read_end(now: datetime | None = None) -> datetime:
@@ -121,6 +199,8 @@ def _totals(sums: Mapping[tuple[str, float], float]) -> Totals:
     for (quantity, le), value in sums.items():
         if quantity in sm.HISTOGRAM_QUANTITIES:
             per_bucket[quantity][le] = value
+        elif quantity.startswith(sm.FAILURE_PREFIX):
+            totals.failures[quantity.removeprefix(sm.FAILURE_PREFIX)] = value
         elif ":" in quantity:
             base, part = quantity.split(":", 1)
             extras[base][part] = value
@@ -157,7 +237,7 @@ def window_totals(
 
 
 def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds * 1000, 3)
+    return sm.finite(None if seconds is None else round(seconds * 1000, 3))
 
 
 def latency_figures(totals: Totals) -> dict[str, Any]:
@@ -209,13 +289,58 @@ def window_name(length: timedelta) -> str:
     return f"{seconds}s"
 
 
+def first_data(endpoint_id: int, since: datetime, end: datetime) -> datetime | None:
+    """The start of the endpoint's first rolled-up minute in [since, end), or of its first hour
+    where the minutes of the start of the range have expired. One query (two index probes)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT (SELECT bucket FROM fleet_servingrollup_1m WHERE endpoint_id = %s AND bucket >= %s "
+            "AND bucket < %s ORDER BY bucket LIMIT 1), (SELECT bucket FROM fleet_servingrollup_1h "
+            "WHERE endpoint_id = %s AND bucket >= %s AND bucket < %s ORDER BY bucket LIMIT 1)",
+            [endpoint_id, since, end, endpoint_id, _floor(since, HOUR), end],
+        )
+        minute, hour = cursor.fetchone()
+    if hour is not None and (minute is None or hour < _floor(minute, HOUR)):
+        return max(hour, since)
+    return minute
+
+
+def coverage(first: datetime | None, end: datetime, period: timedelta) -> dict[str, Any]:
+    """What a window's figures cover: data since ``first`` (None: no data), the seconds from it
+    to the end of the read, and whether that is the whole period (a "30-day budget" over three
+    hours of data says so)."""
+    start = _floor(end - period, MINUTE)
+    if first is None:
+        return {"since": None, "seconds": 0, "period_days": period.days, "complete": False}
+    first = max(first, start)
+    return {
+        "since": first.isoformat(),
+        "seconds": int((end - first).total_seconds()),
+        "period_days": period.days,
+        "complete": first <= start,
+    }
+
+
+def rules_covered(covered: timedelta) -> list[sm.BurnRule]:
+    """The burn-rate rules that count with this much data: a rule counts once the endpoint's data
+    spans its short window. Before that both of its windows hold the same few minutes, and "1x
+    over 3 days" after ninety seconds would be a ticket on any blip. (An endpoint failing outright
+    from its first request still pages after 5 minutes.) The SLO pages and the burn-rate detector
+    both take the alerts of slo_status, so they fire on the same data."""
+    return [rule for rule in sm.BURN_RULES if rule.short_window <= covered]
+
+
 def slo_status(endpoint: Any, *, now: datetime | None = None) -> dict[str, Any]:
     """Each SLO over the endpoint's period and the burn-rate windows: SLI, budget left, burn rate
-    per window, and the multi-window alerts firing. Two queries."""
+    per window, and the multi-window alerts firing (only the rules its data covers,
+    ``rules_covered``); ``coverage``: the data the period's figures rest on. Three queries."""
     period = timedelta(days=endpoint.slo_window_days)
     windows = {window_name(w): w for w in sm.BURN_WINDOWS}
     windows["period"] = period
+    end = read_end(now)
     totals = window_totals(endpoint.pk, windows, now=now, quantities=SLO_QUANTITIES)
+    covers = coverage(first_data(endpoint.pk, _floor(end - period, MINUTE), end), end, period)
+    rules = rules_covered(timedelta(seconds=covers["seconds"]))
     per_window = {name: slis(endpoint, t) for name, t in totals.items()}
     goals = targets(endpoint)
     thresholds = {"ttft": endpoint.ttft_threshold_ms, "itl": endpoint.itl_threshold_ms, "availability": None}
@@ -224,7 +349,7 @@ def slo_status(endpoint: Any, *, now: datetime | None = None) -> dict[str, Any]:
         whole = per_window["period"][slo]
         error = whole.error_ratio
         ratios = {windows[name]: per_window[name][slo].error_ratio for name in windows if name != "period"}
-        alerts = sm.burn_alerts(ratios, target, period=period)
+        alerts = sm.burn_alerts(ratios, target, rules=rules, period=period)
         out[slo] = {
             "target_pct": round(target * 100, 4),
             "threshold_ms": thresholds[slo],
@@ -247,7 +372,47 @@ def slo_status(endpoint: Any, *, now: datetime | None = None) -> dict[str, Any]:
             ],
         }
     out["latency"] = {name: latency_figures(t) for name, t in totals.items()}
+    out["coverage"] = covers
     return out
+
+
+def first_breach(endpoint: Any, slo: str, rule: sm.BurnRule, *, now: datetime | None = None) -> datetime | None:
+    """When a burn-rate alert's breach began: the first minute of its short window whose own error
+    ratio is over the rule's threshold (factor x (1 - target)), by the same SLI as slo_status.
+    Never before the endpoint's first data (a minute without data breaches nothing). None when no
+    single minute breaches (the window's sum can, by interpolation). One query."""
+    end = read_end(now)
+    start = _floor(end - rule.short_window, MINUTE)
+    threshold = rule.factor * (1.0 - targets(endpoint)[slo])
+    names = [*SLO_QUANTITIES, *(f"{q}:{part}" for q in SLO_QUANTITIES for part in ("count", "sum"))]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT bucket, quantity, le, value FROM fleet_servingrollup_1m "
+            "WHERE endpoint_id = %s AND bucket >= %s AND bucket < %s AND quantity = ANY(%s) ORDER BY bucket",
+            [endpoint.pk, start, end, names],
+        )
+        rows = cursor.fetchall()
+    by_minute: dict[datetime, dict[tuple[str, float], float]] = defaultdict(dict)
+    for bucket, quantity, le, value in rows:
+        by_minute[bucket][(quantity, le)] = value
+    for minute in sorted(by_minute):
+        error = slis(endpoint, _totals(by_minute[minute]))[slo].error_ratio
+        if error is not None and error > threshold:
+            return minute
+    return None
+
+
+def range_figures(endpoint_id: int, span: timedelta, *, now: datetime | None = None) -> dict[str, Any]:
+    """An endpoint's activity over a range ending now (activity_figures: requests, rates, Triton's
+    mean times per successful request) and Triton's failures by reason. Two queries."""
+    names = [*ACTIVITY_QUANTITIES, *sm.FAILURE_QUANTITIES]
+    totals = window_totals(endpoint_id, {"range": span}, now=now, quantities=names)["range"]
+    act = activity(totals)
+    return {
+        **activity_figures(act),
+        "successes": _round(act["successes"], 3),
+        "failures_by_reason": {reason: _round(n, 3) for reason, n in sorted(totals.failures.items())},
+    }
 
 
 def chart_step(start: datetime, end: datetime) -> timedelta:
@@ -267,10 +432,11 @@ def timeseries(
     now: datetime | None = None,
 ) -> list[dict[str, Any]]:
     """Chart points from the rollups, one per step in [start, end): latency percentiles (ms),
-    request and token rates (per second), errors, queue depth, running requests, KV-cache usage
-    (mean and max, 0-1), preemptions, mean prompt length. The step still filling at ``now`` is
-    marked ``partial``: its rates are over the whole step, so they read low until it ends (the
-    increases credited so far cover only part of it), and "now" figures leave it out."""
+    request and token rates (per second over the seconds the step's scrapes cover), Triton's mean
+    request, queue and compute time per successful request (ms), errors, queue depth, running
+    requests, KV-cache usage (mean and max, 0-1), preemptions, prompt length percentiles. Each
+    point keeps its ``activity`` sums (added up for the "now" figures). The step still filling at
+    ``now`` is marked ``partial``: its percentiles hold only the scrapes so far."""
     now = now or timezone.now()
     step = step or chart_step(start, end)
     table = "fleet_servingrollup_1h" if step >= HOUR else "fleet_servingrollup_1m"
@@ -288,7 +454,6 @@ def timeseries(
     for t, quantity, le, total, biggest, n in rows:
         by_t[t][(quantity, le)] = (total, biggest, n)
     out = []
-    seconds = step.total_seconds()
     for t in sorted(by_t):
         cells = by_t[t]
         totals = _totals({k: v[0] for k, v in cells.items()})
@@ -299,19 +464,12 @@ def timeseries(
             point[f"{quantity}_p50"] = _ms(sm.histogram_quantile(0.5, h))
             point[f"{quantity}_p99"] = _ms(sm.histogram_quantile(0.99, h))
         finished = c.get("requests_ok", 0.0) + c.get("requests_failed", 0.0)
-        point["rps"] = round((finished + c.get("requests_aborted", 0.0)) / seconds, 4)
-        point["error_ratio"] = round(c.get("requests_failed", 0.0) / finished, 6) if finished else None
-        point["tokens_per_s"] = round(c.get("generation_tokens", 0.0) / seconds, 3)
-        point["prompt_tokens_per_s"] = round(c.get("prompt_tokens", 0.0) / seconds, 3)
-        point["preemptions"] = round(c.get("preemptions", 0.0), 3)
-        # Triton's cumulative durations: mean milliseconds per request over the step.
-        requests = finished + c.get("requests_aborted", 0.0)
-        for name, counter in (
-            ("e2e_mean_ms", "e2e_seconds"),
-            ("queue_mean_ms", "queue_seconds"),
-            ("compute_mean_ms", "compute_seconds"),
-        ):
-            point[name] = _ms(sm.mean_latency(c[counter], requests)) if counter in c else None
+        point["error_ratio"] = _round(c.get("requests_failed", 0.0) / finished, 6) if finished > 0 else None
+        # Requests and tokens per second over the time the step's scrapes cover, and Triton's
+        # mean times per successful request: activity_figures, as the "now" and range figures.
+        point["activity"] = act = activity(totals)
+        point.update(activity_figures(act))
+        point["preemptions"] = _round(c.get("preemptions", 0.0), 3)
         point["queue_time_p99"] = _ms(sm.histogram_quantile(0.99, totals.histogram("queue_time")))
         generation = totals.histogram("generation_tokens_hist")
         point["generation_p50"] = _round(sm.histogram_quantile(0.5, generation))
@@ -323,14 +481,14 @@ def timeseries(
             peak = cells.get((f"{gauge}:max", 0.0))
             # A step of several minutes: the mean of the minutes' means (minutes with no scrape
             # are not counted as zero).
-            point[gauge] = None if mean is None else round(mean[0] / mean[2], 4)
-            point[f"{gauge}_max"] = None if peak is None else round(peak[1], 4)
+            point[gauge] = None if mean is None else _round(mean[0] / mean[2], 4)
+            point[f"{gauge}_max"] = None if peak is None else _round(peak[1], 4)
         out.append(point)
     return out
 
 
 def _round(value: float | None, digits: int = 1) -> float | None:
-    return None if value is None else round(value, digits)
+    return sm.finite(None if value is None else round(value, digits))
 
 
 def since_start(endpoint_id: int, *, now: datetime | None = None) -> dict[str, Any] | None:
@@ -356,6 +514,7 @@ def since_start(endpoint_id: int, *, now: datetime | None = None) -> dict[str, A
     return {
         "as_of": max(r[3] for r in rows).isoformat(),
         **latency_figures(totals),
-        "requests": {k: q.counters.get(k, 0.0) for k in ("requests_ok", "requests_failed", "requests_aborted")},
+        "requests": {k: q.counters.get(k, 0.0) for k in OUTCOMES},
+        "failures_by_reason": {k.removeprefix(sm.FAILURE_PREFIX): v for k, v in sorted(q.failures.items())},
         "gauges": {k: round(v, 4) for k, v in q.gauges.items()},
     }

@@ -3,6 +3,8 @@ page's snapshot (sites and racks are in fleet.inventory.api, endpoints in fleet.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.db.models import Count, Q
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -13,6 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from console import live
+from console.ranges import WINDOW_PARAMETERS, RangeError, Window, window_from_query
 from fleet.inventory.filtersets import GpuFilterSet, NodeFilterSet
 from fleet.inventory.models import Gpu, Node
 from fleet.inventory.serializers import NodeSerializer
@@ -24,15 +27,17 @@ from fleet.telemetry.serializers import GpuSerializer, ScrapeTargetSerializer
 RANGE_PARAMETER = OpenApiParameter(
     "range", OpenApiTypes.STR, enum=list(dashboard.RANGES), default=dashboard.DEFAULT_RANGE
 )
+PRESETS = {key: timedelta(seconds=seconds) for key, seconds in dashboard.RANGES.items()}
 
 
-def _range_key(request: Request) -> str | None:
-    range_key = request.query_params.get("range", dashboard.DEFAULT_RANGE)
-    return range_key if range_key in dashboard.RANGES else None
+def _window(request: Request) -> Window:
+    """The preset (``range``) or custom window (``from`` / ``to``) asked for; RangeError names the
+    parameter at fault."""
+    return window_from_query(request.query_params, presets=PRESETS, default=dashboard.DEFAULT_RANGE)
 
 
-def _bad_range() -> Response:
-    return Response({"range": f"Use one of {', '.join(dashboard.RANGES)}."}, status=400)
+def _bad_range(exc: RangeError) -> Response:
+    return Response(exc.as_dict(), status=400)
 
 
 class NodeViewSet(viewsets.ModelViewSet):
@@ -45,16 +50,17 @@ class NodeViewSet(viewsets.ModelViewSet):
     lookup_field = "hostname"
     lookup_value_regex = r"[A-Za-z0-9.-]+"
 
-    @extend_schema(parameters=[RANGE_PARAMETER], responses=OpenApiTypes.OBJECT)
+    @extend_schema(parameters=[RANGE_PARAMETER, *WINDOW_PARAMETERS], responses=OpenApiTypes.OBJECT)
     @action(detail=True, methods=["get"])
     def series(self, request: Request, hostname: str | None = None, format: str | None = None) -> Response:
-        """The node page's snapshot: one series per physical GPU over the range."""
-        range_key = _range_key(request)
-        if range_key is None:
-            return _bad_range()
+        """The node page's snapshot: one series per physical GPU over the range or from / to."""
+        try:
+            window = _window(request)
+        except RangeError as exc:
+            return _bad_range(exc)
         node = self.get_object()
         live.watch_topic(f"node.{node.pk}")
-        return Response(dashboard.node_series(node, range_key=range_key))
+        return Response(dashboard.node_series(node, range_key=window.preset or dashboard.DEFAULT_RANGE, window=window))
 
 
 class GpuViewSet(viewsets.ModelViewSet):
@@ -65,16 +71,18 @@ class GpuViewSet(viewsets.ModelViewSet):
     lookup_value_regex = r"[A-Za-z0-9-]+"
     http_method_names = ["get", "patch", "delete", "head", "options"]  # GPUs are registered by ingest
 
-    @extend_schema(parameters=[RANGE_PARAMETER], responses=OpenApiTypes.OBJECT)
+    @extend_schema(parameters=[RANGE_PARAMETER, *WINDOW_PARAMETERS], responses=OpenApiTypes.OBJECT)
     @action(detail=True, methods=["get"])
     def series(self, request: Request, uuid: str | None = None, format: str | None = None) -> Response:
-        """The GPU page's snapshot: the GPU's series over the range (raw for 15 m, rollups beyond)."""
-        range_key = _range_key(request)
-        if range_key is None:
-            return _bad_range()
+        """The GPU page's snapshot: the GPU's series over the range (raw for 15 m, rollups beyond)
+        or from / to."""
+        try:
+            window = _window(request)
+        except RangeError as exc:
+            return _bad_range(exc)
         gpu = self.get_object()
         live.watch_topic(f"gpu.{gpu.pk}")
-        return Response(dashboard.gpu_series(gpu, range_key=range_key))
+        return Response(dashboard.gpu_series(gpu, range_key=window.preset or dashboard.DEFAULT_RANGE, window=window))
 
 
 class ScrapeTargetViewSet(viewsets.ModelViewSet):
@@ -89,15 +97,23 @@ class FleetOverviewView(APIView):
     @extend_schema(
         parameters=[
             OpenApiParameter("range", OpenApiTypes.STR, enum=list(dashboard.RANGES), default=dashboard.DEFAULT_RANGE),
+            *WINDOW_PARAMETERS,
             OpenApiParameter("site", OpenApiTypes.INT, required=False),
         ],
         responses=OpenApiTypes.OBJECT,
     )
     def get(self, request: Request) -> Response:
-        range_key = _range_key(request)
-        if range_key is None:
-            return _bad_range()
+        try:
+            window = _window(request)
+        except RangeError as exc:
+            return _bad_range(exc)
         site = request.query_params.get("site")
         if site is not None and not site.isdigit():
             return Response({"site": "Must be a site id."}, status=400)
-        return Response(dashboard.overview_snapshot(range_key=range_key, site_id=int(site) if site else None))
+        return Response(
+            dashboard.overview_snapshot(
+                range_key=window.preset or dashboard.DEFAULT_RANGE,
+                site_id=int(site) if site else None,
+                window=window,
+            )
+        )

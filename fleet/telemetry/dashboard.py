@@ -16,8 +16,12 @@ from django.db.models import Avg, Count, Max, Q, Sum
 from django.utils import timezone
 
 from console import live
+from console.ranges import Window
 from fleet.inventory.models import Gpu, Node, Site
 from fleet.telemetry.models import GpuState
+from incidents.choices import OPEN_STATES, FindingStatus
+from incidents.detectors import source_of
+from incidents.models import Finding
 
 RANGES = {"15m": 900, "1h": 3600, "6h": 6 * 3600, "24h": 86400, "7d": 7 * 86400}
 DEFAULT_RANGE = "15m"
@@ -32,6 +36,7 @@ HOTTEST = 5
 WATERMARK_OVERLAP = timedelta(seconds=2)
 
 GPU_ROW_FIELDS = (
+    "gpu_id",
     "gpu__uuid",
     "gpu__index",
     "gpu__model",
@@ -62,6 +67,48 @@ def _round(value: float | None, digits: int = 1) -> float | None:
     return None if value is None else round(float(value), digits)
 
 
+# The GPU-health detectors (fleet.telemetry.detectors) whose findings mean "this GPU has an XID or
+# ECC error": critical XIDs and double-bit ECC errors.
+XID_ECC_DETECTORS = ("critical-xid", "ecc-double-bit")
+
+
+def gpus_with_open_xid_ecc() -> dict[str, int]:
+    """The physical GPUs with an open XID or double-bit ECC finding: uuid -> site id.
+
+    A finding is open while it fires, and after it clears for as long as its incident is open (an
+    XID is one sample's value: the GPU's next sample reads 0 while the node still waits for its
+    drain). A finding about a MIG instance names its physical GPU. Every "GPUs with XID / ECC
+    errors" figure (the overview, the fleet page's totals and site cards, the GPU table's filter)
+    comes from here, so they agree.
+    """
+    named = (
+        Finding.objects.filter(source__in=[source_of(name) for name in XID_ECC_DETECTORS])
+        .filter(Q(status=FindingStatus.FIRING) | Q(incident__state__in=OPEN_STATES))
+        .values_list("labels__gpu", flat=True)
+    )
+    uuids = {uuid for uuid in named if isinstance(uuid, str)}
+    if not uuids:
+        return {}
+    rows = Gpu.objects.filter(uuid__in=uuids).values_list("uuid", "parent__uuid", "node__site_id")
+    return {parent or uuid: site_id for uuid, parent, site_id in rows}
+
+
+def gpu_power_w(*, by: str = "site", now: datetime | None = None) -> dict[int | None, float]:
+    """The GPUs' power draw (W) per site or per rack (``by``): the latest power of each physical GPU
+    with a fresh state, summed. GPUs only: no node overhead. A MIG instance's power is its physical
+    GPU's and is not added again. The fleet page's and the overview's "GPU power" and the power
+    page's GPU share of its draw all read this."""
+    key = {"site": "gpu__node__site_id", "rack": "gpu__node__rack_id"}[by]
+    cutoff = (now or timezone.now()) - timedelta(seconds=settings.FLEET_STALE_SECONDS)
+    rows = (
+        GpuState.objects.filter(gpu__parent__isnull=True, ts__gte=cutoff)
+        .values(key)
+        .annotate(watts=Sum("power_w"))
+        .values_list(key, "watts")
+    )
+    return {group: float(watts or 0.0) for group, watts in rows}
+
+
 def fleet_totals(*, site_id: int | None = None) -> dict[str, Any]:
     """Totals over physical GPUs: a MIG instance is part of its GPU, not another GPU (its power,
     temperature and errors are the physical GPU's own)."""
@@ -75,13 +122,13 @@ def fleet_totals(*, site_id: int | None = None) -> dict[str, Any]:
     agg = states.aggregate(
         reporting=Count("pk", filter=fresh),
         mean_util=Avg("gpu_util", filter=fresh),
-        power_w=Sum("power_w", filter=fresh),
         max_temp=Max("gpu_temp_c", filter=fresh),
-        with_errors=Count("pk", filter=Q(xid__gt=0) | Q(ecc_dbe_total__gt=0)),
         throttled=Count("pk", filter=fresh & Q(throttle_reasons__gt=1)),
     )
+    power = gpu_power_w(by="site")
+    faulted = gpus_with_open_xid_ecc()
     hottest = [
-        _gpu_row(row)
+        _gpu_row(row, faulted=faulted)
         for row in states.filter(fresh, gpu_temp_c__isnull=False)
         .order_by("-gpu_temp_c")
         .values(*GPU_ROW_FIELDS)[:HOTTEST]
@@ -92,9 +139,9 @@ def fleet_totals(*, site_id: int | None = None) -> dict[str, Any]:
         "reporting": agg["reporting"],
         "stale": total - agg["reporting"],
         "mean_util": _round(agg["mean_util"]),
-        "power_kw": _round((agg["power_w"] or 0) / 1000, 2),
+        "power_kw": _round((power.get(site_id, 0.0) if site_id is not None else sum(power.values())) / 1000, 2),
         "max_temp": _round(agg["max_temp"]),
-        "with_errors": agg["with_errors"],
+        "with_errors": sum(1 for site in faulted.values() if site_id is None or site == site_id),
         "throttled": agg["throttled"],
         "hottest": hottest,
     }
@@ -109,13 +156,10 @@ def site_summaries() -> list[dict[str, Any]]:
         node_count=Count("nodes", distinct=True),
         reporting=Count("nodes__gpus__state", filter=fresh),
         mean_util=Avg("nodes__gpus__state__gpu_util", filter=fresh),
-        power_w=Sum("nodes__gpus__state__power_w", filter=fresh),
         max_temp=Max("nodes__gpus__state__gpu_temp_c", filter=fresh),
-        with_errors=Count(
-            "nodes__gpus__state",
-            filter=physical & (Q(nodes__gpus__state__xid__gt=0) | Q(nodes__gpus__state__ecc_dbe_total__gt=0)),
-        ),
     ).order_by("name")
+    power = gpu_power_w(by="site")
+    faulted = gpus_with_open_xid_ecc()
     return [
         {
             "id": s.id,
@@ -126,18 +170,46 @@ def site_summaries() -> list[dict[str, Any]]:
             "nodes": s.node_count,
             "reporting": s.reporting,
             "mean_util": _round(s.mean_util),
-            "power_kw": _round((s.power_w or 0) / 1000, 2),
+            "power_kw": _round(power.get(s.id, 0.0) / 1000, 2),
             "max_temp": _round(s.max_temp),
-            "with_errors": s.with_errors,
+            "with_errors": sum(1 for site in faulted.values() if site == s.id),
         }
         for s in sites
     ]
 
 
-def _gpu_row(row: dict[str, Any]) -> dict[str, Any]:
-    fb_total = None
-    if row["fb_used_mib"] is not None and row["fb_free_mib"] is not None:
-        fb_total = row["fb_used_mib"] + row["fb_free_mib"]
+def mig_memory(parent_ids: Any) -> dict[int, tuple[float | None, float | None]]:
+    """Per physical GPU in MIG mode, its instances' framebuffer from their latest states: (used MiB,
+    free MiB), each summed over the instances that report it. In MIG mode the physical GPU reports
+    no framebuffer of its own (DCGM gives it per instance), so its memory is its instances'."""
+    ids = list(parent_ids)
+    if not ids:
+        return {}
+    rows = (
+        GpuState.objects.filter(gpu__parent_id__in=ids)
+        .values("gpu__parent_id")
+        .annotate(used=Sum("fb_used_mib"), free=Sum("fb_free_mib"))
+        .values_list("gpu__parent_id", "used", "free")
+    )
+    return {parent: (used, free) for parent, used, free in rows}
+
+
+def memory_used_pct(used: float | None, free: float | None) -> float | None:
+    """Framebuffer used as a percentage of used + free (None when either is unknown)."""
+    if used is None or free is None or used + free <= 0:
+        return None
+    return _round(100 * used / (used + free))
+
+
+def _gpu_row(
+    row: dict[str, Any],
+    *,
+    faulted: dict[str, int] | None = None,
+    mig: dict[int, tuple[float | None, float | None]] | None = None,
+) -> dict[str, Any]:
+    used, free = row["fb_used_mib"], row["fb_free_mib"]
+    if used is None and mig and row["gpu_id"] in mig:  # a GPU in MIG mode: its instances' memory
+        used, free = mig[row["gpu_id"]]
     return {
         "uuid": row["gpu__uuid"],
         "index": row["gpu__index"],
@@ -147,26 +219,31 @@ def _gpu_row(row: dict[str, Any]) -> dict[str, Any]:
         "site": row["gpu__node__site__name"],
         "ts": row["ts"].isoformat(),
         "util": _round(row["gpu_util"]),
-        "mem_used_pct": _round(100 * row["fb_used_mib"] / fb_total) if fb_total else None,
+        "mem_used_pct": memory_used_pct(used, free),
         "temp": _round(row["gpu_temp_c"]),
         "mem_temp": _round(row["memory_temp_c"]),
         "power_w": _round(row["power_w"]),
         "sm_clock": _round(row["sm_clock_mhz"], 0),
         "xid": row["xid"],
         "ecc_dbe": row["ecc_dbe_total"],
+        "open_xid_ecc": row["gpu__uuid"] in (faulted or {}),
         "throttle": row["throttle_reasons"],
         "tensor": _round(row["tensor_active"], 3),
     }
 
 
 def gpu_rows(*, site_id: int | None = None, updated_since: datetime | None = None) -> list[dict[str, Any]]:
-    """The GPU table's rows: physical GPUs (their MIG instances are listed on the GPU's page)."""
+    """The GPU table's rows: physical GPUs (their MIG instances are listed on the GPU's page).
+    ``open_xid_ecc`` marks a GPU with an open XID or ECC finding (gpus_with_open_xid_ecc)."""
     states = GpuState.objects.filter(gpu__parent__isnull=True)
     if site_id is not None:
         states = states.filter(gpu__node__site_id=site_id)
     if updated_since is not None:
         states = states.filter(updated_at__gt=updated_since)
-    return [_gpu_row(r) for r in states.order_by("gpu__node__hostname", "gpu__index").values(*GPU_ROW_FIELDS)]
+    rows = list(states.order_by("gpu__node__hostname", "gpu__index").values(*GPU_ROW_FIELDS))
+    mig = mig_memory(r["gpu_id"] for r in rows if r["fb_used_mib"] is None)
+    faulted = gpus_with_open_xid_ecc()
+    return [_gpu_row(r, faulted=faulted, mig=mig) for r in rows]
 
 
 def _empty_series() -> dict[str, list[Any]]:
@@ -205,13 +282,15 @@ def _collect(rows: Any, bucket: int) -> dict[int, dict[str, list[Any]]]:
     return series
 
 
-def site_series_from_raw(*, seconds: int, site_id: int | None = None) -> dict[str, Any]:
-    """Per-site series computed from raw samples (the live 15-minute view; the benchmark's baseline).
+def site_series_from_raw(*, seconds: int, site_id: int | None = None, end: datetime | None = None) -> dict[str, Any]:
+    """Per-site series computed from raw samples (the live 15-minute view; the benchmark's baseline),
+    over the ``seconds`` ending now, or ending at ``end`` (a custom window).
 
     The newest, still-filling bucket is left out: a half-reported bucket would draw a false dip.
     """
     bucket = max(10, seconds // MAX_POINTS)
-    now = timezone.now()
+    # A window ending before now stops at the bucket holding its end, as a live one at now's.
+    now = timezone.now() if end is None else min(end, timezone.now())
     site_filter = "AND n.site_id = %(site_id)s" if site_id is not None else ""
     sql = f"""
         WITH per_gpu AS (
@@ -232,7 +311,7 @@ def site_series_from_raw(*, seconds: int, site_id: int | None = None) -> dict[st
     """
     params = {
         "bucket": timedelta(seconds=bucket),
-        "since": now - timedelta(seconds=seconds),
+        "since": (end or now) - timedelta(seconds=seconds),
         "now": now,
         "site_id": site_id,
     }
@@ -247,17 +326,21 @@ def site_series_from_raw(*, seconds: int, site_id: int | None = None) -> dict[st
     }
 
 
-def site_series_from_rollups(*, seconds: int, resolution: str, site_id: int | None = None) -> dict[str, Any]:
-    """Per-site series from the site rollups: a read of at most a few thousand rows."""
+def site_series_from_rollups(
+    *, seconds: int, resolution: str, site_id: int | None = None, end: datetime | None = None
+) -> dict[str, Any]:
+    """Per-site series from the site rollups: a read of at most a few thousand rows, over the
+    ``seconds`` ending now, or ending at ``end`` (a custom window)."""
     bucket = BUCKET_SECONDS[resolution]
     site_filter = "AND scope_id = %(site_id)s" if site_id is not None else ""
+    end_filter = "AND bucket < %(until)s" if end is not None else ""
     sql = f"""
         SELECT {_bucket_columns("bucket")}, scope_id, util_mean, power_sum / 1000.0, temp_max
         FROM fleet_grouprollup_{resolution}
-        WHERE scope = 'site' AND bucket >= %(since)s {site_filter}
+        WHERE scope = 'site' AND bucket >= %(since)s {end_filter} {site_filter}
         ORDER BY bucket, scope_id
     """
-    params = {"since": timezone.now() - timedelta(seconds=seconds), "site_id": site_id}
+    params = {"since": (end or timezone.now()) - timedelta(seconds=seconds), "until": end, "site_id": site_id}
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         series = _collect(cursor.fetchall(), bucket)
@@ -269,22 +352,39 @@ def site_series_from_rollups(*, seconds: int, resolution: str, site_id: int | No
     }
 
 
-def site_series(*, range_key: str, site_id: int | None = None) -> dict[str, Any]:
+def site_series_between(window: Window, *, site_id: int | None = None) -> dict[str, Any]:
+    """Per-site series over a custom window (console.ranges): the reads of the presets, at the
+    resolution the window's span and age pick; the answer names the window."""
+    if window.resolution == "raw":
+        series = site_series_from_raw(seconds=window.seconds, site_id=site_id, end=window.end)
+    else:
+        series = site_series_from_rollups(
+            seconds=window.seconds, resolution=window.resolution, site_id=site_id, end=window.end
+        )
+    return {**series, **window.as_json()}
+
+
+def site_series(*, range_key: str, site_id: int | None = None, window: Window | None = None) -> dict[str, Any]:
+    if window is not None and window.custom:
+        return site_series_between(window, site_id=site_id)
     seconds, resolution = RANGES[range_key], RESOLUTION[range_key]
     if resolution == "raw":
         return site_series_from_raw(seconds=seconds, site_id=site_id)
     return site_series_from_rollups(seconds=seconds, resolution=resolution, site_id=site_id)
 
 
-def overview_snapshot(*, range_key: str = DEFAULT_RANGE, site_id: int | None = None) -> dict[str, Any]:
-    """Everything the fleet page draws, for a first load or after a websocket reconnect."""
+def overview_snapshot(
+    *, range_key: str = DEFAULT_RANGE, site_id: int | None = None, window: Window | None = None
+) -> dict[str, Any]:
+    """Everything the fleet page draws, for a first load or after a websocket reconnect. A custom
+    ``window`` (from / to) moves the charts; the totals, cards and table are the fleet now."""
     return {
         "ts": timezone.now().isoformat(),
-        "range": range_key,
+        "range": "custom" if window is not None and window.custom else range_key,
         "totals": fleet_totals(site_id=site_id),
         "sites": site_summaries(),
         "gpus": gpu_rows(site_id=site_id),
-        "series": site_series(range_key=range_key, site_id=site_id),
+        "series": site_series(range_key=range_key, site_id=site_id, window=window),
     }
 
 
@@ -367,16 +467,26 @@ def _collect_per_gpu(rows: Any, bucket: int, keys: tuple[str, ...]) -> dict[int,
     return series
 
 
-def _gpu_series(gpu_ids: list[int], *, range_key: str) -> tuple[dict[str, Any], dict[int, dict[str, list[Any]]]]:
+def _gpu_series(
+    gpu_ids: list[int], *, range_key: str, window: Window | None = None
+) -> tuple[dict[str, Any], dict[int, dict[str, list[Any]]]]:
     """Per-GPU series over a range: raw samples for 15 minutes, the GPU rollups beyond (1-minute
-    up to a day, hourly for a week), so no series passes 1,440 points."""
-    seconds, resolution = RANGES[range_key], RESOLUTION[range_key]
-    now = timezone.now()
+    up to a day, hourly for a week), so no series passes 1,440 points. A custom ``window``
+    (console.ranges) reads at its own resolution, up to its end."""
+    custom = window is not None and window.custom
+    if window is not None and custom:
+        seconds, resolution, end = window.seconds, window.resolution, window.end
+    else:
+        seconds, resolution, end = RANGES[range_key], RESOLUTION[range_key], None
+    # A window ending before now stops at the bucket holding its end, as a live one at now's.
+    now = timezone.now() if end is None else min(end, timezone.now())
     if resolution == "raw":
         bucket = max(10, seconds // MAX_POINTS)
         # The newest, still-filling bucket is left out: the live pushes draw it when it is whole.
+        # A GPU in MIG mode reports no framebuffer of its own: its memory is its instances' (their
+        # bucket means summed), as in the GPU table (mig_memory).
         sql = f"""
-            SELECT {_bucket_columns("bucket")}, gpu_id, util, temp, power, mem FROM (
+            WITH own AS (
                 SELECT date_bin(%(bucket)s, ts, TIMESTAMPTZ '2000-01-01') AS bucket, gpu_id,
                        avg(gpu_util) AS util, max(gpu_temp_c) AS temp, avg(power_w) AS power,
                        avg(100.0 * fb_used_mib / nullif(fb_used_mib + fb_free_mib, 0)) AS mem
@@ -384,23 +494,39 @@ def _gpu_series(gpu_ids: list[int], *, range_key: str) -> tuple[dict[str, Any], 
                 WHERE gpu_id = ANY(%(ids)s) AND ts >= %(since)s
                   AND ts < date_bin(%(bucket)s, %(now)s, TIMESTAMPTZ '2000-01-01')
                 GROUP BY 1, 2
-            ) b ORDER BY bucket, gpu_id
+            ), instances AS (
+                SELECT date_bin(%(bucket)s, s.ts, TIMESTAMPTZ '2000-01-01') AS bucket, g.parent_id, s.gpu_id,
+                       avg(s.fb_used_mib) AS used, avg(s.fb_free_mib) AS free
+                FROM fleet_gpusample s JOIN fleet_gpu g ON g.id = s.gpu_id
+                WHERE g.parent_id = ANY(%(ids)s) AND s.ts >= %(since)s
+                  AND s.ts < date_bin(%(bucket)s, %(now)s, TIMESTAMPTZ '2000-01-01')
+                GROUP BY 1, 2, 3
+            ), mig AS (
+                SELECT bucket, parent_id, 100.0 * sum(used) / nullif(sum(used + free), 0) AS mem
+                FROM instances GROUP BY 1, 2
+            )
+            SELECT {_bucket_columns("own.bucket")}, own.gpu_id, util, temp, power, coalesce(own.mem, mig.mem)
+            FROM own LEFT JOIN mig ON mig.bucket = own.bucket AND mig.parent_id = own.gpu_id
+            ORDER BY own.bucket, own.gpu_id
         """
         params: dict[str, Any] = {"bucket": timedelta(seconds=bucket)}
     else:
         bucket = BUCKET_SECONDS[resolution]
+        end_filter = "AND bucket < %(until)s" if end is not None else ""
         sql = f"""
             SELECT {_bucket_columns("bucket")}, gpu_id, util_mean, temp_max, power_mean, NULL
             FROM fleet_gpurollup_{resolution}
-            WHERE gpu_id = ANY(%(ids)s) AND bucket >= %(since)s
+            WHERE gpu_id = ANY(%(ids)s) AND bucket >= %(since)s {end_filter}
             ORDER BY bucket, gpu_id
         """
-        params = {}
-    params.update({"ids": gpu_ids, "since": now - timedelta(seconds=seconds), "now": now})
+        params = {"until": end}
+    params.update({"ids": gpu_ids, "since": (end or now) - timedelta(seconds=seconds), "now": now})
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         series = _collect_per_gpu(cursor.fetchall(), bucket, GPU_SERIES_KEYS)
     meta = {"range": range_key, "resolution": resolution, "bucket_seconds": bucket, "range_seconds": seconds}
+    if window is not None and custom:
+        meta.update(window.as_json())
     return meta, series
 
 
@@ -408,10 +534,10 @@ def _empty(keys: tuple[str, ...]) -> dict[str, list[Any]]:
     return {"ts": [], **{k: [] for k in keys}}
 
 
-def gpu_series(gpu: Gpu, *, range_key: str = DEFAULT_RANGE) -> dict[str, Any]:
-    """One GPU's page snapshot: its series over the range and the keys it charts."""
+def gpu_series(gpu: Gpu, *, range_key: str = DEFAULT_RANGE, window: Window | None = None) -> dict[str, Any]:
+    """One GPU's page snapshot: its series over the range (or a custom window) and the keys it charts."""
     keys = MIG_SERIES_KEYS if gpu.is_mig_instance else GPU_SERIES_KEYS
-    meta, series = _gpu_series([gpu.pk], range_key=range_key)
+    meta, series = _gpu_series([gpu.pk], range_key=range_key, window=window)
     s = series.get(gpu.pk, _empty(GPU_SERIES_KEYS))
     return {
         **meta,
@@ -422,10 +548,10 @@ def gpu_series(gpu: Gpu, *, range_key: str = DEFAULT_RANGE) -> dict[str, Any]:
     }
 
 
-def node_series(node: Node, *, range_key: str = DEFAULT_RANGE) -> dict[str, Any]:
+def node_series(node: Node, *, range_key: str = DEFAULT_RANGE, window: Window | None = None) -> dict[str, Any]:
     """A node's page snapshot: one series per physical GPU, side by side on each chart."""
     gpus = list(Gpu.objects.physical().filter(node=node).order_by("index", "uuid").values("id", "uuid", "index"))
-    meta, series = _gpu_series([g["id"] for g in gpus], range_key=range_key)
+    meta, series = _gpu_series([g["id"] for g in gpus], range_key=range_key, window=window)
     return {
         **meta,
         "ts": timezone.now().isoformat(),
@@ -445,8 +571,10 @@ def node_series(node: Node, *, range_key: str = DEFAULT_RANGE) -> dict[str, Any]
     }
 
 
-def _point(row: dict[str, Any]) -> dict[str, Any]:
+def _point(row: dict[str, Any], mig: dict[int, tuple[float | None, float | None]]) -> dict[str, Any]:
     used, free = row["fb_used_mib"], row["fb_free_mib"]
+    if used is None and row["gpu_id"] in mig:  # a GPU in MIG mode: its instances' memory
+        used, free = mig[row["gpu_id"]]
     return {
         "id": row["gpu_id"],
         "uuid": row["gpu__uuid"],
@@ -454,7 +582,7 @@ def _point(row: dict[str, Any]) -> dict[str, Any]:
         "util": _round(row["gpu_util"]),
         "temp": _round(row["gpu_temp_c"]),
         "power_w": _round(row["power_w"]),
-        "mem_used_pct": _round(100 * used / (used + free)) if used is not None and free else None,
+        "mem_used_pct": memory_used_pct(used, free),
     }
 
 
@@ -479,11 +607,12 @@ def _delta(topic: str, watermark: str | None, states: Any) -> tuple[dict[str, An
     if not rows:
         return None, watermark
     newest = max(r["updated_at"] for r in rows)
+    mig = mig_memory(r["gpu_id"] for r in rows if r["fb_used_mib"] is None)
     payload = {
         "type": "gpu.delta",
         "topic": topic,
         "ts": timezone.now().isoformat(),
-        "points": [_point(r) for r in rows],
+        "points": [_point(r, mig) for r in rows],
     }
     return payload, newest.isoformat()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, URLValidator
 from django.db import models
 from django.utils import timezone
@@ -240,3 +241,19 @@ class ScrapeTarget(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.url})"
+
+    def clean(self) -> None:
+        """The form, the admin and the API (ScrapeTargetSerializer) refuse what could never be
+        scraped into an endpoint, naming the field."""
+        super().clean()
+        if message := endpoint_name_missing(self.kind, self.endpoint_name):
+            raise ValidationError({"endpoint_name": message})
+
+
+def endpoint_name_missing(kind: str, endpoint_name: str) -> str | None:
+    """Why a target of this kind needs an endpoint name it lacks, or None. TGI's metrics carry no
+    model label, so nothing in a TGI scrape says which endpoint it is: without a name every scrape
+    would fail."""
+    if kind == ScrapeKind.TGI and not (endpoint_name or "").strip():
+        return "A TGI target needs an endpoint name: TGI's metrics carry no model label to name one."
+    return None

@@ -4,7 +4,7 @@ from rest_framework import serializers
 
 from fleet.inventory.models import Gpu, Site
 from fleet.telemetry.fields import METRIC_NAMES
-from fleet.telemetry.models import GpuState, ScrapeTarget
+from fleet.telemetry.models import GpuState, ScrapeTarget, endpoint_name_missing
 
 
 class GpuStateSerializer(serializers.ModelSerializer):
@@ -82,3 +82,13 @@ class ScrapeTargetSerializer(serializers.ModelSerializer):
             "last_error",
             "next_scrape_at",
         ]
+
+    def validate(self, attrs: dict) -> dict:
+        """The model's rule (ScrapeTarget.clean), on the values the save would leave: a PATCH of
+        the kind alone is judged with the endpoint name already stored."""
+        instance = self.instance
+        kind = attrs.get("kind", instance.kind if instance else ScrapeTarget._meta.get_field("kind").default)
+        name = attrs.get("endpoint_name", instance.endpoint_name if instance else "")
+        if message := endpoint_name_missing(kind, name):
+            raise serializers.ValidationError({"endpoint_name": message})
+        return attrs

@@ -34,12 +34,15 @@ class GpuModel:
     sm_clock_max: float
     mem_clock: float
     slowdown_temp: float
+    bf16_tflops: float  # dense BF16 peak (TFLOP/s): what model FLOPs utilisation divides by
 
 
-H100 = GpuModel("NVIDIA H100 80GB HBM3", 81559, 700, 70, 1980, 2619, 87)
-H200 = GpuModel("NVIDIA H200", 143771, 700, 75, 1980, 3201, 87)
-A100 = GpuModel("NVIDIA A100-SXM4-80GB", 81920, 400, 55, 1410, 1593, 85)
-L40S = GpuModel("NVIDIA L40S", 46068, 350, 35, 2520, 9001, 88)
+# Dense BF16 peaks from NVIDIA's data sheets (the sparse figures are twice these): H100 SXM and H200
+# 989 TFLOP/s (the same compute; the H200 has more and faster memory), A100 312, L40S 362.
+H100 = GpuModel("NVIDIA H100 80GB HBM3", 81559, 700, 70, 1980, 2619, 87, 989)
+H200 = GpuModel("NVIDIA H200", 143771, 700, 75, 1980, 3201, 87, 989)
+A100 = GpuModel("NVIDIA A100-SXM4-80GB", 81920, 400, 55, 1410, 1593, 85, 312)
+L40S = GpuModel("NVIDIA L40S", 46068, 350, 35, 2520, 9001, 88, 362)
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,31 @@ HOT_MINUTES = 12
 def rack_runs_hot(now: datetime) -> bool:
     """Whether the hot rack is in its hot phase at ``now``."""
     return now.minute % HOT_PERIOD_MINUTES < HOT_MINUTES
+
+
+# The sampler's figures, shared with the history rows (FleetSimulator.history_row) so that a
+# backfilled hour reads as the live minutes do.
+TRAINING_UTIL = (97.0, 2.5)  # a computing training GPU: normal(mean, sd), at most 100 %
+TRAINING_DIP = (0.02, 5.0, 30.0)  # and now and then a checkpoint or data-loader dip: p, uniform(lo, hi)
+POWER_SHARE = (0.85, 0.98)  # of the load's share of (board power - idle), uniform
+HOT_POWER = (0.975, 0.995)  # x board power, flat out at the cap
+# What drives a GPU over a stretch of history: its own workload ("work": a training job computing,
+# or the inference daily curve), a hung job's collective spinning ("hung"), nothing ("idle": no
+# job, starting up, failed, preempted) or a fault: fallen off the bus ("xid79"), double-bit ECC
+# errors ("dbe": it works on, its errors counted) or thermal throttling ("thermal").
+HISTORY_PARTS = ("work", "hung", "idle", "xid79", "dbe", "thermal")
+
+
+def _mean_training_util() -> float:
+    mean, sd = TRAINING_UTIL
+    # E[min(X, 100)] for X ~ N(mean, sd): the mean less the part above 100.
+    z = (100 - mean) / sd
+    above = sd * (math.exp(-z * z / 2) / math.sqrt(2 * math.pi)) - (100 - mean) * 0.5 * math.erfc(z / math.sqrt(2))
+    p, lo, hi = TRAINING_DIP
+    return (1 - p) * (mean - above) + p * (lo + hi) / 2
+
+
+_TRAINING_MEAN = _mean_training_util()
 
 
 @dataclass
@@ -185,11 +213,6 @@ class FleetSimulator:
         # so a hung job's GPUs spin at 100 % and a starved one's idle.
         self.overrides: dict[str, dict[str, float]] = {}
 
-    def _diurnal(self, gpu: SimGpu, now: datetime) -> float:
-        local_hour = (now.hour + now.minute / 60 + gpu.utc_offset_h) % 24
-        # Peak in the local afternoon (about 15:00), trough before dawn.
-        return 0.5 + 0.45 * math.sin(2 * math.pi * (local_hour - 9) / 24)
-
     def _maybe_fault(self, gpu: SimGpu) -> None:
         if gpu.fault is not None:
             gpu.fault_ticks_left -= 1
@@ -216,9 +239,9 @@ class FleetSimulator:
         m, rng = gpu.model, self.rng
         self._maybe_fault(gpu)
         if gpu.workload == "training":
-            util = min(100.0, rng.gauss(97, 2.5))
-            if rng.random() < 0.02:  # a checkpoint or data-loader stall
-                util = rng.uniform(5, 30)
+            util = min(100.0, rng.gauss(*TRAINING_UTIL))
+            if rng.random() < TRAINING_DIP[0]:  # a checkpoint or data-loader stall
+                util = rng.uniform(*TRAINING_DIP[1:])
         else:
             util = max(0.0, min(100.0, 100 * self._diurnal(gpu, now) + rng.gauss(0, 6)))
         override = self.overrides.get(gpu.uuid, {})
@@ -228,9 +251,9 @@ class FleetSimulator:
         if hot:
             util = 100.0 if rack_runs_hot(now) else min(util, HOT_RACK_COOL_UTIL + rng.gauss(0, 2))
         load = util / 100
-        power = m.idle_w + (m.tdp_w - m.idle_w) * load * rng.uniform(0.85, 0.98)
+        power = m.idle_w + (m.tdp_w - m.idle_w) * load * rng.uniform(*POWER_SHARE)
         if hot and rack_runs_hot(now):
-            power = m.tdp_w * rng.uniform(0.975, 0.995)  # flat out: at the power cap
+            power = m.tdp_w * rng.uniform(*HOT_POWER)  # flat out: at the power cap
         target_temp = 32 + 48 * load + rng.gauss(0, 1)
         sm_clock = m.sm_clock_max * (0.95 if load > 0.2 else 0.5)
         reasons = 0
@@ -287,6 +310,109 @@ class FleetSimulator:
 
     def batches(self, now: datetime) -> dict[str, list[dict[str, Any]]]:
         return {site: [self.sample(g, now) for g in gpus] for site, gpus in self.fleet.items()}
+
+    def daily_load(self, utc_offset_h: int, at: datetime) -> float:
+        """The inference load's share of its peak at ``at`` in a site ``utc_offset_h`` from UTC."""
+        local_hour = (at.hour + at.minute / 60 + utc_offset_h) % 24
+        return 0.5 + 0.45 * math.sin(2 * math.pi * (local_hour - 9) / 24)
+
+    def _diurnal(self, gpu: SimGpu, now: datetime) -> float:
+        # Peak in the local afternoon (about 15:00), trough before dawn.
+        return self.daily_load(gpu.utc_offset_h, now)
+
+    @staticmethod
+    def hot_share(start: datetime, seconds: float) -> float:
+        """The share of [start, start + seconds) (whole minutes) in the hot rack's hot phase."""
+        minutes = max(1, round(seconds / 60))
+        first = start.minute
+        return sum(1 for k in range(minutes) if (first + k) % HOT_PERIOD_MINUTES < HOT_MINUTES) / minutes
+
+    def history_row(
+        self, gpu: SimGpu, seconds: float, parts: list[tuple[str, float]], *, load: float, hot_share: float
+    ) -> tuple:
+        """A rollup row (fleet.telemetry.rollups.GPU_COLUMNS, in order) for ``gpu`` over ``seconds``,
+        as the sampler's samples every ``interval`` would roll up: the means of ``sample``'s figures
+        for what drove the GPU (``parts``: (HISTORY_PARTS kind, seconds), summing to ``seconds``),
+        with a little noise. ``load`` is the inference load's share of its peak then (daily_load),
+        ``hot_share`` the share of the time the hot rack runs hot (hot_share). A history's minutes
+        and hours (fleet.management.backfill) are these rows."""
+        m, rng = gpu.model, self.rng
+        span = m.tdp_w - m.idle_w
+        share = sum(POWER_SHARE) / 2
+        interval = self.interval
+        if len(parts) == 1 and parts[0][0] == "work" and not (gpu.hot_rack and hot_share):
+            # Most rows: the GPU's own workload only.
+            if gpu.workload == "training":
+                util = _TRAINING_MEAN + rng.gauss(0, 0.4)
+            else:
+                util = max(0.0, min(100.0, 100 * load + rng.gauss(0, 1.5)))
+            power = (m.idle_w + span * util / 100 * share) * (1 + rng.gauss(0, 0.003))
+            temp = 32 + 48 * util / 100 + rng.gauss(0, 0.3)
+            return (
+                max(1, round(seconds / interval)),
+                util,
+                min(100.0, util + 4.0),
+                temp,
+                temp + 1.5,
+                power,
+                min(m.tdp_w, power * 1.03),
+                power * seconds,
+                0,
+                0,
+                0,
+            )
+        # (seconds, util %, power W, temperature C, throttled, an error sample)
+        pieces: list[tuple[float, float, float, float, bool, bool]] = []
+
+        def piece(secs: float, util: float, power: float, *, temp: float | None = None, **flags: bool) -> None:
+            temp = 32 + 48 * util / 100 if temp is None else temp
+            pieces.append((secs, util, power, temp, flags.get("capped", False), flags.get("error", False)))
+
+        for kind, secs in parts:
+            if secs <= 0:
+                continue
+            if kind == "xid79":
+                piece(secs, 0.0, m.idle_w * 0.6, error=True)
+            elif kind == "hung":
+                piece(secs, 100.0, m.idle_w + span * share)
+            elif kind == "idle":
+                piece(secs, 0.6, m.idle_w + span * 0.006 * share)
+            elif gpu.workload != "training":
+                util = max(0.0, min(100.0, 100 * load + rng.gauss(0, 1.5)))
+                power = m.idle_w + span * util / 100 * share
+                if kind == "thermal":
+                    piece(secs, util, power * 0.8, temp=m.slowdown_temp + 2.5, capped=True)
+                else:
+                    piece(secs, util, power, error=kind == "dbe")
+            else:
+                util = _TRAINING_MEAN + rng.gauss(0, 0.4)
+                hot_s = secs * hot_share if gpu.hot_rack and kind == "work" else 0.0
+                if hot_s:
+                    piece(hot_s, 100.0, m.tdp_w * sum(HOT_POWER) / 2, capped=True)
+                    util = min(util, HOT_RACK_COOL_UTIL)
+                power = m.idle_w + span * util / 100 * share
+                if kind == "thermal":
+                    piece(secs - hot_s, util, power * 0.8, temp=m.slowdown_temp + 2.5, capped=True)
+                elif secs - hot_s > 0:
+                    piece(secs - hot_s, util, power, error=kind == "dbe")
+        total = sum(p[0] for p in pieces) or 1.0
+        util_mean = sum(p[0] * p[1] for p in pieces) / total
+        power_mean = sum(p[0] * p[2] for p in pieces) / total * (1 + rng.gauss(0, 0.003))
+        temp_mean = sum(p[0] * p[3] for p in pieces) / total + rng.gauss(0, 0.3)
+        busiest = max((p[1] for p in pieces), default=0.0)
+        return (
+            max(1, round(seconds / interval)),
+            util_mean,
+            min(100.0, busiest + (4.0 if busiest < 100 else 0.0)),
+            temp_mean,
+            max((p[3] for p in pieces), default=32.0) + 1.5,
+            power_mean,
+            min(m.tdp_w, max((p[2] for p in pieces), default=m.idle_w) * 1.03),
+            power_mean * seconds,
+            79 if any(k == "xid79" for k, _ in parts) else 0,
+            round(sum(p[0] for p in pieces if p[5]) / interval),
+            round(sum(p[0] for p in pieces if p[4]) / interval),
+        )
 
 
 class Poster:

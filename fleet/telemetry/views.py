@@ -58,10 +58,28 @@ class GpuDetailView(DashboardRequiredMixin, TemplateView):
         context["gpu"] = gpu
         # A MIG instance has only its own fields; the rest are its physical GPU's.
         fields = [f for f in GPU_SAMPLE_FIELDS if not gpu.is_mig_instance or f.name in MIG_INSTANCE_FIELDS]
+        instances = list(gpu.mig_instances.select_related("state").order_by("mig_instance_id", "uuid"))
+        values = {f.name: getattr(state, f.name) if state else None for f in fields}
+        from_instances = set()
+        if instances and values.get("fb_used_mib") is None:
+            # In MIG mode the GPU reports no framebuffer of its own: it is its instances' (as in
+            # the fleet table, dashboard.mig_memory).
+            used, free = dashboard.mig_memory([gpu.pk]).get(gpu.pk, (None, None))
+            values.update(fb_used_mib=used, fb_free_mib=free)
+            from_instances = {"fb_used_mib", "fb_free_mib"}
         context["metrics"] = [
-            {"field": f, "text": format_metric(f, getattr(state, f.name) if state else None)} for f in fields
+            {
+                "field": f,
+                "text": format_metric(f, values[f.name])
+                + (
+                    f" (its {len(instances)} MIG instances)"
+                    if f.name in from_instances and values[f.name] is not None
+                    else ""
+                ),
+            }
+            for f in fields
         ]
-        context["instances"] = list(gpu.mig_instances.select_related("state").order_by("mig_instance_id", "uuid"))
+        context["instances"] = instances
         context["state"] = state
         context["ranges"] = list(dashboard.RANGES)
         context["default_range"] = dashboard.DEFAULT_RANGE

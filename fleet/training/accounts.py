@@ -66,6 +66,24 @@ _EVENTS_SQL = """
 """
 
 
+_ROWS_SQL = """
+    SELECT kind, (extract(epoch FROM ts) * 1000000)::bigint, step, step_time_s, data_wait_s,
+           duration_s, '', tokens
+      FROM fleet_jobevent
+     WHERE job_id = %s AND ts > %s AND ts <= %s
+     ORDER BY ts, seq
+"""
+
+
+def job_rows(job_id: int, *, after: datetime | None = None, until: datetime) -> list[Any]:
+    """A job's events with after < ts <= until (all of them up to ``until`` without ``after``) as
+    the sweep's tuples (goodput.Row; no reasons), in stored order: one range scan of the (job, ts,
+    seq) index. The detectors price a fault's episode from these."""
+    with connection.cursor() as cursor:
+        cursor.execute(_ROWS_SQL, [job_id, after or from_us(0), until])
+        return cursor.fetchall()
+
+
 def refresh_job_accounts(
     job_ids: Iterable[int] | None = None,
     *,

@@ -81,6 +81,18 @@ class Advice:
     waste_recommended: float
     gpu_hours_saved_per_week: float | None
     assumptions: list[str] = field(default_factory=list)
+    # Where the per-GPU MTBF comes from, each figure labelled: "observed", "assumed" or "blended"
+    # (gpu_mtbf_h is then neither the observed nor the assumed one, but their blend).
+    gpu_mtbf_source: str = "assumed"
+    observed_gpu_mtbf_h: float | None = None  # cluster GPU-hours / failures, where both are > 0
+    assumed_gpu_mtbf_h: float = 0.0
+    observed_weight: float = 0.0
+    mtbf_explained: str = ""
+    # The waste model (cost / interval + interval / 2 MTBF) is least at Young's interval; the saving
+    # is computed from the current interval to the recommended (Daly's) one, as saving_explained says.
+    waste_young: float = 0.0
+    saving_interval_s: float = 0.0
+    saving_explained: str = ""
     job_id: int | None = None
     gang_class: str | None = None
     jobs: int = 1
@@ -216,6 +228,10 @@ def _observed_interval_s(saves: list[tuple[datetime, float]]) -> float | None:
     return statistics.median(gaps) if gaps else None
 
 
+def _count(n: int, word: str) -> str:
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
 def _hours(seconds: float) -> str:
     return f"{seconds / 3600:,.1f} h" if seconds >= 3600 else f"{seconds / 60:,.1f} min"
 
@@ -245,6 +261,42 @@ def _build(
         # Daly's interval is not the exact minimum of the displayed model (Young's is): a current
         # interval between them wastes no more than Daly's, and a saving is never negative.
         saved = 0.0
+    waste_young = expected_waste_fraction(young, delta_s, job_mtbf_s)
+    if waste_current is None:
+        saving_explained = (
+            f"No current interval to compare: the figures are for Daly's interval {_hours(daly)} (recommended). "
+            f"The waste model's minimum is at Young's interval {_hours(young)} ({waste_young:.2%})."
+        )
+    else:
+        saving_explained = (
+            f"Saving computed for Daly's interval {_hours(daly)} (recommended), against the current "
+            f"{_hours(current_s or 0)}. The waste model's minimum is at Young's interval {_hours(young)} "
+            f"({waste_young:.2%}), which Daly's refines for the restart it does not model."
+        )
+    assumed_h = assumed_gpu_mtbf_hours()
+    observed_h = rate.gpu_hours / rate.failures if rate.failures > 0 and rate.gpu_hours > 0 else None
+    if rate.observed_weight >= 1.0:
+        source = "observed"
+        mtbf_explained = (
+            f"observed per-GPU MTBF {rate.gpu_mtbf_h:,.0f} GPU-hours = {rate.gpu_hours:,.0f} GPU-hours / "
+            f"{_count(rate.failures, 'failure')} on {where} in {WINDOW_DAYS} days"
+        )
+    elif rate.observed_weight <= 0:
+        source = "assumed"
+        mtbf_explained = (
+            f"assumed per-GPU MTBF {assumed_h:,.0f} GPU-hours ({_count(rate.failures, 'failure')} and "
+            f"{rate.gpu_hours:,.0f} GPU-hours observed on {where} in {WINDOW_DAYS} days)"
+        )
+    else:
+        source = "blended"
+        observed_text = f"{observed_h:,.0f} GPU-hours" if observed_h is not None else "none"
+        mtbf_explained = (
+            f"blended per-GPU MTBF {rate.gpu_mtbf_h:,.0f} GPU-hours: observed {observed_text} "
+            f"({_count(rate.failures, 'failure')} over {rate.gpu_hours:,.0f} GPU-hours on {where} "
+            f"in {WINDOW_DAYS} days) "
+            f"weighted {rate.observed_weight:.0%}, assumed {assumed_h:,.0f} GPU-hours weighted "
+            f"{1 - rate.observed_weight:.0%} (failure rates blended)"
+        )
 
     notes = []
     if cost_source == "job":
@@ -318,6 +370,14 @@ def _build(
         waste_recommended=waste_recommended,
         gpu_hours_saved_per_week=saved,
         assumptions=notes,
+        gpu_mtbf_source=source,
+        observed_gpu_mtbf_h=observed_h,
+        assumed_gpu_mtbf_h=assumed_h,
+        observed_weight=rate.observed_weight,
+        mtbf_explained=mtbf_explained,
+        waste_young=waste_young,
+        saving_interval_s=daly,
+        saving_explained=saving_explained,
     )
 
 

@@ -28,6 +28,7 @@ from django.db.models import Max
 from django.http import HttpRequest
 from django.utils import timezone
 
+from console.ranges import Window
 from fleet.choices import JobEventKind
 from fleet.inventory.models import Gpu
 from fleet.training.accounts import accounts_by_hour, last_hours_window
@@ -107,11 +108,19 @@ def window_start(range_key: str, now: datetime) -> datetime:
 
 
 def _goodput_block(acc: Account) -> dict[str, Any]:
+    """Retained goodput and, beside it, the share at risk and the share lost (together 1, up to
+    rounding); and their GPU-hours, which add up to the allocated GPU-hours. Work not yet
+    checkpointed is neither retained nor lost: a running job that has not checkpointed yet reads
+    0 % retained with its work at risk beside it, not a bare 0 %."""
+    lost_s = sum(acc.seconds(c) for c in LOST_CATEGORIES)
     return {
         "goodput": _ratio(acc),
+        "at_risk_share": round(acc.at_risk_s / acc.allocated_s, 4) if acc.allocated_s else None,
+        "lost_share": round(lost_s / acc.allocated_s, 4) if acc.allocated_s else None,
         "allocated_gpu_h": _hours(acc.allocated_s),
         "productive_gpu_h": _hours(acc.productive_s),
-        "lost_gpu_h": _hours(sum(acc.seconds(c) for c in LOST_CATEGORIES)),
+        "at_risk_gpu_h": _hours(acc.at_risk_s),
+        "lost_gpu_h": _hours(lost_s),
     }
 
 
@@ -147,7 +156,7 @@ def top_jobs_by_loss(since: datetime, until: datetime, *, limit: int = TOP_JOBS)
     badput category, as accounts_between counts a window), one query."""
     sql = f"""
         SELECT j.id, j.name, j.team, j.state, j.gang_size, j.cluster,
-               SUM({_LOST_SQL}) AS lost, SUM(a.allocated_s), SUM(a.productive_s),
+               SUM({_LOST_SQL}) AS lost, SUM(a.allocated_s), SUM(a.productive_s), SUM(a.at_risk_s),
                {", ".join(f"SUM(a.{c}_s)" for c in LOST_CATEGORIES)}
           FROM fleet_jobaccount a JOIN fleet_job j ON j.id = a.job_id
          WHERE a.hour >= %s AND a.hour < %s
@@ -158,7 +167,7 @@ def top_jobs_by_loss(since: datetime, until: datetime, *, limit: int = TOP_JOBS)
         cursor.execute(sql, [since, until, limit])
         rows = cursor.fetchall()
     out = []
-    for job_id, name, team, state, gang, cluster, lost, allocated, productive, *parts in rows:
+    for job_id, name, team, state, gang, cluster, lost, allocated, productive, at_risk, *parts in rows:
         by_cause = dict(zip(LOST_CATEGORIES, parts, strict=True))
         cause = max(by_cause, key=lambda c: by_cause[c])
         out.append(
@@ -172,6 +181,7 @@ def top_jobs_by_loss(since: datetime, until: datetime, *, limit: int = TOP_JOBS)
                 "lost_gpu_h": _hours(lost),
                 "allocated_gpu_h": _hours(allocated),
                 "goodput": round(productive / allocated, 4) if allocated else None,
+                "at_risk_share": round(at_risk / allocated, 4) if allocated else None,
                 "top_cause": cause,
                 "top_cause_label": CATEGORY_LABELS[cause],
                 "url": f"/training/jobs/{job_id}/",
@@ -181,31 +191,44 @@ def top_jobs_by_loss(since: datetime, until: datetime, *, limit: int = TOP_JOBS)
 
 
 _RATE_SQL = """
-    SELECT job_id, count(*), min(ts), max(ts), min(step), max(step), sum(tokens::float8),
-           (array_agg(tokens ORDER BY ts, seq))[1]
-      FROM fleet_jobevent
-     WHERE job_id = ANY(%s) AND kind = 'step' AND ts >= %s AND ts <= %s
-     GROUP BY job_id
+    WITH w AS (
+        SELECT job_id, ts, seq, step, tokens
+          FROM fleet_jobevent
+         WHERE job_id = ANY(%s) AND kind = 'step' AND ts >= %s AND ts <= %s
+    ), head AS (
+        -- The window's first step, and when the first event of another step arrived: every node of
+        -- a gang reports each step (a few milliseconds apart), and those reports are one step.
+        SELECT w.job_id, min(w.ts) FILTER (WHERE w.step <> f.step) AS next_ts
+          FROM w
+          JOIN (SELECT DISTINCT ON (job_id) job_id, step FROM w ORDER BY job_id, ts, seq) f USING (job_id)
+         GROUP BY w.job_id
+    )
+    SELECT w.job_id, count(*), max(w.ts) FILTER (WHERE w.ts < h.next_ts), max(w.ts), min(w.step), max(w.step),
+           sum(w.tokens::float8) FILTER (WHERE w.ts >= h.next_ts)
+      FROM w JOIN head h USING (job_id)
+     GROUP BY w.job_id
 """
 
 
 def step_rates(job_ids: list[int], *, now: datetime, window_s: int = RATE_WINDOW_S) -> dict[int, dict[str, Any]]:
-    """Per job, over the step events of the last ``window_s``: steps/s and tokens/s between the
-    first and the last of them (so a trainer that logs every tenth step is measured right), in one
-    query on the (job, ts, seq) index. Fewer than two step events: no rate."""
+    """Per job, over the step events of the last ``window_s``: steps/s and tokens/s from the end of
+    the window's first step to its last event (so a trainer that logs every tenth step is measured
+    right), in one query on the (job, ts, seq) index. The reports of one step by the gang's nodes
+    are one step: the first step's tokens were made before the measured span began, and a window
+    holding a single step (its nodes' reports milliseconds apart) has no rate, not its tokens over
+    those milliseconds. Fewer than two steps: no rate."""
     if not job_ids:
         return {}
     with connection.cursor() as cursor:
         cursor.execute(_RATE_SQL, [job_ids, now - timedelta(seconds=window_s), now])
         rows = cursor.fetchall()
     out = {}
-    for job_id, count, first_ts, last_ts, min_step, max_step, tokens, first_tokens in rows:
-        span = (last_ts - first_ts).total_seconds()
+    for job_id, count, first_end, last_ts, min_step, max_step, tokens in rows:
         rate = tokens_rate = None
-        if count >= 2 and span > 0:
+        span = (last_ts - first_end).total_seconds() if first_end is not None else 0.0
+        if span > 0:
             rate = max(0, max_step - min_step) / span
-            # The first event's tokens were made before the measured span began.
-            tokens_rate = ((tokens or 0) - (first_tokens or 0)) / span if tokens is not None else None
+            tokens_rate = tokens / span if tokens is not None else None
         out[job_id] = {
             "steps_window": count,
             "step_rate": _round(rate, 3),
@@ -263,21 +286,38 @@ def running_jobs(*, now: datetime | None = None) -> list[dict[str, Any]]:
     return out
 
 
-def overview_snapshot(*, range_key: str = DEFAULT_RANGE, now: datetime | None = None) -> dict[str, Any]:
-    """Everything /training/ draws, for a first load or after a websocket reconnect.
+def custom_hours(window: Window) -> tuple[datetime, datetime]:
+    """A custom window (from / to) in whole hourly buckets, as the accounts are kept: from the hour
+    holding its start to the end of the hour holding its end (02:10 to 02:40 reads 02:00 to 03:00)."""
+    end = _hour_floor(window.end)
+    return _hour_floor(window.start), end if end == window.end else end + timedelta(hours=1)
 
-    Queries: the hourly accounts of the last 7 days (one aggregate), the top jobs (one), the
-    holding jobs (one) and their recent steps (one).
+
+def overview_snapshot(
+    *, range_key: str = DEFAULT_RANGE, now: datetime | None = None, window: Window | None = None
+) -> dict[str, Any]:
+    """Everything /training/ draws, for a first load or after a websocket reconnect. A custom
+    ``window`` (from / to, in whole hours: custom_hours) moves the account, breakdown, chart and
+    top jobs; the goodput tiles stay the last hour, 24 hours and 7 days.
+
+    Queries: the hourly accounts of the last 7 days (one aggregate; one more for a custom window),
+    the top jobs (one), the holding jobs (one) and their recent steps (one).
     """
     now = now or timezone.now()
     until = _hour_floor(now) + timedelta(hours=1)
     hourly = _hourly(window_start("7d", now), until)
     start = window_start(range_key, now)
     in_range = [(hour, a) for hour, a in hourly if hour >= start]
+    custom: dict[str, Any] = {}
+    if window is not None and window.custom:
+        start, until = custom_hours(window)
+        in_range = _hourly(start, until)
+        custom = {**window.as_json(), "range_end": until.isoformat()}
     total = add_accounts(a for _, a in in_range)
     return {
         "ts": now.isoformat(),
         "range": range_key,
+        **custom,
         "range_start": start.isoformat(),
         "goodput": cluster_goodput(hourly, now=now),
         "account": {
@@ -309,6 +349,7 @@ def overview_tile(request: HttpRequest | None = None) -> dict[str, Any]:
         "goodput_24h": _goodput_block(acc),
         "since": start,
         "goodput_pct": round(acc.goodput * 100, 1) if acc.goodput is not None else None,
+        "at_risk_pct": round(acc.at_risk_s / acc.allocated_s * 100, 1) if acc.allocated_s else None,
         "running": Job.objects.running().count(),
         "holding": Job.objects.holding().count(),
         "jobs": Job.objects.exists(),
@@ -405,24 +446,29 @@ _STEP_SERIES_SQL = """
            sum(greatest(step::float8 - coalesce(prev::float8, step::float8 - 1), 0)), sum(tokens::float8),
            avg(step_time_s), avg(coalesce(data_wait_s, 0) / step_time_s), max(step)
       FROM (
-        SELECT date_bin('1 minute', ts, TIMESTAMPTZ '2000-01-01') AS bucket, step, tokens, step_time_s,
+        SELECT date_bin(%s, ts, TIMESTAMPTZ '2000-01-01') AS bucket, step, tokens, step_time_s,
                data_wait_s, lag(step) OVER (ORDER BY ts, seq) AS prev
           FROM fleet_jobevent
-         WHERE job_id = %s AND kind = 'step' AND ts >= %s
+         WHERE job_id = %s AND kind = 'step' AND ts >= %s AND ts < %s::timestamptz
       ) s
      WHERE bucket >= %s
      GROUP BY bucket ORDER BY bucket
 """
 
 
-def step_series(job_id: int, *, since: datetime) -> dict[str, list[Any]]:
-    """Per minute from ``since``: steps completed, steps/s (steps / 60: an event at step s after one
+def step_series(
+    job_id: int, *, since: datetime, until: datetime | None = None, bucket_s: int = MINUTE
+) -> dict[str, list[Any]]:
+    """Per minute (per ``bucket_s``: an hour for a custom window of days) from ``since`` (to
+    ``until``, when given): steps completed, steps/s (steps / 60: an event at step s after one
     at step p completed s - p steps, the first event of the job one step; a restore backwards
-    completes none), tokens/s, mean step time and data-wait share. The lag reaches back one minute
-    before ``since`` so the first minute counts its steps right. Sums are float8 in SQL: no
+    completes none), tokens/s, mean step time and data-wait share. The lag reaches back one bucket
+    before ``since`` so the first bucket counts its steps right. Sums are float8 in SQL: no
     bigint overflow (a 500) whatever the tokens and steps."""
+    bucket = timedelta(seconds=bucket_s)
+    end: datetime | str = "infinity" if until is None else until
     with connection.cursor() as cursor:
-        cursor.execute(_STEP_SERIES_SQL, [job_id, since - timedelta(minutes=1), since])
+        cursor.execute(_STEP_SERIES_SQL, [bucket, job_id, since - bucket, end, since])
         rows = cursor.fetchall()
     out: dict[str, list[Any]] = {
         "ts": [],
@@ -434,17 +480,17 @@ def step_series(job_id: int, *, since: datetime) -> dict[str, list[Any]]:
         "step": [],
     }
     previous: int | None = None
-    for epoch, bucket, steps, tokens, step_time, wait_share, last_step in rows:
-        if previous is not None and epoch - previous > 3 * MINUTE:
+    for epoch, start, steps, tokens, step_time, wait_share, last_step in rows:
+        if previous is not None and epoch - previous > 3 * bucket_s:
             # Minutes without a step (a failure, a hang) are drawn as a gap, not as a slope.
-            out["ts"].append((bucket - timedelta(seconds=epoch - previous - MINUTE)).isoformat())
+            out["ts"].append((start - timedelta(seconds=epoch - previous - bucket_s)).isoformat())
             for key in ("steps", "step_rate", "tokens_per_s", "step_time_s", "data_wait_share", "step"):
                 out[key].append(None)
         previous = epoch
-        out["ts"].append(bucket.isoformat())
+        out["ts"].append(start.isoformat())
         out["steps"].append(int(steps or 0))
-        out["step_rate"].append(_round((steps or 0) / MINUTE, 3))
-        out["tokens_per_s"].append(_round((tokens or 0) / MINUTE, 1) if tokens is not None else None)
+        out["step_rate"].append(_round((steps or 0) / bucket_s, 3))
+        out["tokens_per_s"].append(_round((tokens or 0) / bucket_s, 1) if tokens is not None else None)
         out["step_time_s"].append(_round(step_time, 3))
         out["data_wait_share"].append(_round(wait_share, 3))
         out["step"].append(last_step)
@@ -465,16 +511,19 @@ _GPU_SERIES_SQL = """
      WHERE gpu_id = ANY(%s) AND bucket >= %s AND bucket < %s
      GROUP BY bucket ORDER BY bucket
 """
+GPU_ROLLUP_TABLES = {"1m": "fleet_gpurollup_1m", "1h": "fleet_gpurollup_1h"}
 
 
-def gpu_series(gpu_ids: list[int], *, since: datetime, until: datetime) -> dict[str, list[Any]]:
-    """The job's GPUs per minute from the 1-minute rollups: mean and lowest utilisation (a
-    straggler shows as a low minimum), and their summed power in kW."""
+def gpu_series(gpu_ids: list[int], *, since: datetime, until: datetime, rollup: str = "1m") -> dict[str, list[Any]]:
+    """The job's GPUs per minute from the 1-minute rollups (per hour from the hour rollups, for a
+    custom window of days): mean and lowest utilisation (a straggler shows as a low minimum), and
+    their summed power in kW."""
     out: dict[str, list[Any]] = {"ts": [], "util_mean": [], "util_min": [], "power_kw": [], "gpus": []}
     if not gpu_ids:
         return out
+    sql = _GPU_SERIES_SQL.replace("fleet_gpurollup_1m", GPU_ROLLUP_TABLES[rollup])
     with connection.cursor() as cursor:
-        cursor.execute(_GPU_SERIES_SQL, [gpu_ids, since, until])
+        cursor.execute(sql, [gpu_ids, since, until])
         for bucket, util_mean, util_min, power_kw, gpus in cursor.fetchall():
             out["ts"].append(bucket.isoformat())
             out["util_mean"].append(_round(util_mean))
@@ -494,7 +543,6 @@ def job_account(job: Job, events: list[Any], spans: list[Span]) -> dict[str, Any
 def _account_block(acc: Account) -> dict[str, Any]:
     return {
         **_goodput_block(acc),
-        "at_risk_gpu_h": _hours(acc.at_risk_s),
         "gpu_s": {c: round(acc.seconds(c), 3) for c in CATEGORIES},
         "allocated_gpu_s": round(acc.allocated_s, 3),
         "breakdown": breakdown(acc),
@@ -515,22 +563,41 @@ def job_account_from_hours(job: Job, *, now: datetime) -> dict[str, Any]:
     }
 
 
+def loss_row(loss: FailureLoss) -> dict[str, Any]:
+    """One disruption as the job page, the API and its incident show it: what it cost in all
+    (``cost_gpu_h``) and the parts beside it, which add up to it (each rounded once, the cost
+    their sum)."""
+    parts = {
+        "lost_gpu_h": _hours(loss.lost_gpu_s),
+        "waiting_gpu_h": _hours(loss.waiting_gpu_s),
+        "reinit_gpu_h": _hours(loss.reinit_gpu_s),
+        "restore_gpu_h": _hours(loss.restore_gpu_s),
+    }
+    return {
+        "ts": loss.ts.isoformat(),
+        "kind": loss.kind,
+        "reason": loss.reason,
+        "cost_gpu_h": round(sum(parts.values()), 2),
+        **parts,
+        "lost_gpu_s": round(loss.lost_gpu_s, 3),
+        "cost_gpu_s": round(loss.cost_gpu_s, 3),
+        "recovered": loss.recovered,
+        "growing": loss.growing,
+        "checkpoint_step": loss.checkpoint_step,
+        "checkpoint_ts": _iso(loss.checkpoint_ts),
+    }
+
+
 def losses(found: list[FailureLoss]) -> list[dict[str, Any]]:
-    """failure_losses as rows: when, what, why, GPU-hours lost, the checkpoint it fell back to."""
-    return [
-        {
-            "ts": loss.ts.isoformat(),
-            "kind": loss.kind,
-            "reason": loss.reason,
-            "lost_gpu_s": round(loss.lost_gpu_s, 3),
-            "lost_gpu_h": _hours(loss.lost_gpu_s),
-            # The issue's definition: gang x time since the retained checkpoint, every second of it.
-            "since_checkpoint_gpu_h": _hours(loss.since_checkpoint_gpu_s),
-            "checkpoint_step": loss.checkpoint_step,
-            "checkpoint_ts": _iso(loss.checkpoint_ts),
-        }
-        for loss in found
-    ]
+    """failure_losses as rows (loss_row): when, what, why, what it cost and its parts, the
+    checkpoint it fell back to."""
+    return [loss_row(loss) for loss in found]
+
+
+def losses_total(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """The job's disruptions together: the sum of its rows' costs and of each part."""
+    keys = ("cost_gpu_h", "lost_gpu_h", "waiting_gpu_h", "reinit_gpu_h", "restore_gpu_h")
+    return {k: round(sum(r[k] for r in rows), 2) for k in keys}
 
 
 def _jsonable(value: Any) -> Any:
@@ -605,8 +672,10 @@ def _series_window(job: Job, now: datetime) -> tuple[datetime, datetime]:
     return start, end
 
 
-def job_snapshot(job: Job, *, now: datetime | None = None) -> dict[str, Any]:
-    """Everything a job's page draws, for a first load or after a websocket reconnect."""
+def job_snapshot(job: Job, *, now: datetime | None = None, window: Window | None = None) -> dict[str, Any]:
+    """Everything a job's page draws, for a first load or after a websocket reconnect. A custom
+    ``window`` (from / to) moves the charts and their markers; the account, losses and timeline
+    are the whole job's."""
     now = now or timezone.now()
     # One read of the job's events (eight columns, no model rows). The losses need the whole
     # history: a restore or a failure re-classifies compute from any earlier hour.
@@ -624,12 +693,20 @@ def job_snapshot(job: Job, *, now: datetime | None = None) -> dict[str, Any]:
         spans, found = job_report(events, gang_size=job.gang_size, now=now)
         job_acc = job_account(job, events, spans)
     since, until = _series_window(job, now)
-    markers = [
-        _event_row(e)
-        for e in JobEvent.objects.filter(job_id=job.pk, kind__in=MARKER_KINDS, ts__gte=since).order_by("ts", "seq")[
-            :MARKER_LIMIT
-        ]
-    ]
+    custom: dict[str, Any] = {}
+    marker_filter: dict[str, Any] = {}
+    bucket_s, rollup = MINUTE, "1m"
+    steps_since = since
+    if window is not None and window.custom:
+        # A custom window (from / to): per minute up to a day, per hour beyond (console.ranges),
+        # its first bucket whole.
+        bucket_s, rollup = (3600, "1h") if window.resolution == "1h" else (MINUTE, "1m")
+        since, until = window.start, window.end
+        steps_since = datetime.fromtimestamp(since.timestamp() // bucket_s * bucket_s, UTC)
+        custom = {**window.as_json(), "bucket_seconds": bucket_s}
+        marker_filter = {"ts__lt": until}
+    marked = JobEvent.objects.filter(job_id=job.pk, kind__in=MARKER_KINDS, ts__gte=since, **marker_filter)
+    markers = [_event_row(e) for e in marked.order_by("ts", "seq")[:MARKER_LIMIT]]
     return {
         "ts": now.isoformat(),
         "job": job_state(job, now=now),
@@ -638,15 +715,17 @@ def job_snapshot(job: Job, *, now: datetime | None = None) -> dict[str, Any]:
         "series": {
             "since": since.isoformat(),
             "until": until.isoformat(),
-            "steps": step_series(job.pk, since=since),
-            "gpus": gpu_series(job_gpu_ids(job), since=since, until=until),
+            **custom,
+            "steps": step_series(job.pk, since=steps_since, until=until if custom else None, bucket_s=bucket_s),
+            "gpus": gpu_series(job_gpu_ids(job), since=steps_since, until=until, rollup=rollup),
         },
         "markers": {
             "checkpoints": [m for m in markers if m["kind"] == JobEventKind.CHECKPOINT_SAVED],
             "failures": [m for m in markers if m["kind"] in (JobEventKind.FAILED, JobEventKind.PREEMPTED)],
             "restores": [m for m in markers if m["kind"] == JobEventKind.RESTORED],
         },
-        "losses": losses(found),
+        "losses": (rows := losses(found)),
+        "losses_total": losses_total(rows),
         "advice": advice(job, now=now),
         # The live pushes continue from here: events stored after this seq are new to the page.
         "watermark": job.events_seen,

@@ -3,6 +3,8 @@ them (a session or a personal token); the pages fetch them on load and after a r
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -10,8 +12,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from console.ranges import WINDOW_PARAMETERS, RangeError, window_from_query
 from fleet.training import dashboard as training_dashboard
 from fleet.training.models import Job
+
+# Each preset in hours (whole clock hours: see fleet.training.dashboard); a custom window is both of
+# from / to, ISO 8601 (UTC without an offset), read in whole hours (console.ranges).
+PRESETS = {key: timedelta(hours=hours) for key, hours in training_dashboard.RANGES.items()}
 
 
 class TrainingOverviewView(APIView):
@@ -27,15 +34,21 @@ class TrainingOverviewView(APIView):
                 OpenApiTypes.STR,
                 enum=list(training_dashboard.RANGES),
                 default=training_dashboard.DEFAULT_RANGE,
-            )
+            ),
+            *WINDOW_PARAMETERS,
         ],
         responses=OpenApiTypes.OBJECT,
     )
     def get(self, request: Request) -> Response:
-        range_key = request.query_params.get("range", training_dashboard.DEFAULT_RANGE)
-        if range_key not in training_dashboard.RANGES:
-            return Response({"range": f"Use one of {', '.join(training_dashboard.RANGES)}."}, status=400)
-        return Response(training_dashboard.overview_snapshot(range_key=range_key))
+        try:
+            window = window_from_query(request.query_params, presets=PRESETS, default=training_dashboard.DEFAULT_RANGE)
+        except RangeError as exc:
+            return Response(exc.as_dict(), status=400)
+        return Response(
+            training_dashboard.overview_snapshot(
+                range_key=window.preset or training_dashboard.DEFAULT_RANGE, window=window
+            )
+        )
 
 
 class JobSnapshotView(APIView):
@@ -45,7 +58,14 @@ class JobSnapshotView(APIView):
 
     queryset = Job.objects.all()  # reads need fleet.view_job, as the job's own detail route does
 
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(parameters=WINDOW_PARAMETERS, responses=OpenApiTypes.OBJECT)
     def get(self, request: Request, pk: int) -> Response:
+        # The job's own window (its last 24 hours) unless from / to ask for another.
+        window = None
+        if "from" in request.query_params or "to" in request.query_params:
+            try:
+                window = window_from_query(request.query_params, presets={}, default="")
+            except RangeError as exc:
+                return Response(exc.as_dict(), status=400)
         job = get_object_or_404(Job.objects.select_related("site"), pk=pk)
-        return Response(training_dashboard.job_snapshot(job))
+        return Response(training_dashboard.job_snapshot(job, window=window))

@@ -3,17 +3,28 @@ findings present now, registered with the incident engine like the GPU-health de
 
 * training-hang: a running job with no step for longer than max(10 x its median step time, 300 s),
   whatever its GPUs' utilisation says (NCCL spins at 100 % while a collective hangs);
-* training-data-stall: a sustained data-wait fraction >= 0.3 with its GPUs idling (< 50 %);
+* training-data-stall: a sustained data-wait fraction >= 0.3 of the step time the job reports,
+  whatever its GPUs' utilisation (a 40 % wait leaves them some 60 % busy); the utilisation only
+  sets the severity;
 * training-straggler: one node of a multi-node job far slower (step time) or far less busy (SM
   activity) than its peers;
 * training-checkpoint-overdue: no checkpoint for 2 x the job's planned interval;
-* training-job-failed: the job's latest attempt failed; the work since its last checkpoint is lost.
+* training-job-failed: the job's latest attempt failed and it has not made progress since.
 
 Every finding carries the labels site, job (its id: the engine groups a job's findings into one
-incident by it), job_name, team and cluster, and an impact in GPU-hours with ``gpus`` the gang.
-``gpu_hours`` repeats the headline figure for the incident engine, which keeps the largest one
-as the incident's GPU-hours lost: so only GPU-hours held or lost carry it, never hours merely at
-risk (checkpoint overdue; a GPU fault under a job that has not failed).
+incident by it), job_name, team and cluster, and its own impact in GPU-hours, one definition per
+kind (``gpu_hours_lost``, repeated as ``gpu_hours``, which the incident engine adds up into the
+incident's GPU-hours lost):
+  * hang: gang x the time without progress;
+  * straggler: the slowdown's share, (1 - 1 / slowdown) x the gang's compute over the episode;
+  * data stall: the stall time x gang over the episode (the account's data-loading stall);
+  * failure: what it cost (goodput.FailureLoss: progress lost since the retained checkpoint +
+    waiting to restart + re-initialisation + restore), fixed once the job has made progress
+    again or been released;
+  * checkpoint overdue: ``gpu_hours_at_risk`` only (the work not yet checkpointed), never lost.
+The episode figures come from the goodput accounting of the episode's own events
+(goodput.stretch_of), so the finding agrees with the job's account over the same stretch. ``gpus``
+is the gang (the incident's GPUs affected); a training finding never charges GPUs x time.
 
 Queries are bounded per detector run: one for the candidate jobs (with their latest events, to
 tell a failed attempt), one for their GPUs, one over their recent steps (index range scans of
@@ -28,6 +39,7 @@ not flap. Their GPU-hours lost cover the whole episode, from the firing finding'
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -38,6 +50,8 @@ from django.db import connection
 
 from fleet.choices import JobEventKind, JobState
 from fleet.telemetry import detectors as gpu_health
+from fleet.training import goodput
+from fleet.training.accounts import job_rows
 from fleet.training.goodput import hang_threshold_s
 from fleet.training.models import HOLDING_STATES, Job
 from incidents.choices import Severity
@@ -48,7 +62,7 @@ RECENT_STEPS = 50  # the hang threshold's median is over this many of the job's 
 STALL_FRACTION = 0.3
 STALL_MIN_STEPS = 5
 STALL_MIN_SPAN = timedelta(minutes=5)
-STALL_UTIL_BELOW = 50.0
+STALL_UTIL_BELOW = 50.0  # %: a stalled job's GPUs busier than this make it SEV4, not SEV3
 STALL_CLEAR_FRACTION = 0.2  # a firing stall clears only under this fraction
 STRAGGLER_STEP_RATIO = 1.3
 STRAGGLER_ACTIVITY_RATIO = 0.7
@@ -63,6 +77,17 @@ BLOCKING_MARGIN = 1.5  # a save or restore in progress may take this x the job's
 # example (a 6-minute save of a 1,024-GPU gang), so a hang then pages after 300 + 1.5 x 600 s.
 BLOCKING_DEFAULT_S = 600.0
 FAULT_GRACE = timedelta(minutes=2)  # a fault this soon after a failed job's release still killed it
+LATEST_EVENTS = 6  # a job's latest events read with it: enough to tell a failure not yet recovered from
+# Events that are not progress: between a failure and any of these the job is still recovering.
+_NOT_PROGRESS = frozenset(
+    {
+        JobEventKind.RELEASED,
+        JobEventKind.STARTED,
+        JobEventKind.ALLOCATED,
+        JobEventKind.RESUMED,
+        JobEventKind.CHECKPOINT_STARTED,
+    }
+)
 
 
 @dataclass
@@ -83,8 +108,12 @@ class JobRow:
     last_checkpoint_at: datetime | None
     ended_at: datetime | None
     events_seen: int = 0
+    last_event_at: datetime | None = None
     failed_at: datetime | None = None  # the latest attempt failed at
     failed_reason: str = ""
+    # The latest failure the job has made no progress since (its restart may be under way).
+    recovering_from: datetime | None = None
+    recovering_reason: str = ""
     latest_kind: str = ""  # the job's latest event (ts <= now)
     latest_ts: datetime | None = None
     hostnames: list[str] = field(default_factory=list)
@@ -106,9 +135,9 @@ class JobRow:
         }
 
     def impact(self, key: str, gpu_hours: float, *, headline: bool = True, **extra: Any) -> dict[str, Any]:
-        """The job's whole gang, and GPU-hours under ``key`` (and, with ``headline``, under
-        ``gpu_hours``, which the engine keeps at its largest as the incident's GPU-hours lost:
-        only for hours spent or lost, never for hours merely at risk).
+        """The job's whole gang (the GPUs the incident says are affected), and the finding's own
+        GPU-hours under ``key`` (and, with ``headline``, under ``gpu_hours``, which the engine adds
+        up into the incident's GPU-hours lost: only hours lost, never hours merely at risk).
 
         Where the job names as many GPUs as its gang, they are named (``gpu_uuids``), so a GPU
         fault on one of them in the same incident does not count its GPUs twice."""
@@ -118,12 +147,25 @@ class JobRow:
         engine = {"gpu_hours": hours} if headline else {}
         return {"gpus": self.gang, "unit": f"job:{self.pk}", **named, key: hours, **engine, **extra}
 
+    @property
+    def retained_since(self) -> datetime | None:
+        """Since when the job's work is not checkpointed: its last checkpoint, or the attempt's
+        start or restore when later (what came before them was lost or restored over)."""
+        return _latest(self.last_checkpoint_at, self.progress_since, self.allocated_since)
+
     def at_risk_hours(self, until: datetime) -> float:
-        """Gang x time since the last retained progress (checkpoint, else the attempt's start)."""
-        since = _latest(self.last_checkpoint_at, self.progress_since, self.allocated_since)
+        """GPU-hours of work not yet checkpointed at ``until``: the account's at risk, from the
+        events since the last checkpoint (goodput.stretch_of)."""
+        since = self.retained_since
         if since is None or until <= since:
             return 0.0
-        return self.gang * (until - since).total_seconds() / 3600
+        return stretch(self, since, until).account.at_risk_s / 3600
+
+
+def stretch(job: JobRow, start: datetime, end: datetime) -> goodput.Stretch:
+    """The job's account of [start, end] from that stretch's events (one indexed range read)."""
+    rows = job_rows(job.pk, after=start, until=end)
+    return goodput.stretch_of(rows, gang_size=job.gang, start_us=goodput.to_us(start), end_us=goodput.to_us(end))
 
 
 def _latest(*stamps: datetime | None) -> datetime | None:
@@ -146,7 +188,7 @@ def candidate_jobs(
     gpus_through = Job.gpus.through._meta.db_table
     nodes_through = Job.nodes.through._meta.db_table
     on_hosts = ""
-    params: list[Any] = [now, list(HOLDING_STATES), JobState.RELEASED, ended_after]
+    params: list[Any] = [now, LATEST_EVENTS, list(HOLDING_STATES), JobState.RELEASED, ended_after]
     if hostnames is not None:
         hosts = sorted(set(hostnames))
         if not hosts:
@@ -162,7 +204,7 @@ def candidate_jobs(
             f"""
             SELECT j.id, j.name, j.team, j.cluster, s.name, j.gang_size, j.state, j.checkpoint_interval_s,
                    j.allocated_since, j.progress_since, j.last_step_at, j.last_checkpoint_at, j.ended_at,
-                   j.events_seen, latest.kinds, latest.stamps, latest.reasons
+                   j.events_seen, j.last_event_at, latest.kinds, latest.stamps, latest.reasons
             FROM fleet_job j
             JOIN fleet_site s ON s.id = j.site_id
             CROSS JOIN LATERAL (
@@ -170,7 +212,7 @@ def candidate_jobs(
                        array_agg(e.ts ORDER BY e.ts DESC, e.seq DESC) AS stamps,
                        array_agg(e.reason ORDER BY e.ts DESC, e.seq DESC) AS reasons
                 FROM (SELECT kind, ts, seq, reason FROM fleet_jobevent
-                      WHERE job_id = j.id AND ts <= %s ORDER BY ts DESC, seq DESC LIMIT 4) e
+                      WHERE job_id = j.id AND ts <= %s ORDER BY ts DESC, seq DESC LIMIT %s) e
             ) latest
             WHERE (j.state = ANY(%s) OR (j.state = %s AND j.ended_at > %s)) {on_hosts}
             ORDER BY j.id
@@ -179,9 +221,10 @@ def candidate_jobs(
         )
         rows: dict[int, JobRow] = {}
         for r in cursor.fetchall():
-            job = JobRow(*r[:14])
-            kinds, stamps, reasons = r[14] or [], r[15] or [], r[16] or []
+            job = JobRow(*r[:15])
+            kinds, stamps, reasons = r[15] or [], r[16] or [], r[17] or []
             job.failed_at, job.failed_reason = _latest_failure(kinds, stamps, reasons)
+            job.recovering_from, job.recovering_reason = _unrecovered_failure(kinds, stamps, reasons)
             if kinds:
                 job.latest_kind, job.latest_ts = kinds[0], stamps[0]
             rows[job.pk] = job
@@ -221,6 +264,18 @@ def _latest_failure(kinds: list[str], stamps: list[datetime], reasons: list[str]
         if kind == JobEventKind.RELEASED:
             continue
         return (ts, reason) if kind == JobEventKind.FAILED else (None, "")
+    return None, ""
+
+
+def _unrecovered_failure(kinds: list[str], stamps: list[datetime], reasons: list[str]) -> tuple[datetime | None, str]:
+    """The latest failure with no progress after it (no step, save, restore or completion): the
+    job still holds its GPUs failed, or was released, or is restarting. None when progress came
+    after it, or when it lies beyond the latest events read (LATEST_EVENTS)."""
+    for kind, ts, reason in zip(kinds, stamps, reasons, strict=False):
+        if kind == JobEventKind.FAILED:
+            return ts, reason
+        if kind not in _NOT_PROGRESS:
+            return None, ""
     return None, ""
 
 
@@ -387,6 +442,40 @@ def _blocking_allowance_s(job: JobRow, longest: float | None) -> float:
     return BLOCKING_MARGIN * (longest if longest is not None else BLOCKING_DEFAULT_S)
 
 
+def _hangs_ended(now: datetime, hung: set[int]) -> list[FindingSpec]:
+    """Final figures for the hangs that ended since the last run (the job progressed, failed or
+    was released): gang x the time from the hang's start to that moment, as the account has it,
+    not as of the run before it ended."""
+    ended = {
+        int(fingerprint.rsplit(":", 1)[1]): started
+        for fingerprint, started in firing_since("training-hang").items()
+        if int(fingerprint.rsplit(":", 1)[1]) not in hung
+    }
+    if not ended:
+        return []
+    specs = []
+    for job in candidate_jobs(now, ended_within=FAILED_WITHIN):
+        started = ended.get(job.pk)
+        if started is None or now <= started:
+            continue
+        quiet_s = stretch(job, started, now).quiet_s
+        # A restart stalled before its first progress is its failure's re-initialisation.
+        held = 0.0 if job.recovering_from is not None and job.recovering_from <= started else job.gang * quiet_s / 3600
+        specs.append(
+            FindingSpec(
+                fingerprint=f"training-hang:{job.pk}",
+                labels=job.labels,
+                severity=Severity.SEV2,
+                summary=f"Suspected hang: {job.name} ({job.gang} GPUs) made no step for {_minutes(quiet_s)}",
+                impact=job.impact("gpu_hours_lost", held, gpu_hours_held=round(job.gang * quiet_s / 3600, 3)),
+                category="training",
+                started_at=started,
+                final=True,
+            )
+        )
+    return specs
+
+
 @register("training-hang")
 def training_hang(now: datetime) -> list[FindingSpec]:
     """A running job without a step for longer than max(10 x median step time, 300 s), measured
@@ -415,9 +504,12 @@ def training_hang(now: datetime) -> list[FindingSpec]:
         if stalled > threshold:
             hung.append((job, since, stalled, threshold))
     activity = gpu_activity(now, (g for job, *_ in hung for g, _, _ in job.gpus)) if hung else {}
-    specs = []
+    specs = _hangs_ended(now, {job.pk for job, *_ in hung})
     for job, since, stalled, threshold in hung:
+        # Gang x the time without progress. A restart after a failure that stalls before its first
+        # progress is that failure's re-initialisation, counted in its cost: not counted twice.
         held = job.gang * stalled / 3600
+        counted_in_failure = job.recovering_from is not None
         summary = (
             f"Suspected hang: {job.name} ({job.gang} GPUs) has made no step for {_minutes(stalled)} "
             f"(threshold {_minutes(threshold)})"
@@ -436,9 +528,15 @@ def training_hang(now: datetime) -> list[FindingSpec]:
                     "A collective (NCCL) waiting on a lost peer or link keeps GPUs busy, so utilisation "
                     "does not prove progress. Check the job's logs for NCCL timeouts and its nodes' links."
                 ),
-                # Held GPU-hours are spent, not at risk: the engine's headline figure.
+                # Held GPU-hours are lost, not at risk: the engine's headline figure.
                 impact=job.impact(
-                    "gpu_hours_held", held, stalled_s=round(stalled), threshold_s=round(threshold), gpu_util=util
+                    "gpu_hours_lost",
+                    0.0 if counted_in_failure else held,
+                    gpu_hours_held=round(held, 3),
+                    stalled_s=round(stalled),
+                    threshold_s=round(threshold),
+                    gpu_util=util,
+                    **({"counted_in": "training-job-failed"} if counted_in_failure else {}),
                 ),
                 category="training",
                 started_at=since,
@@ -447,17 +545,15 @@ def training_hang(now: datetime) -> list[FindingSpec]:
     return specs
 
 
-def _episode_hours(now: datetime, started: datetime | None) -> float:
-    return max((now - started).total_seconds(), 0.0) / 3600 if started is not None else 0.0
-
-
 @register("training-data-stall")
 def training_data_stall(now: datetime) -> list[FindingSpec]:
     """Over the last ten minutes (at least 5 steps spanning 5 minutes) the job waited for input
-    data for >= 30 % of its step time (a stall already firing: >= 20 %), and its GPUs averaged
-    under 50 % utilisation where they report telemetry (the fraction alone where none does).
-    GPU-hours lost: gang x the wait fraction x the episode (since the firing finding started,
-    else since the window's first step began)."""
+    data for >= 30 % of its step time (a stall already firing: >= 20 %), as the job reports it
+    (data_wait_s over step_time_s), whatever its GPUs' utilisation: a 40 % wait leaves them about
+    60 % busy. Utilisation only sets the severity: SEV3 where the job's GPUs average under 50 %
+    (or report no telemetry), SEV4 where they stay busier. GPU-hours lost: the account's
+    data-loading stall x gang over the episode (since the firing finding started, else since the
+    window's first step began)."""
     jobs = {j.pk: j for j in _running(now)}
     stats = window_stats(now, jobs.values())
     firing = firing_since("training-data-stall")
@@ -477,28 +573,26 @@ def training_data_stall(now: datetime) -> list[FindingSpec]:
         job = jobs[pk]
         fraction = s.wait_s / s.step_s
         util = _mean(activity.get(g, (None, None))[0] for g, _, _ in job.gpus)
-        if util is not None and util >= STALL_UTIL_BELOW:
-            continue
         fingerprint = f"training-data-stall:{pk}"
         started = firing.get(fingerprint) or s.first_start
+        assert started is not None
         summary = f"Data-loader stall: {job.name} waited for input {fraction:.0%} of its step time over 10 min"
         if util is not None:
             summary += f"; its GPUs average {util:.0f} % utilisation"
+        stall_s = stretch(job, started, now).account.data_stall_s if now > started else 0.0
         specs.append(
             FindingSpec(
                 fingerprint=fingerprint,
                 labels=job.labels,
-                severity=Severity.SEV3,
+                severity=Severity.SEV3 if util is None or util < STALL_UTIL_BELOW else Severity.SEV4,
                 summary=summary,
                 description=(
-                    "The input pipeline does not keep up: GPUs idle while steps wait for data. Check the "
-                    "data loader's workers, the storage it reads from and pre-processing on the CPUs."
+                    "The input pipeline does not keep up: steps wait for data. Check the data loader's "
+                    "workers, the storage it reads from and pre-processing on the CPUs."
                 ),
-                # GPU-time spent waiting for data over the whole episode.
+                # GPU-time spent waiting for data over the whole episode, as the job's account has it.
                 impact=job.impact(
-                    "gpu_hours_lost",
-                    job.gang * fraction * _episode_hours(now, started),
-                    data_wait_fraction=round(fraction, 3),
+                    "gpu_hours_lost", stall_s / 3600, data_wait_fraction=round(fraction, 3), gpu_util=util
                 ),
                 category="training",
                 started_at=started,
@@ -512,7 +606,8 @@ def training_straggler(now: datetime) -> list[FindingSpec]:
     """In a job on >= 2 nodes, a node whose median step time over ten minutes is >= 1.3 x the
     median of its peers' medians, or whose GPUs' mean SM activity is <= 0.7 x its peers' median
     (one already firing: >= 1.2 x, <= 0.8 x): in synchronous training the whole gang waits for
-    it. One finding per job and node; GPU-hours lost over the whole episode."""
+    it. One finding per job and node; GPU-hours lost: (1 - 1 / slowdown) x the gang's compute
+    over the whole episode (the account's compute, whatever became of it)."""
     running = _running(now)
     jobs = {j.pk: j for j in running if _multi_node(j)}
     # All running jobs, as the data-stall detector asks: the same cycle's statistics, computed once.
@@ -553,9 +648,10 @@ def training_straggler(now: datetime) -> list[FindingSpec]:
         for host, reasons in sorted(slow.items()):
             fingerprint = f"training-straggler:{pk}:{host}"
             started = firing.get(fingerprint) or window_start
-            # The gang runs at the straggler's pace: 1 - 1/slowdown of its time is lost, over the
-            # whole episode (since the firing finding started, else the window's first step).
-            lost = job.gang * (1 - 1 / slowdown[host]) * _episode_hours(now, started)
+            # The gang computes at the straggler's pace: 1 - 1/slowdown of its compute is lost, over
+            # the whole episode (since the firing finding started, else the window's first step).
+            compute_s = stretch(job, started, now).compute_s if now > started else 0.0
+            lost = (1 - 1 / slowdown[host]) * compute_s / 3600
             specs.append(
                 FindingSpec(
                     fingerprint=fingerprint,
@@ -601,7 +697,8 @@ def training_checkpoint_overdue(now: datetime) -> list[FindingSpec]:
                     f"(planned every {_minutes(job.checkpoint_interval_s)})"
                 ),
                 description="A failure now loses all the work since the last checkpoint, on every GPU of the gang.",
-                # At risk, not lost: no headline ``gpu_hours`` for the incident's GPU-hours lost.
+                # At risk, not lost: no headline ``gpu_hours`` for the incident's GPU-hours lost. The
+                # account's work not yet checkpointed.
                 impact=job.impact("gpu_hours_at_risk", job.at_risk_hours(now), headline=False),
                 category="training",
                 started_at=since + timedelta(seconds=overdue_after),
@@ -610,32 +707,101 @@ def training_checkpoint_overdue(now: datetime) -> list[FindingSpec]:
     return specs
 
 
+# A failed job's disruptions, kept per job between detector runs while no event arrives: a job of
+# 300,000 events takes a second to sweep, and meanwhile its cost only grows with the clock.
+_losses_cache: dict[int, tuple[int, datetime, list[goodput.FailureLoss]]] = {}
+
+
+def failure_cost(job: JobRow, now: datetime, *, since: datetime | None = None) -> list[goodput.FailureLoss]:
+    """The disruptions the job has not recovered from (goodput.unrecovered: the failure, and any
+    failure of its restart), as its whole account has them at ``now``: one definition with the
+    job page's failure rows. With ``since``, the disruptions from then on, recovered or not (a
+    finding's whole episode, once it is over). A part still growing (waiting, or
+    re-initialisation) grows with the clock until the next event, so the sweep is reused until
+    then."""
+    cached = _losses_cache.get(job.pk)
+    if (
+        cached is not None
+        and cached[0] == job.events_seen
+        and now >= cached[1]
+        and (job.last_event_at is None or cached[1] >= job.last_event_at)
+    ):
+        _, then, found = cached
+        extra = job.gang * (now - then).total_seconds()
+        found = [
+            dataclasses.replace(x, **{f"{x.growing}_gpu_s": getattr(x, f"{x.growing}_gpu_s") + extra})
+            if x.growing
+            else x
+            for x in found
+        ]
+    else:
+        rows = job_rows(job.pk, until=now)
+        found = goodput.failure_losses_of_rows(rows, gang_size=job.gang, now_us=goodput.to_us(now))
+        _losses_cache[job.pk] = (job.events_seen, now, found)
+    if since is not None:
+        return [x for x in found if x.ts >= since]
+    return goodput.unrecovered(found)
+
+
 @register("training-job-failed")
 def training_job_failed(now: datetime) -> list[FindingSpec]:
-    """A job whose latest attempt failed: still holding its GPUs, or released within the last 30
-    minutes. Lost = gang x (failure - the last checkpoint saved before it, or the attempt start)."""
+    """A job whose latest failure it has made no progress since: still holding its GPUs, restarting
+    (re-initialising, restoring), or released within the last 30 minutes. GPU-hours lost: what the
+    failure cost (goodput.FailureLoss: progress lost since the retained checkpoint + waiting to
+    restart + re-initialisation + restore; a failure of the restart adds its own), the parts beside
+    it. It grows while the job waits or restarts and is fixed once the job is released or makes
+    progress (and the finding clears)."""
     specs = []
-    for job in candidate_jobs(now, ended_within=FAILED_WITHIN):
-        if job.failed_at is None:
+    jobs = candidate_jobs(now, ended_within=FAILED_WITHIN)
+    firing = firing_since("training-job-failed")
+    for job in jobs:
+        fingerprint = f"training-job-failed:{job.pk}"
+        final = job.recovering_from is None or (not job.holding and now - job.recovering_from > FAILED_WITHIN)
+        if final and fingerprint not in firing:
             continue
-        if job.state != JobState.FAILED and now - job.failed_at > FAILED_WITHIN:
+        # Once the job made progress again (or its 30 minutes after the release are over), the
+        # failure's cost is final: its finding takes the whole of it as it clears.
+        chain = failure_cost(job, now, since=firing[fingerprint] if final else None)
+        if not chain:
             continue
-        lost = job.at_risk_hours(job.failed_at)
-        reason = f" ({job.failed_reason})" if job.failed_reason else ""
+        parts = {
+            "progress_lost_gpu_h": sum(x.lost_gpu_s for x in chain) / 3600,
+            "waiting_gpu_h": sum(x.waiting_gpu_s for x in chain) / 3600,
+            "reinit_gpu_h": sum(x.reinit_gpu_s for x in chain) / 3600,
+            "restore_gpu_h": sum(x.restore_gpu_s for x in chain) / 3600,
+        }
+        reason = f" ({job.recovering_reason})" if job.recovering_reason else ""
+        checkpoint = chain[0].checkpoint_step
+        fell_back = f"step {checkpoint}" if checkpoint is not None else "its start: no checkpoint"
         specs.append(
             FindingSpec(
                 fingerprint=f"training-job-failed:{job.pk}",
                 labels=job.labels,
                 severity=Severity.SEV3,
-                summary=f"{job.name} failed{reason}: {lost:.1f} GPU-hours of work since its last checkpoint lost",
+                # No figure in the summary: it becomes the incident's title and would go stale
+                # beside the incident's GPU-hours, which keep counting while the job waits.
+                summary=f"{job.name} failed{reason}: it falls back to {fell_back}",
                 description=(
-                    "Lost work = gang size x time from the last checkpoint (or the attempt's start) to the failure."
+                    "What the failure cost = progress lost since the retained checkpoint + waiting to restart "
+                    "+ re-initialisation + restore, each gang size x time."
                 ),
-                impact=job.impact("gpu_hours_lost", lost, reason=job.failed_reason[:200]),
+                impact=job.impact(
+                    "gpu_hours_lost",
+                    sum(parts.values()),
+                    **{k: round(v, 3) for k, v in parts.items()},
+                    failures=len(chain),
+                    checkpoint_step=checkpoint,
+                    growing=chain[-1].growing,
+                    reason=job.recovering_reason[:200],
+                ),
                 category="training",
-                started_at=job.failed_at,
+                started_at=chain[0].ts,
+                final=final,
             )
         )
+    seen = {job.pk for job in jobs}
+    for pk in [pk for pk in _losses_cache if pk not in seen]:
+        del _losses_cache[pk]
     return specs
 
 
@@ -681,10 +847,12 @@ def _owner(spec: FindingSpec, found: dict[str, list[JobRow]], now: datetime) -> 
 
 def link_to_jobs(now: datetime, specs: list[FindingSpec]) -> list[FindingSpec]:
     """GPU-fault findings on a GPU or node that a job runs on, with the job's labels (so they join
-    the job's incident) and its cost: ``job_gpus`` (its gang) and ``gpu_hours_at_risk`` (gang x
-    time since its last checkpoint, to its failure if it failed, else to now or its release).
-    ``gpu_hours`` (the incident's GPU-hours lost) only where the job failed: the work lost at the
-    failure, a fixed figure that does not grow while the fault stays."""
+    the job's incident) and ``job_gpus`` (its gang). What the fault costs the job is the job's own
+    findings' to count: while it runs, its work not yet checkpointed is at risk
+    (``gpu_hours_at_risk``, the account's, to now or its release); once it failed, its
+    training-job-failed finding prices the failure (``job_failed_at`` says when). A linked fault
+    carries no GPU-hours lost of its own (``gpu_hours``), nor GPUs out of service: the job holds
+    them, and the incident would count them twice."""
     if not specs:
         return specs
     found = jobs_on(
@@ -695,16 +863,20 @@ def link_to_jobs(now: datetime, specs: list[FindingSpec]) -> list[FindingSpec]:
     if not found:
         return specs
     linked = []
+    at_risk: dict[int, float] = {}
     for spec in specs:
         job = _owner(spec, found, now)
         if job is None:
             linked.append(spec)
             continue
-        until = job.failed_at or (min(now, job.ended_at) if job.ended_at is not None else now)
-        hours = round(job.at_risk_hours(until), 3)
-        cost: dict[str, Any] = {"job_gpus": job.gang, "gpu_hours_at_risk": hours}
+        cost: dict[str, Any] = {"job_gpus": job.gang}
         if job.failed_at is not None:
-            cost["gpu_hours"] = hours
+            cost["job_failed_at"] = job.failed_at.isoformat()
+        else:
+            if job.pk not in at_risk:
+                until = min(now, job.ended_at) if job.ended_at is not None else now
+                at_risk[job.pk] = round(job.at_risk_hours(until), 3)
+            cost["gpu_hours_at_risk"] = at_risk[job.pk]
         linked.append(
             FindingSpec(
                 fingerprint=spec.fingerprint,

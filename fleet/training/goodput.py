@@ -36,11 +36,19 @@ What compute becomes, by what happens to it afterwards:
 Allocated time covered by none of the above:
   * startup: from the allocation's start, or a ``started`` event, to the attempt's first progress
     (step, save or restore);
-  * idle: from a ``failed`` event to the next ``started`` event (or the allocation's end);
+  * disruption: from a ``failed`` event to the next ``started`` event (or the allocation's end): the
+    gang held, waiting to restart, is part of what the failure cost;
   * between progress (including the tail after the last progress until a failure, a restart, the
     allocation's end or ``now``): hang when the gap is at least ``hang_after_s`` long, else idle.
     The default threshold is ``hang_threshold_s`` of the job's step times:
     max(10 x median step time, 300 s), the hang detector's rule.
+
+What a disruption cost (``failure_losses``): each failure, preemption, lossy release or rollback is
+one record, and its cost is the sum of four disjoint parts of the account: the progress it lost
+(its share of disruption compute), the waiting to restart (the disruption gap after a failure),
+the re-initialisation (start-up from the next ``started``, ``allocated`` or ``resumed`` to the
+first progress) and the restore (the next ``restored``). Its recovery ends at the first progress
+after it (a step, a save or a restore): from then on the cost no longer changes.
 
 Time is handled in whole microseconds internally (timestamps carry microseconds), so the tiling
 is exact: no two spans overlap and they sum to the allocated time to the microsecond.
@@ -48,6 +56,7 @@ is exact: no two spans overlap and they sum to the allocated time to the microse
 
 from __future__ import annotations
 
+import bisect
 import gc
 import statistics
 from collections.abc import Iterable, Iterator, Sequence
@@ -74,7 +83,7 @@ CATEGORY_LABELS = {
     "data_stall": "Data-loading stall",
     "checkpoint_save": "Checkpoint save",
     "checkpoint_restore": "Checkpoint restore",
-    "disruption": "Progress lost to disruptions",
+    "disruption": "Disruptions: progress lost, waiting to restart",
     "hang": "Hang (allocated, no progress)",
     "idle": "Idle and other",
 }
@@ -89,6 +98,7 @@ _ONE_US = timedelta(microseconds=1)
 
 # Painting priorities (higher wins where intervals overlap).
 _SAVE, _RESTORE, _STALL, _COMPUTE = 4, 3, 2, 1
+_RESTORED = "checkpoint_restore"
 # Gap phases.
 _STARTUP, _FAILED, _RUN = "startup", "failed", "run"
 
@@ -229,14 +239,22 @@ class FailureLoss:
     kind is failed or preempted; also released (ended without completing) or restored (a rollback
     with no failure before it) when those lost compute.
 
-    Two measures of the loss, in GPU-seconds:
-      * since_checkpoint_gpu_s: the issue's "lost GPU-hours" of a failure: gang size x (ts - the
-        retained checkpoint's ts, or the failed attempt's start when no checkpoint is retained).
-        It counts every second since the checkpoint, whatever it was spent on (start-up, stalls,
-        saves, compute), and two failures after one checkpoint both count the time before the first,
-        so these do not add up with the account's categories;
-      * lost_gpu_s: the compute this disruption threw away, the disjoint share of the account's
-        disruption category: the losses' lost_gpu_s add up to the job's disruption GPU-seconds.
+    The cost, in GPU-seconds (``cost_gpu_s``), is the sum of four disjoint parts of the job's
+    account, so the costs of a job's disruptions never count a second twice:
+      * lost_gpu_s: the progress it threw away, compute since the retained checkpoint (its share
+        of the disruption category);
+      * waiting_gpu_s: the gang held from a failure to the restart's ``started`` event (or the
+        release): the rest of the disruption category;
+      * reinit_gpu_s: start-up from the restart (``started``, or the next allocation) to the first
+        progress: part of the start-up category;
+      * restore_gpu_s: loading the checkpoint it fell back to: part of the restore category.
+    ``recovered`` says the job has made progress since (a step, a save or a restore): the cost is
+    final. ``growing`` names the part still growing at ``now`` ("waiting" or "reinit") while the
+    job holds its GPUs without progress, else None.
+
+    since_checkpoint_gpu_s is gang size x (ts - the retained checkpoint's ts, or the failed
+    attempt's start): every second since the checkpoint whatever it was spent on. It is not a cost
+    (stalls, saves and hangs in that stretch keep their own causes) and the pages do not show it.
     """
 
     ts: datetime
@@ -246,6 +264,16 @@ class FailureLoss:
     checkpoint_step: int | None
     checkpoint_ts: datetime | None
     since_checkpoint_gpu_s: float = 0.0
+    waiting_gpu_s: float = 0.0
+    reinit_gpu_s: float = 0.0
+    restore_gpu_s: float = 0.0
+    recovered: bool = False
+    growing: str | None = None
+
+    @property
+    def cost_gpu_s(self) -> float:
+        """Progress lost + waiting to restart + re-initialisation + restore."""
+        return self.lost_gpu_s + self.waiting_gpu_s + self.reinit_gpu_s + self.restore_gpu_s
 
 
 class _Sweep:
@@ -254,9 +282,12 @@ class _Sweep:
     def __init__(self, now_us: int) -> None:
         self.now = now_us
         self.painted: list[list[Any]] = []  # [start, end, priority, category or unit], sorted, disjoint
-        self.markers: list[tuple[int, str]] = []  # gap phase changes, in time order
+        # Gap phase changes in time order: (time, phase, the disruption record whose recovery the
+        # phase belongs to, or None).
+        self.markers: list[tuple[int, str, int | None]] = []
         self.windows: list[tuple[int, int]] = []
         self.open_at: int | None = None
+        self.holding_at_now = False  # the last allocation is still open at ``now``
         self.attempt_start = 0
         self.phase = _STARTUP
         # A unit is one step's compute: [category or None, loss record index or None, step].
@@ -306,9 +337,9 @@ class _Sweep:
         if cursor < b:
             segs.append([cursor, b, priority, payload])
 
-    def mark(self, t: int, phase: str) -> None:
+    def mark(self, t: int, phase: str, record: int | None = None) -> None:
         t = max(t, self.markers[-1][0]) if self.markers else t
-        self.markers.append((t, phase))
+        self.markers.append((t, phase, record))
         self.phase = phase
 
     def progress(self, a: int, b: int) -> None:
@@ -334,9 +365,16 @@ class _Sweep:
                 "step": checkpoint[0] if checkpoint else None,
                 "checkpoint_ts": checkpoint[1] if checkpoint else None,
                 "attempt_start": self.attempt_start,
+                "recovered": False,
             }
         )
         return len(self.records) - 1
+
+    def recovered(self) -> None:
+        """Progress after a disruption: its recovery (and its cost) is complete."""
+        if self.open_record is not None:
+            self.records[self.open_record]["recovered"] = True
+            self.open_record = None
 
     def disrupt(self, kind: str, ts: int, reason: str, *, always: bool) -> None:
         """A failure, preemption or release: compute not yet checkpointed is lost."""
@@ -360,7 +398,8 @@ class _Sweep:
             if kind in ("allocated", "resumed"):
                 if self.open_at is None:
                     self.open_at = self.attempt_start = ts
-                    self.mark(ts, _STARTUP)
+                    # After a disruption, starting again is part of its recovery.
+                    self.mark(ts, _STARTUP, self.open_record)
                 continue
             if self.open_at is None:
                 continue  # nothing happens to GPUs the job does not hold
@@ -368,7 +407,7 @@ class _Sweep:
                 begin = max(ts - _seconds_to_us(step_time), self.attempt_start)
                 stall_end = min(max(ts - _seconds_to_us(step_time) + _seconds_to_us(data_wait), begin), ts)
                 self.progress(begin, ts)
-                self.open_record = None
+                self.recovered()
                 self.paint(begin, stall_end, _STALL, "data_stall")
                 if stall_end < ts:
                     unit = [None, None, step]
@@ -377,7 +416,7 @@ class _Sweep:
             elif kind == "checkpoint_saved":
                 begin = max(ts - _seconds_to_us(duration), self.attempt_start)
                 self.progress(begin, ts)
-                self.open_record = None
+                self.recovered()
                 self.paint(begin, ts, _SAVE, "checkpoint_save")
                 covered = [u for u in self.pending if step is None or u[2] is None or u[2] <= step]
                 if len(covered) != len(self.pending):
@@ -389,19 +428,22 @@ class _Sweep:
             elif kind == "restored":
                 begin = max(ts - _seconds_to_us(duration), self.attempt_start)
                 self.progress(begin, ts)
-                self.paint(begin, ts, _RESTORE, "checkpoint_restore")
-                self.restore(step, ts)
+                record = self.restore(step, ts)
+                # Charged to the disruption it recovers from (or the rollback it is): a unit-like
+                # payload [category, record, None] that pieces() reads as its category.
+                self.paint(begin, ts, _RESTORE, "checkpoint_restore" if record is None else [_RESTORED, record, None])
             elif kind == "failed":
                 self.disrupt("failed", ts, reason, always=True)
                 self.attempt_start = ts
-                self.mark(ts, _FAILED)
+                self.mark(ts, _FAILED, self.open_record)
             elif kind == "started":
                 self.attempt_start = ts
-                self.mark(ts, _STARTUP)
+                self.mark(ts, _STARTUP, self.open_record)
             elif kind in ("preempted", "released"):
                 self.disrupt(kind, ts, reason, always=kind == "preempted")
                 self.close(ts)
             elif kind == "completed":
+                self.recovered()
                 for _, _, units in self.lineage:
                     for u in units:
                         u[0] = "productive"
@@ -411,14 +453,17 @@ class _Sweep:
                 self.close(ts)
         if self.open_at is not None:
             self.close(self.now)
+            self.holding_at_now = True
         for _, _, units in self.lineage:
             for u in units:
                 u[0] = u[0] or "productive"
         for u in self.pending:
             u[0] = u[0] or "at_risk"
 
-    def restore(self, step: int | None, ts: int) -> None:
-        """Move the lineage back to the checkpoint saved with this step; later work is lost."""
+    def restore(self, step: int | None, ts: int) -> int | None:
+        """Move the lineage back to the checkpoint saved with this step; later work is lost.
+        Returns the record the restore is charged to: the disruption it recovers from, or the
+        rollback itself when it lost compute with none before it (None: neither)."""
         keep = 0
         for index in range(len(self.lineage) - 1, -1, -1):
             if self.lineage[index][0] == step:
@@ -436,6 +481,9 @@ class _Sweep:
         self.lose(lost, record)
         self.lineage = self.lineage[:keep]
         self.pending = []
+        if record is not None:
+            self.records[record]["recovered"] = True
+        return record
 
     # output -------------------------------------------------------------------------------------
     def pieces(self, hang_us: int) -> list[tuple[int, int, str]]:
@@ -460,7 +508,7 @@ class _Sweep:
                 if phase == _RUN:
                     add((a, cut, "hang" if cut - a >= hang_us else "idle"))
                 else:
-                    add((a, cut, "startup" if phase == _STARTUP else "idle"))
+                    add((a, cut, "startup" if phase == _STARTUP else "disruption"))
                 a = cut
 
         segs = self.painted
@@ -563,12 +611,51 @@ def account(
     return Account.of({c: us * gang_size / _US for c, us in micros.items()})
 
 
+def _painted_us(segs: list[list[Any]], a: int, b: int) -> int:
+    """Microseconds of [a, b) covered by painted segments (sorted, disjoint)."""
+    covered = 0
+    i = bisect.bisect_right(segs, a, key=lambda s: s[1])  # the first segment ending after a
+    while i < len(segs) and segs[i][0] < b:
+        covered += min(segs[i][1], b) - max(segs[i][0], a)
+        i += 1
+    return covered
+
+
+def _recovery_us(state: _Sweep) -> tuple[list[int], list[int], list[str | None]]:
+    """Per record: microseconds waiting to restart and re-initialising (the allocated gaps of its
+    recovery phases: what pieces() files as disruption and start-up there), and the part still
+    growing at ``now`` (the last phase of an allocation still open), if any. Markers with a record
+    are few (one per failure and restart), and each looks up the painted list by bisection."""
+    n = len(state.records)
+    waiting, reinit = [0] * n, [0] * n
+    growing: list[str | None] = [None] * n
+    markers = state.markers
+    for i, (t, phase, record) in enumerate(markers):
+        if record is None or phase == _RUN:
+            continue
+        end = markers[i + 1][0] if i + 1 < len(markers) else state.now
+        held = 0
+        for w_start, w_end in state.windows:
+            a, b = max(t, w_start), min(end, w_end)
+            if b > a:
+                held += b - a - _painted_us(state.painted, a, b)
+        (waiting if phase == _FAILED else reinit)[record] += held
+        if i + 1 == len(markers) and state.holding_at_now:
+            growing[record] = "waiting" if phase == _FAILED else "reinit"
+    return waiting, reinit, growing
+
+
 def _losses(state: _Sweep, *, gang_size: int) -> list[FailureLoss]:
-    lost = [0] * len(state.records)
+    n = len(state.records)
+    lost, restored = [0] * n, [0] * n
     for s in state.painted:
         payload = s[3]
-        if not isinstance(payload, str) and payload[1] is not None:
-            lost[payload[1]] += s[1] - s[0]
+        if payload.__class__ is not str and payload[1] is not None:
+            if payload[0] == _RESTORED:
+                restored[payload[1]] += s[1] - s[0]
+            else:
+                lost[payload[1]] += s[1] - s[0]
+    waiting, reinit, growing = _recovery_us(state)
     out = []
     for i, r in enumerate(state.records):
         since = r["checkpoint_ts"] if r["checkpoint_ts"] is not None else r["attempt_start"]
@@ -581,16 +668,37 @@ def _losses(state: _Sweep, *, gang_size: int) -> list[FailureLoss]:
                 checkpoint_step=r["step"],
                 checkpoint_ts=from_us(r["checkpoint_ts"]) if r["checkpoint_ts"] is not None else None,
                 since_checkpoint_gpu_s=max(r["ts"] - since, 0) * gang_size / _US,
+                waiting_gpu_s=waiting[i] * gang_size / _US,
+                reinit_gpu_s=reinit[i] * gang_size / _US,
+                restore_gpu_s=restored[i] * gang_size / _US,
+                recovered=r["recovered"],
+                growing=growing[i],
             )
         )
     return out
 
 
 def failure_losses(events: Iterable[Any], *, gang_size: int, now: datetime) -> list[FailureLoss]:
-    """Per failure or preemption (and a release or rollback that lost compute): when, why, the
-    GPU-seconds it cost (FailureLoss says which two measures), and the retained checkpoint it fell back to."""
-    state = sweep(rows_of(events), now_us=to_us(now))
-    return _losses(state, gang_size=gang_size)
+    """Per failure or preemption (and a release or rollback that lost compute): when, why, what it
+    cost in GPU-seconds and its parts (FailureLoss), and the retained checkpoint it fell back to."""
+    return failure_losses_of_rows(rows_of(events), gang_size=gang_size, now_us=to_us(now))
+
+
+def failure_losses_of_rows(rows: Sequence[Row], *, gang_size: int, now_us: int) -> list[FailureLoss]:
+    """failure_losses over the sweep's tuples (for callers that read rows themselves)."""
+    return _losses(sweep(rows, now_us=now_us), gang_size=gang_size)
+
+
+def unrecovered(losses: Sequence[FailureLoss]) -> list[FailureLoss]:
+    """The disruptions the job has not recovered from yet: the trailing ones with no progress
+    after them (a failure, and any further failure of its restart before a step, save or restore).
+    Their costs together are what the job's current failure costs so far."""
+    out: list[FailureLoss] = []
+    for loss in reversed(losses):
+        if loss.recovered:
+            break
+        out.append(loss)
+    return out[::-1]
 
 
 def job_report(
@@ -604,3 +712,63 @@ def job_report(
     with _collector_paused():
         spans = [Span(from_us(a), from_us(b), c) for a, b, c in state.spans(hang_us)]
     return spans, _losses(state, gang_size=gang_size)
+
+
+@dataclass(frozen=True)
+class Stretch:
+    """A stretch of a job priced from its own events (stretch_of): the account; compute_s, the
+    GPU-seconds of step compute whatever became of it (retained, at risk or lost); and quiet_s,
+    the wall seconds from the stretch's start to its first progress, failure or release (or its
+    end): how long a job that stopped progressing at the start stayed without progress."""
+
+    account: Account
+    compute_s: float
+    quiet_s: float
+
+
+def compute_us(state: _Sweep, start_us: int, end_us: int) -> int:
+    """Microseconds of [start, end) painted with step compute, whatever its fate."""
+    total = 0
+    for a, b, _, payload in state.painted:
+        if payload.__class__ is not str and payload[0] != _RESTORED and b > start_us and a < end_us:
+            total += min(b, end_us) - max(a, start_us)
+    return total
+
+
+def stretch_of(rows: Sequence[Row], *, gang_size: int, start_us: int, end_us: int) -> Stretch:
+    """The account of [start, end) from only the events of that stretch (``rows`` may hold more:
+    those with start < ts <= end are used), as if an allocation opened at ``start``.
+
+    Exact, against the job's whole account clipped to the stretch, for what the stretch's own
+    events decide: data_stall, checkpoint_save and checkpoint_restore, and compute_s (an interval
+    never reaches before its event's ts, and every event whose interval reaches into the stretch
+    has ts > start). Which compute is retained is decided by checkpoints inside the stretch only,
+    so from the job's last checkpoint on, at_risk is the work not yet checkpointed. Start-up, hang,
+    idle and waiting are not meaningful here. Cheap: the detectors price a fault over its episode
+    without sweeping the job's whole history.
+    """
+    head: Row = ("allocated", start_us, None, None, None, None, "", None)
+    inside: list[Row] = []
+    for r in rows:
+        if start_us < r[1] <= end_us:
+            inside.append(r)
+            if r[0] in ("allocated", "resumed"):
+                # Open already in the stretch: the attempt starts here all the same.
+                inside.append(("started", r[1], None, None, None, None, "", None))
+    state = sweep([head, *inside], now_us=end_us)
+    micros = dict.fromkeys(CATEGORIES, 0)
+    with _collector_paused():
+        for a, b, category in state.pieces(_seconds_to_us(HANG_MIN_S)):
+            micros[category] += b - a
+    quiet_until = end_us
+    for t, phase, _ in state.markers[1:]:
+        if phase != _STARTUP:
+            quiet_until = t
+            break
+    if state.windows:
+        quiet_until = min(quiet_until, state.windows[0][1])
+    return Stretch(
+        account=Account.of({c: us * gang_size / _US for c, us in micros.items()}),
+        compute_s=compute_us(state, start_us, end_us) * gang_size / _US,
+        quiet_s=max(quiet_until - start_us, 0) / _US,
+    )

@@ -2,18 +2,23 @@
 as a real training client does: register through POST /api/v1/training/jobs/ with the site's agent
 token, then send the job's events in batches to its events door.
 
-Each job's gang is the GPUs of its nodes. Steps take a few seconds (a small part waiting for
-data), every node reports its own steps, checkpoints are saved every few minutes (the save blocks
-training for a few seconds), random failures (a per-GPU-hour rate, so big gangs fail more often)
-are followed by a restart that restores the last checkpoint and continues from it. A GPU fault
-of the fleet simulator that kills a job (XID 79, double-bit ECC) on one of a job's GPUs fails the
-job, which restarts once the GPU is back.
+Each job trains a model of its team (JOB_KINDS) on the GPUs of its nodes. Its numbers are
+physically possible: each step (15-30 s, a small part waiting for data) processes the tokens that
+the gang's dense BF16 peak delivers at a model FLOPs utilisation of 49-53 % (6 x parameters x
+tokens/s / peak); every node reports its share of each step. Checkpoints are saved every few
+minutes (the save blocks training for a few seconds), random failures (a per-GPU-hour rate, so
+big gangs fail more often) are followed by a restart that restores the last checkpoint and
+continues from it. A GPU fault of the fleet simulator that kills a job (XID 79, double-bit ECC)
+on one of a job's GPUs fails the job, which restarts once the GPU is back.
+
+``history`` generates a past for the jobs (the demo's first start, fleet.management.backfill) and
+``store_history`` writes it in-process; the live run then goes on with the same jobs.
 
 Scripted scenarios (``scenarios=True``) make a demo show every detector within ~15 minutes:
   * hang: from minute 1.5 the job makes no step while its GPUs spin at ~100 % (NCCL waiting on a
     lost peer); after 12 minutes it fails with an NCCL timeout and restarts from its checkpoint;
-  * stall: from minute 1 to 21 the job's data loader starves it (half of each step waits for
-    data) and its GPUs idle at ~30 %;
+  * stall: from minute 1 to 21 the job's data loader starves it (about 40 % of each step waits
+    for data) and its GPUs idle at ~46 %;
   * straggler: from minute 1 to 21 one node of a multi-node job is slow: its GPUs' SM activity
     is low, its step times 1.5 x its peers', and the gang runs at its pace;
   * preemption: at minute 4 one job is preempted, and resumes 2 minutes later.
@@ -31,12 +36,40 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from django.db import transaction
+
 from fleet.telemetry.simulator import FleetSimulator, SimGpu
 
 GPUS_PER_NODE = 8
-TEAMS = ("foundation", "multimodal", "code", "speech", "safety", "retrieval")
-MODELS = ("llama-70b-pretrain", "mixtral-8x22b-sft", "vit-g-clip", "codegen-34b", "whisper-xl", "rm-13b-rlhf")
+
+
+@dataclass(frozen=True)
+class JobKind:
+    """What a simulated job trains: its name, the team that runs it and the parameters each token
+    passes through (for a mixture of experts, the active ones), which fix its tokens per second."""
+
+    name: str
+    team: str
+    parameters: float
+
+
+# In placement order (SIZES gives each its nodes): the big models on the big gangs.
+JOB_KINDS = (
+    JobKind("llama-70b-pretrain", "foundation", 70e9),
+    JobKind("mixtral-8x22b-sft", "post-training", 39e9),  # 141B in all, 39B active per token
+    JobKind("vit-g-clip", "multimodal", 1.8e9),
+    JobKind("codegen-34b", "code", 34e9),
+    JobKind("llama-8b-pretrain", "foundation", 8e9),
+    JobKind("whisper-large-v3", "speech", 1.55e9),
+    JobKind("rm-13b-rlhf", "post-training", 13e9),
+    JobKind("llava-13b", "multimodal", 13e9),
+)
 SIZES = (3, 2, 1, 2, 3, 1, 2, 1, 4, 1)  # nodes per job, in order
+# Model FLOPs utilisation of a healthy job: 6 x parameters x tokens/s / GPUs / dense BF16 peak.
+# Well-run training reaches 35-55 %; above 60 % is suspect. The band is narrow and high so that a
+# straggler (1.5 x the step) or the scripted data stall (about 1.75 x) still leaves every job above
+# 25 %, and the step-to-step noise never takes one past 55 %.
+MFU_RANGE = (0.49, 0.53)
 HANG_AT = timedelta(minutes=1.5)
 HANG_FAILS_AFTER = timedelta(minutes=12)
 STALL_FROM, STALL_UNTIL = timedelta(minutes=1), timedelta(minutes=21)
@@ -58,6 +91,18 @@ SCHEDULER = "kueue"
 SIMULATED_ID = r"^sim-[0-9]+/job-[0-9]+(\.[A-Za-z0-9]+)?$"
 MAX_BUFFERED_EVENTS = 5000  # about 50 minutes of a 4-node job's steps while the console is away
 CHUNK = 500
+
+
+@dataclass(frozen=True)
+class HistoryFault:
+    """A GPU fault in a history: the fleet simulator's kind ("xid79", "dbe") on the ``gpu``-th GPU
+    of job ``job`` (indices), from ``at`` for ``duration``."""
+
+    job: int
+    gpu: int
+    at: datetime
+    duration: timedelta
+    kind: str = "xid79"
 
 
 class Sender(Protocol):
@@ -82,6 +127,8 @@ class SimJob:
     tokens_per_step: int
     checkpoint_interval_s: int
     save_s: float
+    parameters: float = 0.0
+    peak_flops: float = 0.0  # the gang's dense BF16 peak, FLOP/s
     scenario: str = "healthy"  # healthy, hang, stall, straggler, preempt
     job_id: int | None = None
     phase: str = "new"  # new, starting, running, hung, failed, preempted
@@ -102,10 +149,18 @@ class SimJob:
     pending_checkpoint: dict[str, Any] | None = None
     renamed: bool = False  # registered under scheduler_id + "." + run after a refusal
     dropped: int = 0  # step events dropped while the console was away (the buffer was full)
+    hang_at: datetime | None = None  # a history's scripted hang (``history``)
+    # (time, phase) from the job's allocation on: what its GPUs did, for the history's telemetry.
+    timeline: list[tuple[datetime, str]] = field(default_factory=list)
 
     @property
     def gang(self) -> int:
         return len(self.gpus)
+
+    @property
+    def mfu(self) -> float:
+        """Model FLOPs utilisation of a healthy step: 6 x parameters x tokens/s / the gang's peak."""
+        return 6 * self.parameters * self.tokens_per_step / self.step_time_s / self.peak_flops
 
 
 class TrainingSimulator:
@@ -138,6 +193,7 @@ class TrainingSimulator:
         self.started_at: datetime | None = None
         self.rejected: list[str] = []  # 4xx answers: a bug in the simulator or the door
         self.accepted = 0
+        self.in_history = False  # generating a history (``history``): the live scenarios wait
         self.jobs = self._place(jobs, seed)
         if scenarios:
             # The straggler first: it needs a job of two nodes or more (peers to be slower than).
@@ -172,21 +228,31 @@ class TrainingSimulator:
             taken = hosts[:size]
             gpus = [g for h in taken for g in sorted(free[site].pop(h), key=lambda g: g.index)]
             n = len(jobs)
-            step = round(self.rng.uniform(2.5, 6.0), 2)
+            kind = JOB_KINDS[n % len(JOB_KINDS)]
+            # Steps of 15-30 s: a global batch of a few hundred thousand to a few million tokens at
+            # the job's utilisation, as large-model training runs (and a week of history stays a few
+            # hundred thousand events). The hang detector's line stays its floor, 300 s.
+            step = round(self.rng.uniform(15.0, 30.0), 2)
+            peak = sum(g.model.bf16_tflops for g in gpus) * 1e12
+            # The tokens a step of this length processes at the job's utilisation, split evenly over
+            # its nodes (each node reports its share of every step).
+            per_node = self.rng.uniform(*MFU_RANGE) * peak * step / (6 * kind.parameters) / len(taken)
             jobs.append(
                 SimJob(
                     index=n,
                     site=site,
-                    name=f"{MODELS[n % len(MODELS)]}-{n + 1:02d}",
-                    team=TEAMS[n % len(TEAMS)],
+                    name=f"{kind.name}-{n + 1:02d}",
+                    team=kind.team,
                     scheduler_id=simulated_scheduler_id(seed, n),
                     nodes=taken,
                     gpus=gpus,
                     step_time_s=step,
                     data_wait_share=self.rng.uniform(0.01, 0.05),
-                    tokens_per_step=len(gpus) * 4096 * self.rng.choice((4, 8, 16)),
+                    tokens_per_step=max(1, round(per_node)) * len(taken),
                     checkpoint_interval_s=self.rng.choice((180, 240, 300)),
                     save_s=round(self.rng.uniform(4, 15), 1),
+                    parameters=kind.parameters,
+                    peak_flops=peak,
                 )
             )
         return jobs
@@ -214,10 +280,96 @@ class TrainingSimulator:
     def elapsed(self, now: datetime) -> timedelta:
         return now - (self.started_at or now)
 
-    # --- registration and sending ---------------------------------------------------------------
+    # --- a history (the demo's first start) -----------------------------------------------------
 
-    def _register(self, job: SimJob, now: datetime) -> bool:
-        body = {
+    def history(
+        self,
+        starts: dict[int, datetime],
+        end: datetime,
+        *,
+        failure_rate_per_gpu_hour: float,
+        hang: tuple[int, datetime] | None = None,
+        faults: list[HistoryFault] = (),  # type: ignore[assignment]
+    ) -> None:
+        """Generate the jobs' events from each one's allocation (``starts``, by job index) to ``end``,
+        in memory (``store_history`` writes them): steps, checkpoints, random failures at
+        ``failure_rate_per_gpu_hour`` and their restores, a scripted hang (job index, when) that
+        ends in the NCCL watchdog's timeout, and GPU faults (``faults``) that kill the job on
+        the GPU. The live scenarios wait for the live run: ``tick`` continues from ``end``."""
+        saved_rate, saved_run, saved_log = self.failure_rate, self.run, self.log
+        self.failure_rate, self.run, self.in_history = failure_rate_per_gpu_hour, f"{saved_run}h", True
+        self.log = lambda message: None  # a week of failures and restores is not news
+        if hang is not None:
+            self.jobs[hang[0]].hang_at = hang[1]
+        moments: list[tuple[datetime, int, Any]] = [(at, 0, job) for job in self.jobs if (at := starts.get(job.index))]
+        for fault in faults:
+            moments += [(fault.at, 1, fault), (fault.at + fault.duration, 2, fault)]
+        try:
+            for at, what, item in sorted(moments, key=lambda m: (m[0], m[1])):
+                for job in self.jobs:
+                    if job.cursor is not None:
+                        self._advance(job, at)
+                if what == 0:
+                    self._begin(item, at)
+                    continue
+                job = self.jobs[item.job]
+                gpu = job.gpus[item.gpu]
+                gpu.fault = item.kind if what == 1 else None
+                if what == 1 and job.phase == "running":
+                    # The job dies with its GPU (a save in progress completes first).
+                    failed_at = max(at, job.cursor or at)
+                    self._send_due_checkpoint(job, failed_at)
+                    self._fail(job, failed_at, self._gpu_fault(job) or "GPU fault")
+            for job in self.jobs:
+                if job.cursor is not None:
+                    self._advance(job, end)
+        finally:
+            self.failure_rate, self.run, self.in_history, self.log = saved_rate, saved_run, False, saved_log
+            for job in self.jobs:
+                for gpu in job.gpus:
+                    gpu.fault = None
+
+    def store_history(self, *, now: datetime, site_ids: dict[str, int], checked: bool = False) -> list[int]:
+        """Register the jobs that ran in the history and store their events in-process through the
+        events writer (the console's server may not be up yet), then bring their goodput accounts
+        up to date; return the job ids. Nothing is sent later: the live run goes on from each
+        job's cursor. ``checked`` sends every batch through the door's parser and checks first
+        (the tests do; a demo's first start trusts its own simulator and saves the time)."""
+        import msgspec
+
+        from fleet.inventory.models import Gpu, Node
+        from fleet.training.accounts import refresh_job_accounts
+        from fleet.training.events import JobEventIn, parse_job_events, record_job_events, store_job_events
+        from fleet.training.models import Job
+
+        ids = []
+        for job in self.jobs:
+            if job.cursor is None:
+                continue
+            row = Job.objects.create(
+                site_id=site_ids[job.site],
+                **{k: v for k, v in self._registration(job).items() if k not in ("nodes", "gpus")},
+            )
+            row.nodes.set(Node.objects.filter(hostname__in=job.nodes))
+            row.gpus.set(Gpu.objects.filter(uuid__in=[g.uuid for g in job.gpus]))
+            job.job_id = row.pk
+            for start in range(0, len(job.events), CHUNK * 10):
+                chunk = job.events[start : start + CHUNK * 10]
+                if checked:
+                    record_job_events(row.pk, parse_job_events(msgspec.json.encode({"events": chunk})), now=now)
+                    continue
+                events = [JobEventIn(**{**e, "ts": datetime.fromisoformat(e["ts"])}) for e in chunk]
+                with transaction.atomic():
+                    store_job_events(Job.objects.select_for_update().get(pk=row.pk), events)
+            self.accepted += len(job.events)
+            job.events, job.sent_at = [], now
+            ids.append(row.pk)
+        refresh_job_accounts(ids, now=now)
+        return ids
+
+    @staticmethod
+    def _registration(job: SimJob) -> dict[str, Any]:
+        return {
             "name": job.name,
             "team": job.team,
             "cluster": f"{job.site}-train",
@@ -230,7 +382,9 @@ class TrainingSimulator:
             "scheduler": SCHEDULER,
             "scheduler_id": job.scheduler_id,
         }
-        response = self.sender.send(job.site, "/api/v1/training/jobs/", body)
+
+    def _register(self, job: SimJob, now: datetime) -> bool:
+        response = self.sender.send(job.site, "/api/v1/training/jobs/", self._registration(job))
         if response is not None and 400 <= response.status_code < 500 and "Unknown GPUs" not in _text(response):
             # Refused for good (the job ran with another gang size, say): retrying the same request
             # would be refused forever. Register the run as a new job, under a new scheduler id.
@@ -261,10 +415,16 @@ class TrainingSimulator:
             if data["state"] in ("allocated", "running", "failed"):
                 # The simulated cluster went away with the old process: the scheduler released it.
                 self._emit(job, job.cursor, "released")
-        self._emit(job, job.cursor, "allocated", node=job.nodes[0])
-        job.phase = "starting"
-        job.phase_until = job.cursor + timedelta(seconds=self.rng.uniform(20, 45))
+        self._begin(job, job.cursor)
         return True
+
+    def _begin(self, job: SimJob, at: datetime) -> None:
+        """The scheduler allocates the job's nodes at ``at``; it starts up for 20-45 s."""
+        job.cursor = at
+        self._emit(job, at, "allocated", node=job.nodes[0])
+        self._mark(job, at, "starting")
+        job.phase = "starting"
+        job.phase_until = at + timedelta(seconds=self.rng.uniform(20, 45))
 
     def _flush(self, job: SimJob, now: datetime) -> None:
         events, job.events = job.events, []
@@ -367,28 +527,36 @@ class TrainingSimulator:
             t += timedelta(seconds=self.rng.uniform(20, 40))  # loading the model, warming up
         job.cursor = t
         job.phase, job.phase_until = "running", None
+        self._mark(job, t, "running")
         job.last_checkpoint_at = t  # the interval counts from the attempt's start
 
     def _step_or_event(self, job: SimJob, now: datetime) -> bool:
         """One step (or a scripted or random event) if it ends by ``now``; False when not."""
         assert job.cursor is not None
+        # The live run's scenarios count from its start; a history has only its own script.
+        scenario = "healthy" if self.in_history else job.scenario
         elapsed = self.elapsed(job.cursor)
-        if job.scenario == "hang" and job.hung_since is None and elapsed >= HANG_AT:
-            job.phase, job.hung_since = "hung", job.cursor
+        hang = job.hang_at is not None and job.cursor >= job.hang_at
+        if hang or (scenario == "hang" and job.hung_since is None and elapsed >= HANG_AT):
+            job.phase, job.hung_since, job.hang_at = "hung", job.cursor, None
+            self._mark(job, job.cursor, "hung")
             self.log(f"job {job.name}: hangs (scripted)")
             return True
-        if job.scenario == "preempt" and not job.preempted_once and elapsed >= PREEMPT_AT:
+        if scenario == "preempt" and not job.preempted_once and elapsed >= PREEMPT_AT:
             job.preempted_once = job.needs_restore = True
             self._emit(job, job.cursor, "preempted", reason="Preempted by a higher-priority workload")
+            self._mark(job, job.cursor, "preempted")
             job.phase, job.phase_until = "preempted", job.cursor + PREEMPTED_FOR
             self.log(f"job {job.name}: preempted (scripted)")
             return True
-        stalled = job.scenario == "stall" and STALL_FROM <= elapsed < STALL_UNTIL
-        straggling = job.scenario == "straggler" and STALL_FROM <= elapsed < STALL_UNTIL
+        stalled = scenario == "stall" and STALL_FROM <= elapsed < STALL_UNTIL
+        straggling = scenario == "straggler" and STALL_FROM <= elapsed < STALL_UNTIL
         compute = job.step_time_s * (1 - job.data_wait_share) * self.rng.uniform(0.97, 1.03)
         wait = job.step_time_s * job.data_wait_share * self.rng.uniform(0.8, 1.2)
         if stalled:
-            wait = compute * self.rng.uniform(0.9, 1.3)  # about half of each step waits for data
+            # About 40 % of each step waits for data (the detector's line is 30 %): the step takes
+            # about 1.75 x as long, and the job's utilisation falls to just above a quarter.
+            wait = compute * self.rng.uniform(0.7, 0.8)
         slow = compute * 1.5 if straggling else compute
         duration = max(compute, slow) + wait
         end = job.cursor + timedelta(seconds=duration)
@@ -433,13 +601,20 @@ class TrainingSimulator:
 
     def _fail(self, job: SimJob, at: datetime, reason: str) -> None:
         self._emit(job, at, "failed", reason=reason, node=job.nodes[0])
+        self._mark(job, at, "failed")
         self.log(f"job {job.name}: failed ({reason[:60]})")
         job.failures += 1
         job.needs_restore = True
         job.cursor = at
         job.phase, job.phase_until = "failed", at + timedelta(seconds=self.rng.uniform(*RESTART_AFTER_S))
-        if job.scenario == "hang":
+        job.hung_since = None
+        if job.scenario == "hang" and not self.in_history:
             job.scenario = "hang-done"  # it hung once; it runs healthy after its restart
+
+    def _mark(self, job: SimJob, at: datetime, phase: str) -> None:
+        """Note what the job's GPUs do from ``at`` (the history's telemetry reads job.timeline)."""
+        if not job.timeline or job.timeline[-1][1] != phase:
+            job.timeline.append((at, phase))
 
     # --- telemetry ------------------------------------------------------------------------------
 
@@ -455,7 +630,7 @@ class TrainingSimulator:
             elif job.phase in ("starting", "failed", "preempted"):
                 value = {"gpu_util": 0.0, "sm_active": 0.0}
             elif job.scenario == "stall" and STALL_FROM <= elapsed < STALL_UNTIL:
-                value = {"gpu_util": 30.0, "sm_active": 0.25}
+                value = {"gpu_util": 46.0, "sm_active": 0.4}  # idle while the loader catches up
             elif job.scenario == "straggler" and STALL_FROM <= elapsed < STALL_UNTIL and gpu.hostname == job.nodes[-1]:
                 value = {"gpu_util": 90.0, "sm_active": 0.4}
             else:

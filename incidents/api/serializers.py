@@ -16,6 +16,7 @@ from incidents.models import (
     Silence,
     TimelineEntry,
 )
+from incidents.services.cost import finding_cost
 from incidents.services.matchers import MatcherError, validate_matchers
 
 User = get_user_model()
@@ -27,6 +28,10 @@ class UsernameField(serializers.SlugRelatedField):
 
 
 class FindingSerializer(serializers.ModelSerializer):
+    cost = serializers.SerializerMethodField(
+        help_text="Its own part of the incident's cost: GPU-hours lost it reports, at risk, GPUs out of service"
+    )
+
     class Meta:
         model = Finding
         fields = [
@@ -41,14 +46,28 @@ class FindingSerializer(serializers.ModelSerializer):
             "cleared_at",
             "times_seen",
             "in_maintenance",
+            "impact",
+            "cost",
         ]
+
+    def get_cost(self, finding: Finding) -> dict[str, Any]:
+        return finding_cost(finding)
 
 
 class IncidentSerializer(serializers.ModelSerializer):
     commander = serializers.SlugRelatedField(slug_field="username", read_only=True)
     scribe = serializers.SlugRelatedField(slug_field="username", read_only=True)
     communications = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    gpu_hours = serializers.SerializerMethodField()
+    gpu_hours = serializers.SerializerMethodField(
+        help_text="GPU-hours lost: gpu_hours_reported + gpu_hours_out_of_service"
+    )
+    gpu_hours_reported = serializers.FloatField(
+        source="gpu_hours_lost", read_only=True, help_text="The sum of the GPU-hours lost its findings reported"
+    )
+    gpu_hours_out_of_service = serializers.SerializerMethodField(
+        help_text="gpus_out_of_service x the incident's length, in hours"
+    )
+    gpu_hours_at_risk = serializers.SerializerMethodField(help_text="Work not yet checkpointed: at risk, not lost")
     runbook_url = serializers.SerializerMethodField()
     findings = FindingSerializer(many=True, read_only=True)
 
@@ -72,6 +91,10 @@ class IncidentSerializer(serializers.ModelSerializer):
             "communications",
             "affected_gpus",
             "gpu_hours",
+            "gpu_hours_reported",
+            "gpus_out_of_service",
+            "gpu_hours_out_of_service",
+            "gpu_hours_at_risk",
             "error_budget_burned",
             "pm_summary",
             "pm_impact",
@@ -87,6 +110,12 @@ class IncidentSerializer(serializers.ModelSerializer):
 
     def get_gpu_hours(self, incident: Incident) -> float:
         return round(incident.current_gpu_hours(), 3)
+
+    def get_gpu_hours_out_of_service(self, incident: Incident) -> float:
+        return round(incident.out_of_service_gpu_hours(), 3)
+
+    def get_gpu_hours_at_risk(self, incident: Incident) -> float:
+        return round(incident.current_gpu_hours_at_risk(), 3)
 
     def get_runbook_url(self, incident: Incident) -> str | None:
         # One query per response, not per incident: the links are few and shared by a whole list.

@@ -66,9 +66,14 @@ class Incident(models.Model):
     communications = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    # Impact, filled by detectors: GPUs held, GPU-hours lost, SLO error budget burned.
+    # Impact, filled by detectors: GPUs affected, GPU-hours lost, SLO error budget burned.
     affected_gpus = models.PositiveIntegerField(default=0)
-    gpu_hours_lost = models.FloatField(default=0)
+    gpu_hours_lost = models.FloatField(
+        default=0, help_text="The GPU-hours lost its findings reported, summed (incidents.services.cost)"
+    )
+    gpus_out_of_service = models.PositiveIntegerField(
+        default=0, help_text="GPUs its findings take out of service outside any job, each once"
+    )
     error_budget_burned = models.FloatField(default=0, help_text="Fraction of the SLO's error budget (0-1)")
     # Postmortem.
     pm_summary = models.TextField(blank=True)
@@ -108,10 +113,19 @@ class Incident(models.Model):
         return (self.resolved_at or timezone.now()) - self.started_at
 
     def current_gpu_hours(self) -> float:
-        """GPU-hours lost so far: affected GPUs held for the incident's length, plus what detectors
-        reported as lost work (gpu_hours_lost), whichever is larger."""
-        held = self.affected_gpus * self.duration.total_seconds() / 3600
-        return max(held, self.gpu_hours_lost)
+        """GPU-hours lost so far (incidents.services.cost): the sum of the figures its findings
+        reported (gpu_hours_lost), plus its GPUs out of service for the incident's length."""
+        return self.gpu_hours_lost + self.out_of_service_gpu_hours()
+
+    def out_of_service_gpu_hours(self) -> float:
+        """GPUs out of service outside any job x the incident's length."""
+        return self.gpus_out_of_service * self.duration.total_seconds() / 3600
+
+    def current_gpu_hours_at_risk(self) -> float:
+        """GPU-hours at risk now (work not yet checkpointed of its jobs), never counted as lost."""
+        from incidents.services.cost import at_risk_gpu_hours
+
+        return at_risk_gpu_hours(self.findings.all())
 
     def links(self) -> list[dict[str, Any]]:
         """Affected resources with links to their pages where the console has one."""

@@ -23,6 +23,7 @@ from incidents.services.engine import (
     _record,
     affected_gpus,
     audit_change,
+    gpus_out_of_service,
     worse,
 )
 from incidents.services.matchers import LABEL_NAME, matches_all
@@ -129,7 +130,9 @@ def merge_incidents(source: Incident, *, into: Incident, actor: Actor) -> Incide
             "started_at": min(target.started_at, source.started_at),
             "labels": {k: v for k, v in target.labels.items() if source.labels.get(k) == v},
             "affected_gpus": affected_gpus(target),
-            "gpu_hours_lost": max(target.gpu_hours_lost, source.gpu_hours_lost),
+            "gpus_out_of_service": gpus_out_of_service(target),
+            # Both incidents' findings reported their costs into their own sums: now one incident.
+            "gpu_hours_lost": target.gpu_hours_lost + source.gpu_hours_lost,
         }
         if target.findings.firing().exists():
             updates["auto_resolve_at"] = None

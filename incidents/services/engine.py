@@ -35,6 +35,7 @@ from incidents.choices import (
     TimelineKind,
 )
 from incidents.models import ActionItem, Finding, Incident, Silence, TimelineEntry
+from incidents.services.cost import out_of_service, reported_gpu_hours
 
 logger = logging.getLogger(__name__)
 
@@ -234,7 +235,8 @@ def _open_or_join(finding: Finding, *, group_key: str | None, category: str, now
             started_at=finding.started_at,
             detected_at=now,
             affected_gpus=count_affected_gpus([(fingerprint, impact)]),
-            gpu_hours_lost=float(impact.get("gpu_hours", 0)),
+            gpus_out_of_service=out_of_service([(fingerprint, impact)]),
+            gpu_hours_lost=reported_gpu_hours(impact),
             error_budget_burned=float(impact.get("error_budget", 0)),
         )
         finding.incident = incident
@@ -266,10 +268,11 @@ def _join(incident: Incident, finding: Finding, *, actor: Actor, now: datetime) 
     if common != incident.labels:
         updates["labels"] = common
     updates["affected_gpus"] = affected_gpus(incident)
+    updates["gpus_out_of_service"] = gpus_out_of_service(incident)
     updates["started_at"] = min(incident.started_at, finding.started_at)
-    # The joining finding's cost counts at once (a failed job's GPU fault joining its incident),
-    # as a repeat raise's does.
-    updates["gpu_hours_lost"] = max(incident.gpu_hours_lost, float((finding.impact or {}).get("gpu_hours") or 0))
+    # The joining finding's own cost adds to the incident's (incidents.services.cost), as each
+    # repeat raise adds what its figure grew by.
+    updates["gpu_hours_lost"] = incident.gpu_hours_lost + reported_gpu_hours(finding.impact)
     # An incident opened by a symptom (an SLO burning) takes the title of the first cause that
     # joins it (the queueing collapse behind the burn): the on-call engineer reads the cause first.
     others = incident.findings.exclude(pk=finding.pk)
@@ -296,6 +299,12 @@ def is_symptom(finding: Finding) -> bool:
 def affected_gpus(incident: Incident) -> int:
     """GPUs out of service in the incident, each counted once (see count_affected_gpus)."""
     return count_affected_gpus(incident.findings.values_list("fingerprint", "impact"))
+
+
+def gpus_out_of_service(incident: Incident) -> int:
+    """GPUs the incident's findings take out of service outside any job, each once
+    (incidents.services.cost.out_of_service)."""
+    return out_of_service(incident.findings.values_list("fingerprint", "impact"))
 
 
 def count_affected_gpus(impacts: Iterable[tuple[str, dict[str, Any] | None]]) -> int:
@@ -364,8 +373,13 @@ def _repeat(
                 fingerprint=finding.fingerprint,
             )
             _after_commit(incident.pk)
-        if impact.get("gpu_hours") and float(impact["gpu_hours"]) > incident.gpu_hours_lost:
-            Incident.objects.filter(pk=incident.pk).update(gpu_hours_lost=float(impact["gpu_hours"]))
+        # The finding's own figure moved (a hang held longer, a failed job still waiting): the
+        # incident's sum moves by as much. Under the finding's row lock, so deltas never interleave.
+        delta = reported_gpu_hours(impact) - reported_gpu_hours(finding.impact) if impact else 0.0
+        if delta:
+            Incident.objects.filter(pk=incident.pk).update(gpu_hours_lost=F("gpu_hours_lost") + delta)
+        if impact and out_of_service([("", impact)]) != out_of_service([("", finding.impact)]):
+            Incident.objects.filter(pk=incident.pk).update(gpus_out_of_service=gpus_out_of_service(incident))
     finding.refresh_from_db()
     return finding
 

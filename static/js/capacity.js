@@ -23,10 +23,27 @@
       shapes.push({ type: "rect", xref: "x", yref: "paper", x0: i - 0.5, x1: i + 0.5, y0: 0, y1: 1,
                     fillcolor: "rgba(255, 92, 108, .16)", line: { width: 0 }, layer: "below" });
     });
-    var annotations = conflicts.map(function (c, i) {
-      return c ? { x: months[i], y: 1, xref: "x", yref: "paper", yanchor: "bottom", text: "conflict",
-                   showarrow: false, font: { color: "#ff5c6c", size: 10 } } : null;
-    }).filter(Boolean);
+    // One "conflict" label per run of months in conflict, centred on the run, and only where it
+    // has room: on a phone a month is narrower than the word, and labels side by side would run
+    // together ("conflictconflictconflict"); the shading marks every month either way.
+    var runs = [];
+    conflicts.forEach(function (c, i) {
+      if (!c) return;
+      var last = runs[runs.length - 1];
+      if (last && last.end === i - 1) last.end = i; else runs.push({ start: i, end: i });
+    });
+    var monthPx = Math.max(1, (document.getElementById("chart-plan").clientWidth - 52) / Math.max(1, months.length));
+    var labelPx = 48;  // "conflict" at 10 px
+    var freeFrom = -Infinity;
+    var annotations = [];
+    runs.forEach(function (run) {
+      var centre = (run.start + run.end) / 2;
+      var left = (centre + 0.5) * monthPx - labelPx / 2;
+      if (left < freeFrom) return;
+      freeFrom = left + labelPx + 4;
+      annotations.push({ x: centre, y: 1, xref: "x", yref: "paper", yanchor: "bottom", text: "conflict",
+                         showarrow: false, font: { color: "#ff5c6c", size: 10 } });
+    });
     return {
       paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
       font: { color: "#8b96a5", size: 11 }, margin: { l: 44, r: 8, t: 18, b: phone.matches ? 40 : 28 },

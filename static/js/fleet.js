@@ -35,7 +35,6 @@
   function el(id) { return document.getElementById(id); }
   function fmt(v, d) { return v === null || v === undefined ? "–" : (d === undefined ? v : Number(v).toFixed(d)); }
   function esc(s) { return String(s === null || s === undefined ? "" : s).replace(/[&<>"']/g, function (c) { return "&#" + c.charCodeAt(0) + ";"; }); }
-  function rangeKey() { return el("range").value; }
   function fmtTime(ts) { return new Date(ts).toISOString().slice(11, 19) + " UTC"; }
   var TOTAL_DIGITS = { mean_util: 1, power_kw: 1, max_temp: 1 };
 
@@ -58,16 +57,14 @@
     var current = select.value;
     sites.forEach(function (s) { siteNames[s.id] = s.name; });
     el("site-cards").innerHTML = sites.map(function (s) {
-      var budget = s.contracted_power_kw ? " / " + s.contracted_power_kw : "";
-      var pct = s.contracted_power_kw ? Math.min(100, 100 * s.power_kw / s.contracted_power_kw) : 0;
       return "<div class='card site-card' data-site='" + s.id + "'><div class='card-title'>" + esc(s.name) +
         " <span class='muted'>" + esc(s.region) + "</span></div>" +
         "<div class='kv'><span>GPUs reporting</span><b>" + s.reporting + " / " + s.gpus + "</b></div>" +
         "<div class='kv'><span>Mean util</span><b>" + fmt(s.mean_util) + "%</b></div>" +
         "<div class='kv'><span>Hottest</span><b>" + fmt(s.max_temp) + " °C</b></div>" +
-        "<div class='kv'><span>Power</span><b>" + fmt(s.power_kw, 1) + budget + " kW</b></div>" +
-        (s.contracted_power_kw ? "<div class='bar'><i style='width:" + pct.toFixed(1) + "%'></i></div>" : "") +
-        "<div class='kv'><span>XID / ECC errors</span><b class='" + (s.with_errors ? "bad-text" : "") + "'>" + s.with_errors + "</b></div></div>";
+        // GPUs only: the site's draw with its nodes, against its contracted power, is on /power/.
+        "<div class='kv'><span title='the latest power of the GPUs, without the node overhead'>GPU power</span><b>" + fmt(s.power_kw, 1) + " kW</b></div>" +
+        "<div class='kv'><span title='GPUs with an open XID or double-bit ECC finding'>GPUs with XID / ECC errors</span><b class='" + (s.with_errors ? "bad-text" : "") + "'>" + s.with_errors + "</b></div></div>";
     }).join("");
     select.innerHTML = "<option value=''>All sites</option>" + sites.map(function (s) {
       return "<option value='" + esc(s.name) + "'>" + esc(s.name) + "</option>";
@@ -86,8 +83,8 @@
     gpus.forEach(function (g) {
       if (site && g.site !== site) return;
       if (text && (g.hostname + " " + g.uuid + " " + g.model).toLowerCase().indexOf(text) < 0) return;
-      var bad = (g.xid > 0) || (g.ecc_dbe > 0);
-      if (state === "errors" && !bad) return;
+      // The same GPUs as the "GPUs with XID / ECC errors" figure: an open XID or ECC finding.
+      if (state === "errors" && !g.open_xid_ecc) return;
       if (state === "throttled" && !(g.throttle > 1)) return;
       if (state === "stale" && !isStale(g)) return;
       rows.push(g);
@@ -95,7 +92,7 @@
     rows.sort(function (a, b) { return a.hostname < b.hostname ? -1 : a.hostname > b.hostname ? 1 : a.index - b.index; });
     el("gpu-count").textContent = rows.length + " of " + gpus.size + (rows.length > TABLE_LIMIT ? " (first " + TABLE_LIMIT + " shown)" : "");
     el("gpu-table").querySelector("tbody").innerHTML = rows.slice(0, TABLE_LIMIT).map(function (g) {
-      var cls = ((g.xid > 0) || (g.ecc_dbe > 0) ? "row-bad " : "") + (isStale(g) ? "row-stale " : "") + (flashed.has(g.uuid) ? "flash" : "");
+      var cls = (g.open_xid_ecc || (g.xid > 0) || (g.ecc_dbe > 0) ? "row-bad " : "") + (isStale(g) ? "row-stale " : "") + (flashed.has(g.uuid) ? "flash" : "");
       return "<tr class='" + cls + "'><td><a href='/fleet/nodes/" + encodeURIComponent(g.hostname) + "/'>" + esc(g.hostname) + "</a></td>" +
         "<td><a href='/fleet/gpus/" + encodeURIComponent(g.uuid) + "/'>gpu" + g.index + "</a></td><td>" + esc(g.model) + "</td><td>" + esc(g.site) + "</td>" +
         "<td class='num'>" + fmt(g.util) + "</td><td class='num'>" + fmt(g.mem_used_pct) + "</td><td class='num'>" + fmt(g.temp) + "</td>" +
@@ -124,13 +121,15 @@
       });
       var layout = JSON.parse(JSON.stringify(LAYOUT));
       if (chart.range) layout.yaxis.range = chart.range;
+      if (series.from) layout.xaxis.range = [series.from, series.to];  // a custom window, drawn whole
       Plotly.react(chart.id, traces, layout, CONFIG);
     });
+    range.zoomOn(CHARTS.map(function (chart) { return chart.id; }));
     chartsDrawn = true;
   }
 
   function extendCharts(ts, sites) {
-    if (!chartsDrawn) return;
+    if (!chartsDrawn || range.isCustom()) return;  // a custom window stays put
     if (Date.parse(ts) - lastPointMs < bucketMs) return;  // this bucket already has its point
     lastPointMs = Date.parse(ts);
     var bySite = {};
@@ -158,8 +157,7 @@
   function loadSnapshot() {
     var seq = ++snapshotSeq;
     chartsDrawn = false;
-    return fetch("/api/v1/fleet/overview/?range=" + encodeURIComponent(rangeKey()), { credentials: "same-origin" })
-      .then(function (r) { if (!r.ok) throw new Error("snapshot " + r.status); return r.json(); })
+    return range.fetchJson("/api/v1/fleet/overview/")
       .then(function (snap) {
         if (seq !== snapshotSeq) return;  // a newer snapshot (another range, a reconnect) is on its way
         gpus.clear();
@@ -183,7 +181,8 @@
   }
 
   ["gpu-filter", "gpu-site", "gpu-state"].forEach(function (id) { el(id).addEventListener("input", renderTable); });
-  el("range").addEventListener("change", loadSnapshot);
+  // The charts' window: a preset or from / to, in the URL; a drag across a chart zooms to it.
+  var range = new window.GoodputRange({ onChange: loadSnapshot });
   window.goodputFleet = { gpus: gpus };
   new window.GoodputLive({ topics: ["fleet"], onMessage: onDelta, onSnapshot: loadSnapshot });
 })();

@@ -41,7 +41,7 @@
     tr.innerHTML = "<td>" + esc(r.name) + "</td><td class='num' data-col='draw'>" + kw(r.draw_kw) + "</td><td class='num'>" +
       kw(r.budget_kw) + "</td><td class='bar-col'><div class='bar power-bar'><i></i></div><span class='small muted' data-col='pct'>" +
       (r.utilisation_pct === null ? "–" : r.utilisation_pct.toFixed(0) + " %") + "</span></td><td class='num'>" + kw(r.headroom_kw) +
-      "</td><td class='num'>" + r.idle_gpus + "</td><td class='num'>" + r.unpowered_gpus + " <span class='muted small'>of " + r.gpus +
+      "</td><td class='num'>" + r.idle_gpus + "</td><td class='num' data-col='beyond-budget'>" + r.beyond_budget_gpus + " <span class='muted small'>of " + r.gpus +
       "</span></td><td class='num'>" + Number(r.energy_kwh_24h).toFixed(0) + " / " + Number(r.energy_kwh_7d).toFixed(0) + " kWh</td>";
     setBar(tr.querySelector(".bar"), r.utilisation_pct);
     return tr;
@@ -51,11 +51,14 @@
     field(card, "name").textContent = s.name;
     field(card, "region").textContent = s.region || "";
     field(card, "draw").textContent = kw(s.draw_kw);
+    field(card, "draw-parts").textContent = "GPUs " + kw(s.gpu_draw_kw) + " + node overhead " + kw(s.node_overhead_kw) + " (assumed)";
     field(card, "contracted").textContent = kw(s.contracted_kw, 0);
     field(card, "headroom").textContent = kw(s.headroom_kw);
     field(card, "headroom").classList.toggle("bad-text", s.headroom_kw !== null && s.headroom_kw < 0);
     field(card, "idle").textContent = s.idle_gpus + " of " + s.reporting;
-    field(card, "unpowered").textContent = s.unpowered_gpus + " of " + s.gpus;
+    field(card, "headroom-limit").textContent = s.headroom_limited_by === "racks" ? "what the rack budgets allow" :
+      s.headroom_limited_by === "contract" ? "contracted less draw" : "";
+    field(card, "beyond-budget").textContent = s.beyond_budget_gpus + " of " + s.gpus;
     field(card, "energy").textContent = "GPU energy: " + Number(s.energy_kwh_24h).toFixed(0) + " kWh in 24 h · " + Number(s.energy_kwh_7d).toFixed(0) + " kWh in 7 d";
     setBar(field(card, "bar"), s.utilisation_pct);
     var body = field(card, "racks");
@@ -87,7 +90,7 @@
                               showarrow: false, xanchor: "left", yanchor: "bottom", font: { color: "#ff5c6c", size: 10 } }];
     }
     var cols = series || { ts: [], draw_kw: [] };
-    var trace = { x: cols.ts.slice(), y: cols.draw_kw.slice(), name: "draw", mode: "lines+markers", marker: { size: 3 },
+    var trace = { x: cols.ts.slice(), y: cols.draw_kw.slice(), name: "draw, GPUs + assumed node overhead", mode: "lines+markers", marker: { size: 3 },
                   line: { width: 2, color: "#5aa9ff" } };
     Plotly.react(card.querySelector("[data-chart='draw']"), [trace], layout, CONFIG);
   }

@@ -26,7 +26,8 @@
     this.traces = [];     // per chart: [{gpu, key}] in trace order
     this.lastMs = {};     // gpu id -> time of its newest point
     var self = this;
-    el("range").addEventListener("change", function () { self.load(); });
+    // The charts' window: a preset or from / to, in the URL; a drag across a chart zooms to it.
+    this.range = new window.GoodputRange({ onChange: function () { return self.load(); } });
     new window.GoodputLive({
       topics: [this.config.topic],
       onMessage: function (msg) { self.onDelta(msg); },
@@ -38,9 +39,7 @@
     var self = this;
     var seq = ++this.seq;
     this.drawn = false;
-    var url = this.config.series_url + "?range=" + encodeURIComponent(el("range").value);
-    return fetch(url, { credentials: "same-origin" })
-      .then(function (r) { if (!r.ok) throw new Error("snapshot " + r.status); return r.json(); })
+    return this.range.fetchJson(this.config.series_url)
       .then(function (snap) {
         if (seq !== self.seq) return;  // a newer range was chosen while this one loaded
         self.draw(snap);
@@ -69,8 +68,10 @@
       var layout = JSON.parse(JSON.stringify(LAYOUT));
       layout.yaxis.title = { text: chart.unit };
       if (chart.range) layout.yaxis.range = chart.range;
+      if (snap.from) layout.xaxis.range = [snap.from, snap.to];  // a custom window, drawn whole
       Plotly.react(chart.id, data, layout, CONFIG);
     });
+    this.range.zoomOn(this.opts.charts.map(function (chart) { return chart.id; }));
     this.drawn = true;
     el("last-update").textContent = "updated " + fmtTime(snap.ts) + " · " + snap.resolution +
       (snap.resolution === "raw" ? " samples" : " rollups");
@@ -78,6 +79,7 @@
 
   SeriesPage.prototype.onDelta = function (msg) {
     if (msg.type !== "gpu.delta" || !this.drawn) return;  // the snapshot being drawn includes it
+    if (this.range.isCustom()) return;  // a custom window stays put
     var self = this;
     var byGpu = {};
     msg.points.forEach(function (p) {

@@ -72,7 +72,12 @@
     field(card, "running").textContent = S.fmt(n.running, n.running !== null && n.running < 10 ? 1 : 0);
     field(card, "kv").textContent = n.kv_cache_usage === null ? "–" : S.pct(n.kv_cache_usage) + " %";
     field(card, "kv").classList.toggle("warn-text", n.kv_cache_usage !== null && n.kv_cache_usage >= 0.9);
+    field(card, "request").textContent = S.ms(n.request_mean_ms) + " ms";
+    field(card, "request-box").hidden = n.request_mean_ms === null || n.request_mean_ms === undefined;
     field(card, "burn").innerHTML = S.sloTable(e.slos, windows);
+    var covers = S.coverageNote(e.coverage);
+    field(card, "coverage").textContent = covers;
+    field(card, "coverage").hidden = !covers;
     var note = S.interpolationNote(e.slos);
     field(card, "note").textContent = note;
     field(card, "note").hidden = !note;

@@ -116,6 +116,26 @@
       "requests within it is interpolated inside the bucket (an estimate, as histogram_quantile's percentiles are).";
   }
 
+  // A length of time as people say it: "90 s", "42 min", "3 h 5 min", "2 d 4 h".
+  function span(seconds) {
+    var s = Math.max(0, Math.round(seconds));
+    if (s < 120) return s + " s";
+    var m = Math.floor(s / 60);
+    if (m < 60) return m + " min";
+    var h = Math.floor(m / 60), d = Math.floor(h / 24);
+    if (d < 1) return h + " h" + (m % 60 ? " " + (m % 60) + " min" : "");
+    return d + " d" + (h % 24 ? " " + (h % 24) + " h" : "");
+  }
+
+  // What the SLO window's figures rest on, when it is less than the window: "the 30-day budget
+  // and SLIs rest on 3 h 5 min of data (since ...)". Empty when the data covers the window.
+  function coverageNote(c) {
+    if (!c || c.complete) return "";
+    if (!c.since) return "No data in the " + c.period_days + "-day SLO window yet.";
+    return "Budget left and SLIs are over " + span(c.seconds) + " of data (since " + fmtStamp(c.since) + "), not yet the whole " +
+      c.period_days + "-day SLO window; burn-rate alerts count once the data spans their short window.";
+  }
+
   function setVerdict(el, verdict) {
     el.className = "slo-verdict verdict-" + verdict;
     el.textContent = VERDICTS[verdict] || verdict;
@@ -124,6 +144,6 @@
   window.GoodputServing = {
     CONFIG: CONFIG, esc: esc, fmt: fmt, ms: ms, pct: pct, fmtTime: fmtTime, fmtStamp: fmtStamp, layout: layout,
     sloShape: sloShape, sloAnnotation: sloAnnotation, traces: traces, merge: merge, sloTable: sloTable,
-    interpolationNote: interpolationNote, setVerdict: setVerdict,
+    interpolationNote: interpolationNote, setVerdict: setVerdict, span: span, coverageNote: coverageNote,
   };
 })();

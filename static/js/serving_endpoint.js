@@ -20,6 +20,14 @@
     "chart-kv": [{ key: "kv_cache_usage", name: "mean", color: "#f5b84b", scale: 100 },
                  { key: "kv_cache_usage_max", name: "max", color: "#ff7eb6", scale: 100, width: 1, dash: "dot" }],
   };
+  // Triton's mean times per successful request (the page has the chart only for Triton endpoints).
+  if (document.getElementById("chart-duration")) {
+    CHARTS["chart-duration"] = [{ key: "request_mean_ms", name: "request", color: "#5aa9ff" },
+                                { key: "queue_mean_ms", name: "queue", color: "#ff5c6c" },
+                                { key: "compute_mean_ms", name: "compute", color: "#3ecf8e" }];
+  }
+  var FAILURE_REASONS = { REJECTED: "rejected", CANCELED: "canceled (client; not counted against availability)", BACKEND: "backend",
+                          OTHER: "other", UNSPECIFIED: "no reason label" };
   var CHANGE_COLOR = "#5aa9ff";
   var EVAL_COLOR = "#3ecf8e";
 
@@ -49,6 +57,11 @@
     document.querySelector("[data-stat-box='ttft']").classList.toggle("bad", n.ttft_p99 !== null && n.ttft_p99 > byKey.ttft.threshold_ms);
     document.querySelector("[data-stat-box='itl']").classList.toggle("bad", n.itl_p99 !== null && n.itl_p99 > byKey.itl.threshold_ms);
     setStat("budget", S.pct(s.worst_budget_left));
+    var covers = S.coverageNote(s.coverage);
+    el("coverage-note").textContent = covers;
+    el("coverage-note").hidden = !covers;
+    setStat("coverage_short", s.coverage && !s.coverage.complete && s.coverage.since ? " · over " + S.span(s.coverage.seconds) + " of data" : "");
+    setStat("requests_5m", S.fmt(n.requests_5m));
     setStat("alerts", s.alerts.length ? s.alerts.map(function (a) { return a.label + ": " + a.severity + " " + a.factor + "×"; }).join("; ") : "no burn-rate alert firing");
     el("budget-stat").classList.toggle("bad", s.verdict === "missing");
     setStat("rps", S.fmt(n.rps, 2));
@@ -62,6 +75,29 @@
     var note = S.interpolationNote(s.slos);
     el("slo-note").textContent = note;
     el("slo-note").hidden = !note;
+  }
+
+  function failureText(byReason) {
+    var parts = Object.keys(byReason || {}).filter(function (r) { return byReason[r]; }).map(function (r) {
+      return S.fmt(byReason[r]) + " " + (FAILURE_REASONS[r] || r.toLowerCase());
+    });
+    return parts.length ? parts.join(" · ") : "none";
+  }
+
+  // Triton: mean request, queue and compute time per successful request, over the last 5 minutes
+  // and over the range, and the failures by reason over the range.
+  function renderTriton(now, range, rangeKey) {
+    var table = el("triton-table");
+    if (!table) return;
+    var row = function (label, key) {
+      return "<tr><td>" + label + "</td><td class='num' data-col='" + key + "-5m'>" + S.ms(now[key]) + " ms</td><td class='num' data-col='" + key + "-range'>" +
+        (range ? S.ms(range[key]) : "–") + " ms</td></tr>";
+    };
+    table.innerHTML = "<thead><tr><th></th><th class='num'>last 5 min</th><th class='num'>" + S.esc(rangeKey) + "</th></tr></thead><tbody>" +
+      row("Request", "request_mean_ms") + row("Queue", "queue_mean_ms") + row("Compute", "compute_mean_ms") +
+      (range ? "<tr><td>Successful requests</td><td></td><td class='num'>" + S.fmt(range.successes) + "</td></tr>" +
+        "<tr><td>Failures by reason</td><td></td><td class='num' data-col='failures'>" + failureText(range.failures_by_reason) + "</td></tr>" : "") +
+      "</tbody>";
   }
 
   function renderSinceStart(since) {
@@ -80,7 +116,9 @@
           "<td class='num'>" + S.ms(r[1].p99) + " ms</td><td class='num'>" + S.fmt(r[1].count) + "</td></tr>";
       }).join("") +
       "<tr><td>Requests</td><td colspan='4' class='num'>" + S.fmt(req.requests_ok) + " ok · " + S.fmt(req.requests_failed) + " failed · " +
-      S.fmt(req.requests_aborted) + " aborted</td></tr></tbody>";
+      S.fmt(req.requests_aborted) + " aborted</td></tr>" +
+      (Object.keys(since.failures_by_reason || {}).length ? "<tr><td>Failures by reason</td><td colspan='4' class='num'>" + failureText(since.failures_by_reason) + "</td></tr>" : "") +
+      "</tbody>";
   }
 
   function changeText(c) {
@@ -102,18 +140,49 @@
   }
 
   // --- charts ------------------------------------------------------------------------------------
+  // Labels are about 6 px a character at the charts' 10 px font; the plot is the chart less its margins.
+  var LABEL_PX_PER_CHAR = 6;
+  function plotWidth() {
+    var widths = Object.keys(CHARTS).map(function (id) { return el(id).clientWidth; }).filter(Boolean);
+    return Math.max(120, (widths.length ? Math.min.apply(null, widths) : 600) - 60);
+  }
+
+  // Markers close enough for their labels to collide share one label ("3 evals"), its hover
+  // text listing each: at any range, however many evals a nightly run posts at once.
+  function labelGroups(items, text, plural, snap) {
+    var since = Date.parse(snap.since), span = Math.max(1, Date.parse(snap.until) - since), px = plotWidth();
+    var groups = [];
+    items.slice().sort(function (a, b) { return Date.parse(a.ts) - Date.parse(b.ts); }).forEach(function (item) {
+      var at = (Date.parse(item.ts) - since) / span * px;
+      var last = groups[groups.length - 1];
+      if (last && at < last.at + last.width + 6) {
+        last.items.push(item);
+        last.width = Math.max(last.width, (String(last.items.length).length + plural.length + 1) * LABEL_PX_PER_CHAR);
+      } else {
+        groups.push({ at: at, items: [item], width: text(item).length * LABEL_PX_PER_CHAR });
+      }
+    });
+    return groups;
+  }
+
   function markerShapes(snap) {
     var shapes = snap.changes.map(function (c) {
       return { type: "line", xref: "x", yref: "paper", x0: c.ts, x1: c.ts, y0: 0, y1: 1, line: { color: CHANGE_COLOR, width: 1.5, dash: "dash" } };
     }).concat(snap.evals.map(function (e) {
       return { type: "line", xref: "x", yref: "paper", x0: e.ts, x1: e.ts, y0: 0, y1: 1, line: { color: EVAL_COLOR, width: 1, dash: "dot" } };
     }));
-    var notes = snap.changes.slice(-12).map(function (c) {
-      return { xref: "x", yref: "paper", x: c.ts, y: 1, text: S.esc(c.label), showarrow: false, xanchor: "left", yanchor: "top",
-               font: { color: CHANGE_COLOR, size: 10 }, hovertext: S.esc(changeText(c)) };
-    }).concat(snap.evals.slice(-12).map(function (e) {
-      return { xref: "x", yref: "paper", x: e.ts, y: 0, text: "eval " + S.fmt(e.score, 2), showarrow: false, xanchor: "left", yanchor: "bottom",
-               font: { color: EVAL_COLOR, size: 10 }, hovertext: S.esc(evalText(e)) };
+    function note(group, y, yanchor, color, text, plural, hover) {
+      var first = group.items[0];
+      return { xref: "x", yref: "paper", x: first.ts, y: y, showarrow: false, xanchor: "left", yanchor: yanchor,
+               text: group.items.length === 1 ? S.esc(text(first)) : group.items.length + " " + plural,
+               font: { color: color, size: 10 }, hovertext: group.items.map(function (i) { return S.esc(hover(i)); }).join("<br>") };
+    }
+    var changeLabel = function (c) { return c.label; };
+    var evalLabel = function (e) { return "eval " + S.fmt(e.score, 2); };
+    var notes = labelGroups(snap.changes, changeLabel, "changes", snap).slice(-12).map(function (g) {
+      return note(g, 1, "top", CHANGE_COLOR, changeLabel, "changes", changeText);
+    }).concat(labelGroups(snap.evals, evalLabel, "evals", snap).slice(-12).map(function (g) {
+      return note(g, 0, "bottom", EVAL_COLOR, evalLabel, "evals", evalText);
     }));
     return { shapes: shapes, annotations: notes };
   }
@@ -147,6 +216,7 @@
         layout.margin.r = 56;
       }
       if (id === "chart-kv") layout.yaxis.range = [0, 105];
+      if (id === "chart-duration") layout.yaxis.title = { text: "ms" };
       Plotly.react(id, S.traces(cols, CHARTS[id]), layout, S.CONFIG);
     });
     el("series-empty").hidden = cols.t.length > 0;
@@ -184,16 +254,16 @@
     var mine = ++seq;
     drawn = false;
     pending = [];
-    var url = config.snapshot_url + "?range=" + encodeURIComponent(el("range").value);
-    return fetch(url, { credentials: "same-origin" })
-      .then(function (r) { if (!r.ok) throw new Error("snapshot " + r.status); return r.json(); })
+    return range.fetchJson(config.snapshot_url)
       .then(function (snap) {
         if (mine !== seq) return;
         snapshot = snap;
         renderSummary(snap);
         renderSinceStart(snap.since_start);
+        renderTriton(snap.now, snap.range_figures, range.label());
         renderMarkers(snap);
         drawCharts(snap, snap.series);
+        range.zoomOn(Object.keys(CHARTS));
         drawPrompt(snap.prompt_lengths);
         drawn = true;
         el("last-update").textContent = "updated " + S.fmtTime(snap.ts);
@@ -227,8 +297,11 @@
       return;
     }
     renderSummary(msg);
+    renderTriton(msg.now, snapshot.range_figures, range.label());
     if (JSON.stringify(thresholdsOf(msg.slos)) !== thresholdsDrawn) {
       reloadSoon();  // a new SLO line: redraw from a fresh snapshot
+    } else if (range.isCustom()) {
+      // A custom window stays put: its charts take no live points.
     } else if (snapshot.step_seconds === 60) {
       Object.keys(CHARTS).forEach(function (id) {
         S.merge(el(id), msg.points, CHARTS[id], Math.ceil((Date.parse(snapshot.until) - Date.parse(snapshot.since)) / MINUTE_MS) + 8);
@@ -246,7 +319,8 @@
     el("last-update").textContent = "updated " + S.fmtTime(msg.ts);
   }
 
-  el("range").addEventListener("change", load);
+  // The charts' window: a preset or from / to, in the URL; a drag across a chart zooms to it.
+  var range = new window.GoodputRange({ onChange: load });
   window.goodputEndpoint = { reload: load };
   new window.GoodputLive({ topics: [config.topic], onMessage: onDelta, onSnapshot: load });
 })();

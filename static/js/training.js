@@ -47,9 +47,13 @@
   function renderGoodput(goodput) {
     ["1h", "24h", "7d"].forEach(function (key) {
       var g = goodput[key];
+      // Retained goodput, the share at risk beside it, and GPU-hours that add up to the allocated.
       document.querySelector("[data-goodput='" + key + "']").textContent = pct(g.goodput);
-      document.querySelector("[data-lost='" + key + "']").textContent = fmt(g.lost_gpu_h, 1);
-      document.querySelector("[data-allocated='" + key + "']").textContent = fmt(g.allocated_gpu_h, 1);
+      document.querySelector("[data-at-risk-share='" + key + "']").textContent = pct(g.at_risk_share);
+      document.querySelector("[data-productive='" + key + "']").textContent = fmt(g.productive_gpu_h, 2);
+      document.querySelector("[data-at-risk='" + key + "']").textContent = fmt(g.at_risk_gpu_h, 2);
+      document.querySelector("[data-lost='" + key + "']").textContent = fmt(g.lost_gpu_h, 2);
+      document.querySelector("[data-allocated='" + key + "']").textContent = fmt(g.allocated_gpu_h, 2);
       // Whole clock hours, the current one so far: say where the window starts.
       if (g.since) document.querySelector("[data-since='" + key + "']").textContent = sinceText(g.since, key);
       var stat = document.querySelector(".stat[data-window='" + key + "']");
@@ -84,8 +88,8 @@
       return "<tr><td>" + jobLink(j) + "</td><td>" + esc(j.team) + "</td><td>" + state(j.state) + "</td>" +
         "<td class='num'>" + fmt(j.gang_size) + "</td><td class='num'>" + fmt(j.lost_gpu_h, 1) + "</td>" +
         "<td class='num'>" + fmt(j.allocated_gpu_h, 1) + "</td><td class='num'>" + pct(j.goodput) + " %</td>" +
-        "<td>" + esc(j.top_cause_label) + "</td></tr>";
-    }).join("") || "<tr><td colspan='8' class='muted'>No GPU-hours lost over " + esc(rangeKey) + ".</td></tr>";
+        "<td class='num'>" + pct(j.at_risk_share) + " %</td><td>" + esc(j.top_cause_label) + "</td></tr>";
+    }).join("") || "<tr><td colspan='9' class='muted'>No GPU-hours lost over " + esc(rangeKey) + ".</td></tr>";
   }
 
   function drawStacked(snap) {
@@ -103,8 +107,9 @@
     layout.legend = { orientation: "h", y: -0.25, font: { size: 10 }, traceorder: "normal" };
     layout.margin.b = 40;
     // The whole range, to the end of the hour still filling, even before any hour is accounted.
-    layout.xaxis.range = [snap.range_start, new Date(Math.ceil(Date.parse(snap.ts) / HOUR_MS) * HOUR_MS).toISOString()];
+    layout.xaxis.range = [snap.range_start, snap.range_end || new Date(Math.ceil(Date.parse(snap.ts) / HOUR_MS) * HOUR_MS).toISOString()];
     Plotly.react("chart-stacked", traces, layout, CONFIG);
+    range.zoomOn(["chart-stacked"]);
     el("series-note").textContent = s.hours.length ? "" : "no hours accounted in this range yet";
   }
 
@@ -122,23 +127,21 @@
       text: rows.map(function (b) { return b.share === null ? "" : (100 * b.share).toFixed(1) + " %"; }), textposition: "auto",
       hovertemplate: "%{x:.2f} GPU-h<extra></extra>",
     }], layout, CONFIG);
-    el("breakdown-range").textContent = "GPU-hours over " + snap.range + ", of " + fmt(snap.account.allocated_gpu_h, 1) + " allocated";
+    el("breakdown-range").textContent = "GPU-hours over " + rangeLabel(snap) + ", of " + fmt(snap.account.allocated_gpu_h, 1) + " allocated";
   }
 
   function stamp(ts) { el("last-update").textContent = "updated " + fmtTime(ts); }
 
   function load() {
     var mine = ++seq;
-    var rangeKey = el("range").value;
-    return fetch(config.overview_url + "?range=" + encodeURIComponent(rangeKey), { credentials: "same-origin" })
-      .then(function (r) { if (!r.ok) throw new Error("snapshot " + r.status); return r.json(); })
+    return range.fetchJson(config.overview_url)
       .then(function (snap) {
         if (mine !== seq) return;  // a newer range or a reconnect is on its way
         running.clear();
         snap.running.forEach(function (j) { running.set(j.id, j); });
         renderGoodput(snap.goodput);
         renderRunning();
-        renderTop(snap.top_jobs, snap.range);
+        renderTop(snap.top_jobs, rangeLabel(snap));
         drawStacked(snap);
         drawBreakdown(snap);
         stamp(snap.ts);
@@ -160,7 +163,16 @@
     stamp(msg.ts);
   }
 
-  el("range").addEventListener("change", load);
+  // A custom window reads whole hours: say which ("2024-05-01 02:00 – 03:00 UTC").
+  function rangeLabel(snap) {
+    if (!snap.range_end) return snap.range;
+    var a = snap.range_start.slice(0, 10) + " " + snap.range_start.slice(11, 16);
+    var b = snap.range_end.slice(0, 10) + " " + snap.range_end.slice(11, 16);
+    return a + " – " + (a.slice(0, 10) === b.slice(0, 10) ? b.slice(11) : b) + " UTC";
+  }
+
+  // The overview's window: a preset or from / to, in the URL; a drag across the chart zooms to it.
+  var range = new window.GoodputRange({ onChange: load });
   window.goodputTraining = { running: running };
   new window.GoodputLive({ topics: [config.topic], onMessage: onDelta, onSnapshot: load });
 })();

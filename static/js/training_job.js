@@ -24,7 +24,7 @@
   var WINDOW_POINTS = 1441;  // a day of minutes, and the one still filling
   var MARKER_COLORS = { checkpoint_saved: "#3ecf8e", failed: "#ff5c6c", preempted: "#f5b84b", restored: "#5aa9ff" };
   // Events that change the account or the losses table: the page re-reads its snapshot after them.
-  var RELOAD_KINDS = { failed: 1, preempted: 1, restored: 1, released: 1, completed: 1, resumed: 1, allocated: 1 };
+  var RELOAD_KINDS = { failed: 1, preempted: 1, restored: 1, released: 1, completed: 1, resumed: 1, allocated: 1, started: 1 };
 
   var seq = 0;
   var drawn = false;         // deltas extend the charts only once the snapshot has drawn them
@@ -79,11 +79,13 @@
   }
 
   function renderAccount(acc) {
+    // Retained goodput with the share at risk beside it; retained + at risk + lost = allocated.
     setStat("goodput", pct(acc.goodput));
-    setStat("productive_gpu_h", fmt(acc.productive_gpu_h, 1));
-    setStat("allocated_gpu_h", fmt(acc.allocated_gpu_h, 1));
-    setStat("lost_gpu_h", fmt(acc.lost_gpu_h, 1));
-    setStat("at_risk_gpu_h", fmt(acc.at_risk_gpu_h, 1));
+    setStat("at_risk_share", pct(acc.at_risk_share));
+    setStat("productive_gpu_h", fmt(acc.productive_gpu_h, 2));
+    setStat("allocated_gpu_h", fmt(acc.allocated_gpu_h, 2));
+    setStat("lost_gpu_h", fmt(acc.lost_gpu_h, 2));
+    setStat("at_risk_gpu_h", fmt(acc.at_risk_gpu_h, 2));
     el("lost-stat").classList.toggle("warn", acc.lost_gpu_h > 0);
     // A long job's account comes from the hourly accounts, refreshed every 15 s: say so.
     var asOf = acc.exact ? "" : "as of the last refresh" + (acc.as_of ? " (events since " + fmtStamp(acc.as_of) + " not yet counted)" : "");
@@ -97,14 +99,25 @@
     }).join("");
   }
 
-  function renderLosses(losses) {
+  function costParts(c) {
+    return fmt(c.lost_gpu_h, 2) + " progress lost + " + fmt(c.waiting_gpu_h, 2) + " waiting to restart + " +
+      fmt(c.reinit_gpu_h, 2) + " re-initialisation + " + fmt(c.restore_gpu_h, 2) + " restore";
+  }
+
+  function renderLosses(losses, total) {
+    // One figure per disruption (and for all of them), the parts beside it.
+    setStat("failure_cost_gpu_h", fmt(total.cost_gpu_h, 2));
+    setStat("failure_cost_parts", losses.length ? costParts(total) : "no failures or preemptions");
+    el("failure-cost-stat").classList.toggle("warn", total.cost_gpu_h > 0);
     el("losses-table").querySelector("tbody").innerHTML = losses.slice().reverse().map(function (l) {
       var back = l.checkpoint_step === null ? "<span class='bad-text'>no checkpoint: everything since the start</span>"
         : "step " + fmt(l.checkpoint_step) + " saved " + fmtStamp(l.checkpoint_ts);
-      return "<tr><td>" + fmtStamp(l.ts) + "</td><td>" + esc(l.kind) + "</td><td class='wrap'>" + esc(l.reason || "–") + "</td>" +
-        "<td class='num'>" + fmt(l.since_checkpoint_gpu_h, 2) + "</td>" +
-        "<td class='num'>" + fmt(l.lost_gpu_h, 2) + "</td><td>" + back + "</td></tr>";
-    }).join("") || "<tr><td colspan='6' class='muted'>No failures or preemptions: nothing lost to a disruption.</td></tr>";
+      var growing = l.growing ? " <span class='muted small'>(" + (l.growing === "waiting" ? "still waiting" : "restarting") + ")</span>" : "";
+      return "<tr data-kind='" + esc(l.kind) + "'><td>" + fmtStamp(l.ts) + "</td><td>" + esc(l.kind) + "</td><td class='wrap'>" + esc(l.reason || "–") + "</td>" +
+        "<td class='num' data-col='cost'>" + fmt(l.cost_gpu_h, 2) + growing + "</td>" +
+        "<td class='num'>" + fmt(l.lost_gpu_h, 2) + "</td><td class='num'>" + fmt(l.waiting_gpu_h, 2) + "</td>" +
+        "<td class='num'>" + fmt(l.reinit_gpu_h, 2) + "</td><td class='num'>" + fmt(l.restore_gpu_h, 2) + "</td><td>" + back + "</td></tr>";
+    }).join("") || "<tr><td colspan='9' class='muted'>No failures or preemptions: nothing lost to a disruption.</td></tr>";
   }
 
   function renderAdvice(a, job) {
@@ -119,9 +132,8 @@
     var cost = a.checkpoint_cost_source === "job"
       ? "median of this job's " + plural(a.saves_observed, "save")
       : "median of " + plural(a.saves_observed, "save") + " on its cluster (this job has none of its own)";
-    var mtbfWhy = a.mtbf_assumed
-      ? "assumed per-GPU MTBF of " + fmt(a.gpu_mtbf_h) + " GPU-hours (" + plural(a.failures_observed, "failure") + " observed in " + a.window_days + " days)"
-      : "per-GPU MTBF " + fmt(a.gpu_mtbf_h) + " GPU-hours = " + fmt(a.cluster_gpu_hours) + " GPU-hours / " + plural(a.failures_observed, "failure") + " on its cluster in " + a.window_days + " days";
+    // Observed, assumed or their blend: the server labels each figure (a blend is neither).
+    var mtbfWhy = a.mtbf_explained;
     var current = a.current_interval_s === null ? "unknown (no planned interval, fewer than two saves)"
       : dur(a.current_interval_s) + " (" + (a.current_interval_source === "planned" ? "planned" : "median time between saves") + ")";
     var lines = [
@@ -136,10 +148,11 @@
       verdict = "At the recommended " + dur(a.recommended_interval_s) + ": " + pct(a.waste_recommended, 2) + " % expected waste.";
     } else {
       var saved = a.gpu_hours_saved_per_week;
-      verdict = "At the current interval " + dur(a.current_interval_s) + ": " + pct(a.waste_current, 2) + " % expected waste; at " +
+      verdict = "At the current interval " + dur(a.current_interval_s) + ": " + pct(a.waste_current, 2) + " % expected waste; at Daly's " +
         dur(a.recommended_interval_s) + ": " + pct(a.waste_recommended, 2) + " %; " +
         (saved > 0.005 ? "saves " + fmt(saved, 1) + " GPU-hours a week." : "already at the optimum: nothing to save.");
     }
+    verdict += " " + a.saving_explained;
     body.innerHTML = "<dl class='advisor-inputs'>" + lines.map(function (l) {
       return "<dt>" + esc(l[0]) + "</dt><dd>" + esc(l[1]) + "</dd>";
     }).join("") + "</dl><p class='advisor-verdict'>" + esc(verdict) + "</p>" +
@@ -227,12 +240,12 @@
     power.showlegend = false;
     Plotly.react("chart-power", [{ x: g.ts, y: g.power_kw, name: "power", mode: "lines", line: { width: 2, color: "#f5b84b" } }], power, CONFIG);
     var n = g.gpus.length ? Math.max.apply(null, g.gpus) : 0;
-    el("gpu-count").textContent = n ? n + " GPUs reporting, 1-minute rollups" : "";
+    el("gpu-count").textContent = n ? n + " GPUs reporting, " + (snap.series.bucket_seconds === 3600 ? "1-hour" : "1-minute") + " rollups" : "";
     el("gpu-empty").hidden = g.ts.length > 0;
   }
 
   function extendSteps(steps) {
-    if (!drawn || !steps.ts.length) return;
+    if (!drawn || !steps.ts.length || range.isCustom()) return;  // a custom window stays put
     var gd = el("chart-steps");
     var start = 0;
     if (lastMinute !== null && steps.ts[0] <= lastMinute) {
@@ -279,18 +292,18 @@
     var mine = ++seq;
     drawn = false;
     pending = [];
-    return fetch(config.snapshot_url, { credentials: "same-origin" })
-      .then(function (r) { if (!r.ok) throw new Error("snapshot " + r.status); return r.json(); })
+    return range.fetchJson(config.snapshot_url)
       .then(function (snap) {
         if (mine !== seq) return;
         renderJob(snap.job);
         renderAccount(snap.account);
-        renderRate(snap.series.steps);
-        renderLosses(snap.losses);
+        if (!range.isCustom()) renderRate(snap.series.steps);  // the rate now, not the window's last
+        renderLosses(snap.losses, snap.losses_total);
         renderAdvice(snap.advice, snap.job);
         renderTimeline(snap.timeline);
         drawSteps(snap);
         drawGpus(snap);
+        range.zoomOn(["chart-steps", "chart-util", "chart-power"]);
         knownSeq = snap.watermark;
         drawn = true;
         el("last-update").textContent = "updated " + fmtTime(snap.ts);
@@ -328,6 +341,8 @@
     el("last-update").textContent = "updated " + fmtTime(msg.ts);
   }
 
+  // The charts' window: the job's last 24 hours, or from / to in the URL; a drag zooms to it.
+  var range = new window.GoodputRange({ onChange: load });
   window.goodputJob = { reload: load, knownSeq: function () { return knownSeq; } };
   new window.GoodputLive({ topics: [config.topic], onMessage: onDelta, onSnapshot: load });
 })();

@@ -78,8 +78,14 @@ def test_the_power_page_follows_a_racks_draw_live(stack: Stack, viewer_user: Use
             assert page.evaluate(pct) == "105 %"
             assert page.evaluate(f"{bar}.dataset.level") == "over"
             assert page.evaluate(f"{bar}.querySelector('i').style.width") == "100%"
+            # The site's only rack is over its budget: the site has no room left, whatever its
+            # 500 kW contract says.
             headroom = page.text_content(f"[data-site='{site_a.pk}'] [data-field='headroom']")
-            assert headroom == f"{500 - 4.2:.1f} kW"
+            assert headroom == "0.0 kW"
+            limit = page.text_content(f"[data-site='{site_a.pk}'] [data-field='headroom-limit']")
+            assert limit == "what the rack budgets allow"
+            parts = page.text_content(f"[data-site='{site_a.pk}'] [data-field='draw-parts']")
+            assert parts == "GPUs 2.2 kW + node overhead 2.0 kW (assumed)"
 
             # --- the chart takes the rolled-up minute from a later push -----------------------------
             deadline = time.monotonic() + LIVE_TIMEOUT_MS / 1000

@@ -268,6 +268,22 @@ def test_the_training_pages_look_finished_on_desk_and_phone(
                     page.screenshot(path=str(ARTIFACTS / f"{name}-{viewport['width']}.png"), full_page=True)
             text = page.text_content("#advisor")
             assert "MTBF of this job" in text and "Young" in text and "Daly" in text
+            # The MTBF says what it is (observed, assumed or blended), the saving which interval.
+            assert "Saving computed for Daly's interval" in text and "minimum is at Young's interval" in text
+            assert any(f"{label} per-GPU MTBF" in text for label in ("observed", "assumed", "blended"))
+            # The failure: one cost, its parts beside it, adding up; the same figure in the stat.
+            row = "#losses-table tbody tr[data-kind='failed']"
+            cells = [
+                c.strip() for c in page.eval_on_selector_all(f"{row} td.num", "els => els.map(e => e.textContent)")
+            ]
+            cost, *parts = (float(c.split()[0]) for c in cells)
+            assert cost > 0 and cost == pytest.approx(sum(parts), abs=0.02), cells
+            assert float(page.text_content("[data-stat='failure_cost_gpu_h']")) == cost
+            # Retained goodput with the share at risk beside it, never a bare number.
+            assert "% retained" in page.text_content("#job-stats")
+            assert page.text_content("[data-stat='at_risk_share']").strip() not in ("", "–")
+            page.goto(stack.base_url + "/training/")
+            wait_until(page, "document.querySelector(\"[data-at-risk-share='24h']\").textContent !== '–'")
             assert not log.errors, f"the browser reported errors: {log.errors}"
         finally:
             browser.close()

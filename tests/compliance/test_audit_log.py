@@ -1,5 +1,7 @@
 """The audit log: what each change writes (who, what, before and after), and that nothing can
-alter an entry once written (ORM, admin, raw SQL) except the retention purge."""
+alter an entry once written (ORM, admin, raw SQL, a session setting) except the database's purge
+function, which keeps the audit floor. Roles and the hash chain: test_audit_roles.py and
+test_audit_chain.py."""
 
 from __future__ import annotations
 
@@ -13,8 +15,8 @@ from django.test import Client
 from django.utils import timezone
 
 from compliance.choices import AuditAction, PackStatus
-from compliance.models import AuditEntry, CompliancePack, GpaiModel
-from compliance.services.audit import REDACTED, audit_purge, purge_entries_before, record
+from compliance.models import AuditEntry, AuditSeal, CompliancePack, GpaiModel
+from compliance.services.audit import REDACTED, purge_entries_before, record, seal_pending
 from console import roles
 from console.models import PersonalToken
 from fleet.capacity import services as capacity
@@ -141,7 +143,7 @@ def test_a_role_change_records_the_groups_before_and_after(viewer_user: User) ->
     assert removed_reverse.before == {"groups": [roles.COMPLIANCE_OFFICER]} and removed_reverse.after == {"groups": []}
 
 
-def test_a_password_change_is_redacted_and_a_login_writes_nothing(viewer_user: User) -> None:
+def test_a_password_change_is_redacted_and_a_last_login_stamp_writes_nothing(viewer_user: User) -> None:
     count = len(entries_for(viewer_user))
     viewer_user.last_login = timezone.now()
     viewer_user.save(update_fields=["last_login"])
@@ -189,12 +191,13 @@ def entry(db: None) -> AuditEntry:
 
 
 def refused(attempt) -> bool:  # type: ignore[no-untyped-def]
-    """Run ``attempt`` in a savepoint; True when the database refused it."""
+    """Run ``attempt`` in a savepoint; True when the database refused it: the append-only trigger,
+    or (the suite running as the console's own role) the missing privilege."""
     try:
         with transaction.atomic():
             attempt()
     except DatabaseError as exc:
-        return "append-only" in str(exc)
+        return "append-only" in str(exc) or "permission denied" in str(exc)
     return False
 
 
@@ -231,18 +234,43 @@ def test_the_admin_cannot_add_change_or_delete_an_entry(entry: AuditEntry) -> No
     assert AuditEntry.objects.get(pk=entry.pk).message == "kept forever"
 
 
-def test_the_retention_purge_may_delete_old_entries_and_nothing_else(entry: AuditEntry) -> None:
-    assert purge_entries_before(entry.at) == 0  # only what is older than the cutoff
-    assert purge_entries_before(entry.at + timedelta(seconds=1)) == 1
-    assert not AuditEntry.objects.filter(pk=entry.pk).exists()
-    kept = record(AuditAction.ACTION, message="newer", actor="system")
+def _backdated(days: int, message: str) -> AuditEntry:
+    return AuditEntry.objects.create(
+        at=timezone.now() - timedelta(days=days), actor="system", action=AuditAction.ACTION, message=message
+    )
 
-    def update_while_purging() -> None:
-        with audit_purge():
-            AuditEntry.objects.filter(pk=kept.pk).update(message="rewritten")
 
-    assert refused(update_while_purging)  # the purge setting lets DELETE through, never UPDATE
-    assert refused(lambda: AuditEntry.objects.filter(pk=kept.pk).delete())  # and only inside it
+def test_the_purge_deletes_only_what_is_older_than_the_floor_and_records_itself(entry: AuditEntry) -> None:
+    """Issue 22, item 3: a cutoff of now (a 0-day policy) reaches nothing younger than the floor."""
+    ancient, old = _backdated(3000, "ancient"), _backdated(400, "a year old")
+    kept = record(AuditAction.ACTION, message="newest", actor="system")
+    seal_pending()  # as the commit would: the purge names what it removed by place in the chain
+    seal = AuditSeal.objects.get(entry=ancient)
+
+    assert purge_entries_before(timezone.now() + timedelta(days=1), actor="cora") == 1
+
+    assert not AuditEntry.objects.filter(pk=ancient.pk).exists()
+    assert AuditEntry.objects.filter(pk__in=[entry.pk, old.pk, kept.pk]).count() == 3
+    purge = AuditEntry.objects.get(action=AuditAction.PURGE)
+    assert (purge.actor, purge.app_label, purge.model) == ("cora", "compliance", "auditentry")
+    assert purge.after["deleted"] == 1 and purge.after["floor_days"] == 2555
+    assert purge.after["seq_ranges"] == [[seal.seq, seal.seq, seal.hash]]
+    assert not AuditSeal.objects.filter(seq=seal.seq).exists()
+    assert purge.message.startswith("audit purge: 1 entries older than")
+
+
+def test_no_session_setting_lets_a_delete_or_update_through(entry: AuditEntry) -> None:
+    """Issue 22, item 1: the settings that used to open the trigger open nothing."""
+
+    def with_setting(statement: str) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL goodput.audit_purge = 'on'")
+            cursor.execute("SET LOCAL goodput.retention_purge = 'on'")
+            cursor.execute(statement, [entry.pk])
+
+    assert refused(lambda: with_setting("DELETE FROM compliance_auditentry WHERE id = %s"))
+    assert refused(lambda: with_setting("UPDATE compliance_auditentry SET message = 'x' WHERE id = %s"))
+    assert AuditEntry.objects.get(pk=entry.pk).message == "kept forever"
 
 
 def test_an_audited_update_costs_one_select_and_one_insert(site_a: Site, django_assert_num_queries) -> None:  # type: ignore[no-untyped-def]

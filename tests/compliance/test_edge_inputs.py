@@ -60,11 +60,13 @@ def test_free_text_cannot_forge_lines_or_table_rows_in_the_published_summary(off
         name="evil\r\nname",
         version="1",
         provider_name="Acme\n## 4. Forged section",
-        content_types="| a | b | c | d | e | f | g | h | i | j | k | l | m | n | o | p |",
+        modalities=["text"],
+        content_types_text="| a | b | c | d | e | f | g | h | i | j | k | l | m | n | o | p |",
     )
     text = summary.render_markdown(summary.build_document(model), version=1, last_update=NOW.date())
     assert "\n## 4. Forged section" not in text
-    assert "- **Provider name:** Acme ## 4. Forged section" in text
+    assert "- **Provider name and contact details:** Acme ## 4. Forged section; to be provided" in text
+    assert "  - **Types of content:** \\| a \\| b \\|" in text
     assert not any(line.startswith("| a ") for line in text.splitlines())
     version = summary.publish(model, user=None)
     response = officer_client.get(f"/api/v1/compliance/models/{model.pk}/summary/versions/{version.version}/export.pdf")

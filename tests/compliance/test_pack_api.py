@@ -13,7 +13,7 @@ from django.test import Client
 from django.utils import timezone
 
 from compliance.choices import AuditAction, PackStatus
-from compliance.models import AuditEntry, CompliancePack
+from compliance.models import AuditEntry, CompliancePack, CompliancePackChunk
 from tests.compliance.test_pack_build import END, EXPECTED_FILES, START, make_pack_records
 
 PACKS = "/api/v1/compliance/packs/"
@@ -24,15 +24,16 @@ pytestmark = pytest.mark.django_db
 
 def done_pack() -> CompliancePack:
     content = b"PK\x05\x06" + b"\0" * 18  # an empty zip
-    return CompliancePack.objects.create(
+    pack = CompliancePack.objects.create(
         period_start=START,
         period_end=END,
         status=PackStatus.DONE,
         progress=100,
-        content=content,
         sha256=hashlib.sha256(content).hexdigest(),
         size=len(content),
     )
+    CompliancePackChunk.objects.create(pack=pack, seq=0, data=content)
+    return pack
 
 
 def test_an_officer_requests_a_pack_and_downloads_it_once_built(
@@ -54,8 +55,10 @@ def test_an_officer_requests_a_pack_and_downloads_it_once_built(
     assert download.status_code == 200
     assert download["Content-Type"] == "application/zip"
     assert download["Content-Disposition"] == f'attachment; filename="{CompliancePack.objects.get().filename}"'
-    assert hashlib.sha256(download.content).hexdigest() == status["sha256"]
-    assert zipfile.ZipFile(io.BytesIO(download.content)).namelist() == EXPECTED_FILES
+    content = b"".join(download.streaming_content)  # streamed from the stored chunks
+    assert len(content) == int(download["Content-Length"]) == status["size"]
+    assert hashlib.sha256(content).hexdigest() == status["sha256"]
+    assert zipfile.ZipFile(io.BytesIO(content)).namelist() == EXPECTED_FILES
 
 
 def test_every_download_is_audited(officer_client: Client, officer_user) -> None:

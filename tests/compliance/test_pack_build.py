@@ -31,11 +31,13 @@ from compliance.choices import (
 from compliance.models import (
     AuditEntry,
     CompliancePack,
+    CrawledDomain,
     DataAsset,
     Dataset,
     GpaiModel,
     LegalHold,
     Lineage,
+    ProcessorRecord,
     RetentionPolicy,
     RetentionRun,
     SubjectRequest,
@@ -51,7 +53,9 @@ EXPECTED_FILES = [
     "models.csv",
     "datasets.csv",
     "records_of_processing.csv",
+    "processor_records.csv",
     "subject_requests.csv",
+    "crawled_domains.csv",
     "retention_policies.csv",
     "retention_runs.csv",
     "legal_holds.csv",
@@ -110,7 +114,8 @@ def make_pack_records() -> dict[str, Any]:
     DataAsset.objects.create(
         name="Training corpora",
         data_class=DataClass.TRAINING_CORPUS,
-        controller_contact="dpo@example.com",
+        controller="Example AI SE, Munich",
+        data_protection_officer="dpo@example.com",
         purposes="Training general-purpose models",
         data_subject_categories="Authors of web pages",
         personal_data_categories="Names in text",
@@ -197,7 +202,7 @@ def test_the_pdf_has_the_section_headings_the_model_and_its_summary_hash(records
         "3. Records of processing (GDPR Art. 30)",
         "4. Retention policies and their last runs",
         "5. Legal holds",
-        "6. Open data-subject requests",
+        "6. Data-subject requests of the period",
         "7. Audit extract",
     ):
         assert heading in text
@@ -239,7 +244,7 @@ def test_pack_json_holds_models_summaries_retention_holds_and_open_requests(reco
     assert [r["id"] for r in doc["retention_runs"]] == [records["older_run"].pk, records["latest_run"].pk]
     # The hold released before the period is left out; the active one is in.
     assert [h["name"] for h in doc["legal_holds"]] == ["Litigation 42"]
-    [request] = doc["open_subject_requests"]
+    [request] = doc["subject_requests"]
     assert (request["subject_reference"], request["due_on"], request["overdue"]) == ("DSR-7", "2026-02-01", True)
     [record] = doc["records_of_processing"]
     assert record["lawful_basis"] == LawfulBasis.LEGITIMATE_INTERESTS
@@ -258,7 +263,7 @@ def test_the_task_stores_the_zip_and_marks_the_pack_done(records: dict[str, Any]
     pack = CompliancePack.objects.create(period_start=START, period_end=END)
     assert build_compliance_pack(pack.pk) == PackStatus.DONE
     pack.refresh_from_db()
-    content = bytes(pack.content)
+    content = b"".join(pack_service.zip_chunks(pack.pk))
     assert (pack.status, pack.progress, pack.step) == (PackStatus.DONE, 100, "Done")
     assert pack.sha256 == hashlib.sha256(content).hexdigest()
     assert pack.size == len(content)
@@ -271,17 +276,18 @@ def test_the_task_stores_the_zip_and_marks_the_pack_done(records: dict[str, Any]
 def test_a_failing_build_marks_the_pack_failed_with_the_error(
     records: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(pack: CompliancePack, *, progress: Any = None) -> bytes:
+    def broken(pack: CompliancePack, out: Any, *, progress: Any = None) -> None:
         progress(5, "Reading")
+        out.write(b"PK half a zip")
         raise ValueError("the PDF library fell over")
 
-    monkeypatch.setattr("compliance.tasks_pack.build_pack", broken)
+    monkeypatch.setattr("compliance.tasks_pack.write_pack", broken)
     pack = CompliancePack.objects.create(period_start=START, period_end=END)
     assert build_compliance_pack(pack.pk) == PackStatus.FAILED
     pack.refresh_from_db()
     assert pack.status == PackStatus.FAILED
     assert pack.error == "ValueError: the PDF library fell over"
-    assert pack.finished_at is not None and not pack.content
+    assert pack.finished_at is not None and not pack.chunks.exists()
 
 
 def test_the_pdf_caps_the_audit_table_and_says_the_csv_holds_all(
@@ -293,3 +299,82 @@ def test_the_pdf_caps_the_audit_table_and_says_the_csv_holds_all(
     assert "audit.csv holds all 2" in text
     assert "first instant" in text and "last second" not in text
     assert len(list(csv.DictReader(io.StringIO(archive.read("audit.csv").decode())))) == 2
+
+
+def test_every_request_of_the_period_is_in_the_pack_closed_ones_too(records: dict[str, Any]) -> None:
+    """Item 6: the requests before the controller during the period, with their completion dates,
+    extensions and late flags; one closed before the period began is not of it."""
+    late = SubjectRequest.objects.create(
+        kind=RequestKind.ACCESS,
+        subject_reference="DSR-late",
+        received_on=date(2025, 11, 20),
+        status="completed",
+        closed_on=date(2026, 1, 5),
+        extension_reason="Twelve systems to search",
+        extension_notified_on=date(2025, 12, 1),
+    )
+    SubjectRequest.objects.create(
+        kind=RequestKind.RECTIFICATION,
+        subject_reference="DSR-before",
+        received_on=date(2025, 11, 1),
+        status="completed",
+        closed_on=date(2025, 12, 1),
+    )
+    archive = built_zip(build())
+    doc = json.loads(archive.read("pack.json"))
+    requests = {r["subject_reference"]: r for r in doc["subject_requests"]}
+    assert set(requests) == {"DSR-7", "DSR-late"}
+    assert requests["DSR-late"] | {"id": 0, "assets": []} == {
+        "id": 0,
+        "kind": "access",
+        "subject_reference": "DSR-late",
+        "received_on": "2025-11-20",
+        "due_on": "2026-02-20",  # 20 December + two months: extended, and answered in time
+        "extended": True,
+        "extension_notified_on": "2025-12-01",
+        "extension_reason": "Twelve systems to search",
+        "overdue": False,
+        "status": "completed",
+        "closed_on": "2026-01-05",
+        "late": False,
+        "assets": [],
+    }
+    assert late.due_on == date(2026, 2, 20)
+    rows = list(csv.DictReader(io.StringIO(archive.read("subject_requests.csv").decode())))
+    assert {r["subject_reference"]: (r["closed_on"], r["late"]) for r in rows} == {
+        "DSR-7": ("", "no"),
+        "DSR-late": ("2026-01-05", "no"),
+    }
+    text = "\n".join(page.extract_text() for page in PdfReader(io.BytesIO(archive.read("pack.pdf"))).pages)
+    assert "DSR-late" in text and "DSR-before" not in text
+
+
+def test_the_pack_keeps_what_the_public_summary_leaves_out_and_the_processor_records(
+    records: dict[str, Any],
+) -> None:
+    """Items 7 and 9: licences and per-domain bytes stay in the pack (the internal register), and
+    the records as processor sit beside those as controller."""
+    crawl = Dataset.objects.create(
+        name="web-crawl", source_category=SourceCategory.CRAWLED, modality=Modality.TEXT, licence="Mixed; see terms"
+    )
+    CrawledDomain.objects.create(dataset=crawl, domain="news.example", bytes=123_456)
+    ProcessorRecord.objects.create(
+        name="Customer fine-tuning",
+        processor="Example AI SE",
+        controllers="Acme Bank N.V.",
+        processing_categories="Training on customer corpora",
+    )
+    archive = built_zip(build())
+    domains = list(csv.DictReader(io.StringIO(archive.read("crawled_domains.csv").decode())))
+    assert domains == [{"dataset": "web-crawl", "domain": "news.example", "bytes": "123456"}]
+    datasets = {r["name"]: r for r in csv.DictReader(io.StringIO(archive.read("datasets.csv").decode()))}
+    assert datasets["web-crawl"]["licence"] == "Mixed; see terms"
+    [processor] = json.loads(archive.read("pack.json"))["processor_records"]
+    assert (processor["name"], processor["controllers"]) == ("Customer fine-tuning", "Acme Bank N.V.")
+    [controller] = json.loads(archive.read("pack.json"))["records_of_processing"]
+    assert (controller["controller"], controller["data_protection_officer"]) == (
+        "Example AI SE, Munich",
+        "dpo@example.com",
+    )
+    text = "\n".join(page.extract_text() for page in PdfReader(io.BytesIO(archive.read("pack.pdf"))).pages)
+    assert "Records as processor (Art. 30(2))" in text and "Customer fine-tuning" in text

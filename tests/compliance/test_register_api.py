@@ -229,3 +229,65 @@ def test_viewers_and_operators_get_403(request: pytest.FixtureRequest, persona: 
     assert post(client, DATASETS, {"name": "x", "source_category": "public", "modality": "text"}).status_code == 403
     assert client.post(f"{DATASETS}{crawled_dataset.pk}/domains/", GOOD_CSV, content_type="text/csv").status_code == 403
     assert crawled_dataset.domains.count() == 40
+
+
+@pytest.mark.parametrize(
+    ("url", "body", "field"),
+    [
+        (MODELS, {"name": "Orca", "version": "3", "content_types": "the old single field"}, "content_types"),
+        (MODELS, {"name": "Orca", "version": "3", "systemic_risk": True}, "systemic_risk"),
+        (
+            DATASETS,
+            {"name": "d", "source_category": "public", "modality": "text", "licence_terms": "x"},
+            "licence_terms",
+        ),
+    ],
+)
+def test_a_field_the_register_api_would_drop_is_a_400_naming_it(
+    officer_client: Client, url: str, body: dict, field: str
+) -> None:
+    response = post(officer_client, url, body)
+    assert response.status_code == 400 and list(response.json()) == [field], response.content
+    assert not GpaiModel.objects.filter(version="3").exists() and not Dataset.objects.filter(name="d").exists()
+
+
+def test_the_templates_answers_go_through_the_register_api(officer_client: Client) -> None:
+    body = {
+        "name": "Orca",
+        "version": "4",
+        "modalities": ["text", "other"],
+        "provider_established_in_union": True,
+        "trained_from_scratch": True,
+        "other_modality": "source code",
+        "content_types_text": "News and fiction",
+        "content_types_other": "Open-source repositories",
+        "continuously_trained": False,
+        "comments_crawled": "The crawler's user agent is published.",
+    }
+    response = post(officer_client, MODELS, body)
+    assert response.status_code == 201, response.content
+    model = GpaiModel.objects.get(version="4")
+    assert (model.other_modality, model.content_types_other, model.continuously_trained) == (
+        "source code",
+        "Open-source repositories",
+        False,
+    )
+    dataset = post(
+        officer_client,
+        DATASETS,
+        {
+            "name": "chats",
+            "source_category": "user_data",
+            "modality": "text",
+            "user_data_origin": "other_services",
+            "user_data_source": "Goodput Mail",
+            "publicly_known": False,
+        },
+    )
+    assert dataset.status_code == 201, dataset.content
+    bad = post(
+        officer_client,
+        DATASETS,
+        {"name": "c2", "source_category": "user_data", "modality": "text", "user_data_origin": "email"},
+    )
+    assert bad.status_code == 400 and list(bad.json()) == ["user_data_origin"]

@@ -16,10 +16,12 @@ from compliance.choices import AuditAction, DataClass
 from compliance.models import AuditEntry, LegalHold, RetentionPolicy, RetentionRun
 from compliance.services import retention
 from compliance.tasks import apply_retention
+from console import roles
 from fleet.models import PartitionDrop
 from fleet.telemetry import partitions
 from incidents.choices import FindingStatus, IncidentState, Severity, TimelineKind
 from incidents.models import ActionItem, Finding, Incident, TimelineEntry
+from tests.conftest import _make_user
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -363,3 +365,92 @@ def test_defaults_apply_where_no_policy_exists(db: None, settings: Any) -> None:
     assert days[(DataClass.INCIDENTS, "")] == (730, None)
     assert days[(DataClass.AUDIT, "")] == (2555, None)
     assert retention.default_days(DataClass.INFERENCE_CONTENT) == 30
+
+
+# --- issue 22, item 3: the audit log cannot be emptied through retention ------------------------
+
+
+def test_an_audit_policy_below_the_floor_is_a_400_naming_days(officer_client: Client) -> None:
+    """The attack of the issue, step 2: a 0-day audit policy. The floor (7 years) is a deployment
+    setting, so no policy goes under it, at the API or on the page."""
+    response = officer_client.post(
+        "/api/v1/compliance/retention/policies/", {"data_class": "audit", "days": 0}, content_type="application/json"
+    )
+    assert response.status_code == 400
+    assert "At least 2555 days" in response.json()["days"][0]
+    page = officer_client.post(
+        reverse("compliance:retention"),
+        {"action": "policy", "policy-data_class": "audit", "policy-days": "30", "policy-action": "delete"},
+    )
+    assert page.status_code == 400 and "GOODPUT_AUDIT_RETENTION_FLOOR_DAYS" in page.content.decode()
+    assert not RetentionPolicy.objects.exists()
+
+
+def test_releasing_an_audit_hold_takes_two_people_and_the_purge_waits_a_day(
+    fixture_rows: dict[str, Any], officer_client: Client
+) -> None:
+    """The attack of the issue, step 1 and 3: one officer releases the hold and runs retention."""
+    hold = LegalHold.objects.create(name="Regulator inquiry", data_class=DataClass.AUDIT, reason="Inquiry 9")
+    release = f"/api/v1/compliance/retention/holds/{hold.pk}/release/"
+
+    asked = officer_client.post(release)
+    assert asked.status_code == 202
+    assert (asked.json()["active"], asked.json()["release_requested_by"]) == (True, "cora")
+    again = officer_client.post(release)
+    assert again.status_code == 409 and "another compliance officer or an admin" in again.json()["error"]
+    assert _run_for(retention.run_retention(now=NOW), DataClass.AUDIT).affected == 0  # still held
+
+    second = Client()
+    second.force_login(_make_user("cody", roles.COMPLIANCE_OFFICER))
+    approved = second.post(release)
+    assert approved.status_code == 200
+    assert (approved.json()["active"], approved.json()["released_by"]) == (False, "cody")
+    assert officer_client.post(release).status_code == 409  # released already
+
+    now = timezone.now()
+    waiting = _run_for(retention.run_retention(now=now), DataClass.AUDIT)
+    assert (waiting.affected, waiting.held) == (0, 2)
+    assert "was released" in waiting.detail["skipped"]
+    hold.refresh_from_db()
+    assert waiting.detail["waits_until"] == (hold.released_at + DAY).isoformat()
+    assert AuditEntry.objects.filter(pk__in=[e.pk for e in fixture_rows["audit_old"]]).count() == 2
+
+    after_a_day = _run_for(retention.run_retention(now=now + DAY + timedelta(minutes=1)), DataClass.AUDIT)
+    assert after_a_day.affected == 2
+    assert not AuditEntry.objects.filter(pk__in=[e.pk for e in fixture_rows["audit_old"]]).exists()
+    purge = AuditEntry.objects.get(action=AuditAction.PURGE)
+    assert purge.after["deleted"] == 2 and purge.actor == "beat"
+    logged = AuditEntry.objects.filter(model="legalhold", object_id=str(hold.pk)).values_list("message", flat=True)
+    assert any("release of legal hold requested" in m for m in logged)
+    assert any(m.startswith("legal hold released") for m in logged)
+
+
+def test_a_changed_audit_policy_also_makes_the_purge_wait_a_day(fixture_rows: dict[str, Any]) -> None:
+    RetentionPolicy.objects.create(data_class=DataClass.AUDIT, days=2555)
+    run = _run_for(retention.run_retention(now=timezone.now()), DataClass.AUDIT)
+    assert (run.affected, run.held) == (0, 2) and "the audit policy (2555 days) was set" in run.detail["skipped"]
+
+
+def test_the_page_asks_for_an_audit_holds_release_and_an_admin_approves(
+    officer_client: Client, admin_client: Client
+) -> None:
+    hold = LegalHold.objects.create(name="Regulator inquiry", data_class=DataClass.AUDIT, reason="Inquiry 9")
+    url = reverse("compliance:retention")
+    assert 'data-action="release">Ask to release<' in officer_client.get(url).content.decode()
+
+    assert officer_client.post(url, {"action": "release", "hold": hold.pk}).status_code == 302
+    page = officer_client.get(url).content.decode()
+    assert "release asked by cora" in page and "Release of Regulator inquiry requested" in page
+    refused = officer_client.post(url, {"action": "release", "hold": hold.pk})
+    assert refused.status_code == 409 and "another compliance officer or an admin approves" in refused.content.decode()
+    assert LegalHold.objects.get().released_at is None
+
+    assert admin_client.post(url, {"action": "release", "hold": hold.pk}).status_code == 302
+    hold.refresh_from_db()
+    assert hold.released_at is not None and hold.released_by.username == "ada"
+
+
+def test_a_hold_on_other_data_is_still_released_by_one_person(officer_client: Client) -> None:
+    hold = LegalHold.objects.create(name="Case 5", data_class=DataClass.INCIDENTS, reason="Litigation")
+    response = officer_client.post(f"/api/v1/compliance/retention/holds/{hold.pk}/release/")
+    assert response.status_code == 200 and response.json()["released_by"] == "cora"

@@ -41,6 +41,7 @@ from compliance.models import (
     GpaiModel,
     LegalHold,
     Lineage,
+    ProcessorRecord,
     RetentionPolicy,
     RetentionRun,
     SubjectRequest,
@@ -410,6 +411,10 @@ RULES: dict[str, Rule] = {
     "compliance:processing": page(read=OFFICERS, post=OFFICERS),
     "api:compliance-api:data-asset-list": api(read=OFFICERS, post=OFFICERS),
     "api:compliance-api:data-asset-detail": api(read=OFFICERS, patch=OFFICERS, delete=OFFICERS, target="data_asset"),
+    "api:compliance-api:processor-record-list": api(read=OFFICERS, post=OFFICERS),
+    "api:compliance-api:processor-record-detail": api(
+        read=OFFICERS, patch=OFFICERS, delete=OFFICERS, target="processor_record"
+    ),
     "api:compliance-api:subject-request-list": api(read=OFFICERS, post=OFFICERS),
     "api:compliance-api:subject-request-detail": api(read=OFFICERS, patch=OFFICERS, target="subject_request"),
     # retention: policies, legal holds (placed and released), runs (read-only), preview and run now
@@ -633,6 +638,9 @@ def targets(site_a: Site, site_b: Site, admin_user: User) -> dict[str, Any]:
         # gdpr and retention
         "data_asset": DataAsset.objects.create(name="matrix", data_class="audit", lawful_basis="legal_obligation"),
         "subject_request": SubjectRequest.objects.create(kind="access", subject_reference="m", received_on=soon.date()),
+        "processor_record": ProcessorRecord.objects.create(
+            name="matrix", processor="p", controllers="c", processing_categories="training"
+        ),
         "retention_policy": RetentionPolicy.objects.create(data_class="incidents", days=730),
         "legal_hold": LegalHold.objects.create(name="matrix", data_class="audit", reason="matrix"),
         "retention_run": RetentionRun.objects.create(
@@ -640,10 +648,12 @@ def targets(site_a: Site, site_b: Site, admin_user: User) -> dict[str, Any]:
         ),
         # the creations above were audited: the latest entry will do
         "audit_entry": AuditEntry.objects.latest("pk"),
-        # a built pack (its download answers 200)
+        # a built pack, its zip stored (its download answers 200)
         "compliance_pack": CompliancePack.objects.create(
-            period_start=soon.date(), period_end=soon.date(), status="done", progress=100, content=b"PK", size=2
-        ),
+            period_start=soon.date(), period_end=soon.date(), status="done", progress=100, size=2
+        )
+        .chunks.create(seq=0, data=b"PK")
+        .pack,
     }
 
 

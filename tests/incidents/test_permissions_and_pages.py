@@ -104,7 +104,7 @@ def test_the_detail_page_forms_work_for_operators(operator_client, incident) -> 
         assert text in page, text
     item.refresh_from_db()
     assert item.state == "done" and str(item.due_date) == "2026-12-15"
-    assert 'href="/fleet/nodes/gpu-a-001/"' in page  # affected resources link to their pages
+    assert 'href="/fleet/nodes/gpu-a-001/?from=' in page  # affected resources link to their pages, at its window
     # Bad input is refused with a message, not a 500.
     response = operator_client.post(url, {"action": "add_item", "title": "x", "due_date": "not-a-date"}, follow=True)
     assert response.status_code == 200 and "Invalid input" in response.content.decode()

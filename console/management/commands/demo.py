@@ -42,7 +42,10 @@ def server_config(host: str, port: int) -> uvicorn.Config:
 
 
 class Command(BaseCommand):
-    help = "Run the console with a simulated fleet: migrate, create an admin, start the simulator and the server."
+    help = (
+        "Run the console with a simulated fleet: migrate, create an admin, write a week of history on the "
+        "first start, start the simulator and the server."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--host", default="127.0.0.1")
@@ -53,6 +56,12 @@ class Command(BaseCommand):
             "--jobs", type=int, default=8, help="Simulated training jobs (default 8; 0 turns training off)"
         )
         parser.add_argument("--no-simulator", action="store_true", help="Serve the console without the simulator")
+        parser.add_argument(
+            "--no-history",
+            dest="history",
+            action="store_false",
+            help="Start without the week of history the first start otherwise writes",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         import uvicorn
@@ -63,13 +72,19 @@ class Command(BaseCommand):
         _, sign_in_as = self._ensure_admin()
         url = f"http://{options['host']}:{options['port']}"
 
+        stop = threading.Event()
+        session = None
         if not options["no_simulator"]:
             # Before the embedded beat's first detector run: the last session's simulated jobs died
             # with it, and would each raise a hang and an overdue checkpoint until re-registered.
             from fleet.training.simulator import release_simulated_jobs
 
             release_simulated_jobs(run=f"demo-{int(time.time()):x}", log=self.stdout.write)
-            # A model, its datasets, records of processing, requests and holds for the compliance pages.
+            # Before the server answers: the inventory, the simulators and, on the first start, the
+            # week of history, so the first page opened shows it.
+            session = self._prepare_simulator(url, options, stop)
+            # A model, its datasets, records of processing, requests and holds for the compliance
+            # pages (after the history: its lineage names a training job).
             from compliance.demo import seed_compliance
 
             added = seed_compliance(today=timezone.localdate())
@@ -77,7 +92,6 @@ class Command(BaseCommand):
                 self.stdout.write("  compliance: added " + ", ".join(f"{n} {kind}" for kind, n in added.items() if n))
             connections.close_all()
 
-        stop = threading.Event()
         if settings.EAGER_TASKS:
             from console.scheduler import EmbeddedBeat
 
@@ -85,7 +99,7 @@ class Command(BaseCommand):
         simulator = None
         if not options["no_simulator"]:
             simulator = threading.Thread(
-                target=self._run_simulator, args=(url, options, stop), name="simulator", daemon=True
+                target=self._run_simulator, args=(url, options, stop, session), name="simulator", daemon=True
             )
             simulator.start()
 
@@ -139,16 +153,28 @@ class Command(BaseCommand):
         user.groups.add(Group.objects.get(name=ADMIN))
         return username, hint
 
-    def _run_simulator(self, url: str, options: dict[str, Any], stop: threading.Event) -> None:
+    def _simulate_options(self, url: str, options: dict[str, Any]) -> dict[str, Any]:
+        return {"url": url, "gpus": options["gpus"], "interval": options["interval"], "jobs": options["jobs"]}
+
+    def _prepare_simulator(self, url: str, options: dict[str, Any], stop: threading.Event) -> Any:
+        """The simulate command's session, prepared in this thread: its options as `simulate` would
+        parse them, with the week of history on a first start."""
+        from fleet.management.commands.simulate import Command as Simulate
+
+        simulate = Simulate(stdout=self.stdout, stderr=self.stderr)
+        parser = simulate.create_parser("manage.py", "simulate")
+        defaults = vars(parser.parse_args([]))
+        prepared = {**defaults, **self._simulate_options(url, options), "history": options["history"]}
+        return simulate.prepare(prepared, stop_event=stop)
+
+    def _run_simulator(self, url: str, options: dict[str, Any], stop: threading.Event, session: Any = None) -> None:
         try:
             call_command(
                 "simulate",
-                url=url,
-                gpus=options["gpus"],
-                interval=options["interval"],
-                jobs=options["jobs"],
+                **self._simulate_options(url, options),
                 quiet=True,
                 stop_event=stop,
+                session=session,
                 stdout=self.stdout,
                 stderr=self.stderr,
             )

@@ -5,6 +5,7 @@ import json
 import statistics
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import requests
@@ -17,7 +18,7 @@ from console.models import AgentToken, hash_secret
 from fleet.capacity.simulator import seed_capacity
 from fleet.choices import Interconnect
 from fleet.models import Node, Rack, Site
-from fleet.serving.simulator import start_for_command
+from fleet.serving.simulator import ServingSimulator, push_history, serving_for_command
 from fleet.telemetry.simulator import (
     DEFAULT_SEED,
     DEFAULT_SITES,
@@ -35,12 +36,30 @@ TOKEN_PREFIX = "simulator"
 NODES_PER_RACK = 4
 
 
+@dataclass
+class Session:
+    """A prepared simulation: the inventory and tokens in place, the simulators made and, on a
+    first start with ``--history``, the week before now written. ``manage.py demo`` prepares one
+    before its server starts (so the first page shows the history) and hands it to the command."""
+
+    options: dict[str, Any]
+    fleet: dict[str, list[Any]]
+    sim: FleetSimulator
+    poster: Poster
+    run: str
+    training: TrainingSimulator | None
+    serving: ServingSimulator | None
+    history: dict[str, int] = field(default_factory=dict)  # what the backfill wrote (empty: none)
+
+
 class Command(BaseCommand):
     help = (
         "Run a simulated GPU fleet (H100, H200, A100, L40S across three sites) that posts telemetry "
         "to the console's ingest API with agent tokens, exactly as real agents do."
     )
-    stealth_options = ("stop_event",)  # `manage.py demo` runs the simulator in a thread and stops it
+    # `manage.py demo` prepares the session before its server starts, then runs the simulator in a
+    # thread and stops it.
+    stealth_options = ("stop_event", "session")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--url", default="http://127.0.0.1:8000", help="The console's base URL")
@@ -73,7 +92,16 @@ class Command(BaseCommand):
             "collapse, KV exhaustion and quality drop (default 4; 0 turns serving off)",
         )
         parser.add_argument(
-            "--serving-history", type=float, default=3.0, help="Hours of serving history pushed at start (default 3)"
+            "--serving-history",
+            type=float,
+            default=3.0,
+            help="Hours of serving history pushed at start when no --history was written (default 3)",
+        )
+        parser.add_argument(
+            "--history",
+            action="store_true",
+            help="On a database with no history yet, first write the week before now in-process (telemetry "
+            "rollups, training jobs, serving traffic, resolved incidents): what `manage.py demo` does",
         )
         parser.add_argument("--duration", type=float, default=None, help="Stop after this many seconds")
         parser.add_argument("--ticks", type=int, default=None, help="Stop after this many sampling rounds")
@@ -88,62 +116,16 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         self.stop_event: threading.Event = options.get("stop_event") or threading.Event()
-        if options["interval"] <= 0:
-            raise CommandError("--interval must be positive")
-        if options["jobs"] < 0:
-            raise CommandError("--jobs must be 0 or more")
-        fleet = build_fleet(DEFAULT_SITES, gpu_limit=options["gpus"], seed=options["seed"])
-        try:
-            tokens = self._prepare_inventory(fleet, seed=options["seed"])
-            # Pools, orders, a grid approval, quotas and reservations, so the capacity plan has a story.
-            capacity = seed_capacity(
-                [spec for spec in DEFAULT_SITES if fleet.get(spec.name)], seed=options["seed"], now=utcnow()
-            )
-            if any(capacity.values()):
-                self.stdout.write("  capacity: added " + ", ".join(f"{n} {kind}" for kind, n in capacity.items()))
-        except ProgrammingError as exc:
-            raise CommandError(
-                f"The database is not ready ({exc.__class__.__name__}); run `manage.py migrate` first."
-            ) from exc
-        close_old_connections()
+        session: Session = options.get("session") or self.prepare(options, stop_event=self.stop_event)
         self._wait_for_console(options["url"], options["wait"])
-        sim = FleetSimulator(
-            fleet, fault_rate_per_gpu_hour=options["fault_rate"], interval=options["interval"], seed=options["seed"]
-        )
-        poster = Poster(options["url"], tokens, sleep=self.stop_event.wait)
-        # Event ids are unique per run: a restarted simulator continues its jobs with new ones.
-        run = f"r{int(time.time()):x}"
-        # The previous session's jobs died with its process: release them before this one runs, or
-        # each pages for a hang (and, if this session does not place it, forever).
-        release_simulated_jobs(run=run, log=lambda message: self.stdout.write(f"  training: {message}"))
-        close_old_connections()
-        training = None
-        if options["jobs"]:
-            training = TrainingSimulator(
-                sim,
-                poster,
-                jobs=options["jobs"],
-                seed=options["seed"],
-                failure_rate_per_gpu_hour=options["job_failure_rate"],
-                run=run,
-                log=lambda message: self.stdout.write(f"  training: {message}"),
-            )
-        serving = None
-        if options["endpoints"] > 0:
-            serving = start_for_command(
-                poster,
-                endpoints=options["endpoints"],
-                seed=options["seed"],
-                run=run,
-                history_hours=options["serving_history"],
-                now=utcnow(),
-                log=lambda message: self.stdout.write(f"  serving: {message}"),
-            )
+        sim, poster, training, serving = session.sim, session.poster, session.training, session.serving
+        if serving is not None and not session.history and options["serving_history"] > 0:
+            push_history(serving, hours=options["serving_history"], now=utcnow())
             close_old_connections()
-        total = sum(len(g) for g in fleet.values())
+        total = sum(len(g) for g in session.fleet.values())
         self.stdout.write(
-            f"Simulating {total} GPUs on {sum(1 for g in fleet.values() if g)} sites every {options['interval']:g} s "
-            f"-> {options['url']} (Ctrl-C stops)"
+            f"Simulating {total} GPUs on {sum(1 for g in session.fleet.values() if g)} sites every "
+            f"{options['interval']:g} s -> {options['url']} (Ctrl-C stops)"
         )
         started, tick = time.monotonic(), 0
         while not self.stop_event.is_set():
@@ -165,6 +147,71 @@ class Command(BaseCommand):
             if options["duration"] is not None and time.monotonic() - started >= options["duration"]:
                 break
             self.stop_event.wait(max(0.0, options["interval"] - (time.monotonic() - tick_start)))
+
+    def prepare(self, options: dict[str, Any], *, stop_event: threading.Event) -> Session:
+        """Everything before the first tick that needs only the database: the inventory and tokens,
+        the capacity seed, the previous session's jobs released, the simulators, and with
+        ``history`` on a first start the week before now. The console need not be up yet."""
+        if options["interval"] <= 0:
+            raise CommandError("--interval must be positive")
+        if options["jobs"] < 0:
+            raise CommandError("--jobs must be 0 or more")
+        fleet = build_fleet(DEFAULT_SITES, gpu_limit=options["gpus"], seed=options["seed"])
+        try:
+            tokens = self._prepare_inventory(fleet, seed=options["seed"])
+            # Pools, orders, a grid approval, quotas and reservations, so the capacity plan has a story.
+            capacity = seed_capacity(
+                [spec for spec in DEFAULT_SITES if fleet.get(spec.name)], seed=options["seed"], now=utcnow()
+            )
+            if any(capacity.values()):
+                self.stdout.write("  capacity: added " + ", ".join(f"{n} {kind}" for kind, n in capacity.items()))
+        except ProgrammingError as exc:
+            raise CommandError(
+                f"The database is not ready ({exc.__class__.__name__}); run `manage.py migrate` first."
+            ) from exc
+        close_old_connections()
+        sim = FleetSimulator(
+            fleet, fault_rate_per_gpu_hour=options["fault_rate"], interval=options["interval"], seed=options["seed"]
+        )
+        poster = Poster(options["url"], tokens, sleep=stop_event.wait)
+        # Event ids are unique per run: a restarted simulator continues its jobs with new ones.
+        run = f"r{int(time.time()):x}"
+        # The previous session's jobs died with its process: release them before this one runs, or
+        # each pages for a hang (and, if this session does not place it, forever).
+        release_simulated_jobs(run=run, log=lambda message: self.stdout.write(f"  training: {message}"))
+        close_old_connections()
+        training = None
+        if options["jobs"]:
+            training = TrainingSimulator(
+                sim,
+                poster,
+                jobs=options["jobs"],
+                seed=options["seed"],
+                failure_rate_per_gpu_hour=options["job_failure_rate"],
+                run=run,
+                log=lambda message: self.stdout.write(f"  training: {message}"),
+            )
+        serving = None
+        if options["endpoints"] > 0:
+            serving = serving_for_command(
+                poster,
+                endpoints=options["endpoints"],
+                seed=options["seed"],
+                run=run,
+                log=lambda message: self.stdout.write(f"  serving: {message}"),
+            )
+        session = Session(options, fleet, sim, poster, run, training, serving)
+        if options.get("history"):
+            from fleet.management.backfill import backfill, history_needed
+
+            if history_needed():
+                self.stdout.write("Writing a week of history (first start)…")
+                site_ids = dict(Site.objects.filter(name__in=tokens).values_list("name", "pk"))
+                session.history = backfill(
+                    sim, training, serving, site_ids=site_ids, now=utcnow(), log=lambda m: self.stdout.write(f"  {m}")
+                )
+        close_old_connections()
+        return session
 
     def _tick(self, sim: FleetSimulator, poster: Poster, tick: int, *, quiet: bool) -> None:
         latencies, posted, failed = [], 0, []

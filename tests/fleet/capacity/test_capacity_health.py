@@ -63,6 +63,30 @@ def test_a_node_drained_by_an_open_xid79_incident_lowers_healthy_and_lists_preem
     assert [r.pk for r in at_risk] == [drained["low"].pk, drained["mid"].pk]
 
 
+def test_a_straggling_jobs_gang_stays_healthy_while_a_gpu_fault_under_a_job_does_not(drained) -> None:
+    # A training finding names the gang it slows (unit job:...): those GPUs work, so they stay in
+    # healthy supply; a GPU fault on a job's GPU (job_gpus) is a broken GPU, whoever uses it.
+    site = drained["node"].site.name
+    raise_finding(
+        "straggler:job-7",
+        {"site": site, "job": "7"},
+        "SEV3",
+        "Straggler in job 7",
+        impact={"gpus": 8, "unit": "job:7", "gpu_uuids": drained["uuids"], "gpu_hours": 0.5},
+        source="detector",
+    )
+    assert capacity.pool_figures([drained["pool"]])[drained["pool"].pk].healthy == 16
+    raise_finding(
+        f"xid48:{drained['uuids'][0]}",
+        {"site": site, "gpu": drained["uuids"][0], "xid": "48"},
+        "SEV2",
+        "Double-bit ECC",
+        impact={"gpus": 1, "unit": f"gpu:{drained['uuids'][0]}", "gpu_uuids": [drained["uuids"][0]], "job_gpus": 8},
+        source="detector",
+    )
+    assert capacity.pool_figures([drained["pool"]])[drained["pool"].pk].healthy == 15
+
+
 def test_resolving_the_incident_restores_healthy_capacity(drained) -> None:
     _drain(drained["node"], drained["uuids"])
     resolve_incident(Incident.objects.get(), actor=Actor.system("test"))

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from fleet.models import Endpoint, EndpointChange, EndpointEval, Site
 from fleet.serving import rollups as serving_rollups
+from fleet.serving import slo as serving
 from fleet.serving.store import ServingPoint, store_serving_points
 from incidents.detectors import run_detectors
 from incidents.models import Finding, Incident
@@ -404,3 +405,65 @@ def test_a_minute_without_a_scrape_does_not_end_a_firing_collapse_or_exhaustion(
     # A queue that drained before the gap lets the collapse go.
     drained = [*minutes[:-2], Minute(minutes[-2].bucket, waiting=0.0, running=10), Minute(minutes[-1].bucket)]
     assert queueing_collapse(drained, was_firing=True, ttft_threshold_s=0.5) is None
+
+
+# --- when a burn starts, and on how much data -------------------------------------------------------
+
+
+def _new_endpoint_failing(server: Server, *, clean_minutes: int, failing_minutes: int) -> datetime:
+    """A new endpoint: its first scrape (which only starts the counters), ``clean_minutes`` of
+    10,000 good requests, then ``failing_minutes`` with half of them failing, the last one the
+    minute of NOW. Returns the first failing minute."""
+    end = NOW.replace(second=0)
+    minutes = clean_minutes + failing_minutes
+    _requests(server, 0, 0)
+    server.scrape(end - timedelta(minutes=minutes))
+    for before in range(minutes - 1, -1, -1):
+        failing = before < failing_minutes
+        _requests(server, 5_000 if failing else 10_000, 5_000 if failing else 0)
+        server.scrape(end - timedelta(minutes=before))
+    return end - timedelta(minutes=failing_minutes - 1)
+
+
+def test_a_burn_rate_incident_starts_at_the_first_minute_that_breached_not_before_the_data(site_a: Site) -> None:
+    # Data since 4 minutes before NOW's minute (5 minutes to the end of it: the fast rule's short
+    # window is covered); NOW - 5 min, the old start, was 30 s before the first data.
+    server = Server(site_a)
+    first_failing = _new_endpoint_failing(server, clean_minutes=2, failing_minutes=3)
+    endpoint = server.store()
+    run_detectors(now=NOW, only=SERVING)
+    [finding] = _burn_findings()
+    assert finding.impact["rule"] == "fast_burn"
+    assert finding.started_at == first_failing
+    assert Incident.objects.get().started_at == first_failing
+    first_data = NOW.replace(second=0) - timedelta(minutes=4)
+    assert finding.started_at >= first_data
+    assert serving.slo_status(endpoint, now=NOW)["coverage"]["since"] == first_data.isoformat()
+
+
+def test_the_slo_page_and_the_incident_engine_fire_on_the_same_data(site_a: Site, viewer_client) -> None:
+    # Two minutes of a new endpoint failing half its requests: every window burns at 500x, and
+    # neither the page nor the engine calls it an alert before the data spans a rule's short window.
+    server = Server(site_a)
+    _new_endpoint_failing(server, clean_minutes=0, failing_minutes=2)
+    endpoint = server.store()
+    status = serving.slo_status(endpoint, now=NOW)
+    assert status["availability"]["windows"]["5m"]["burn_rate"] == pytest.approx(500.0)
+    assert status["availability"]["alerts"] == []
+    run_detectors(now=NOW, only=SERVING)
+    assert _burn_findings() == []
+    # Six minutes of it: the fast rule's 5 minutes are covered (the medium rule's 30 are not), and
+    # both fire it.
+    later = NOW + timedelta(minutes=4)
+    for before in range(3, -1, -1):
+        _requests(server, 5_000, 5_000)
+        server.scrape(later.replace(second=0) - timedelta(minutes=before))
+    for chunk in range(0, len(server.points), 20_000):
+        store_serving_points(
+            site_id=site_a.pk, batch_key=str(uuid.uuid4()), points=server.points[chunk : chunk + 20_000]
+        )
+    serving_rollups.roll_everything(now=later)
+    status = serving.slo_status(endpoint, now=later)
+    assert [a["rule"] for a in status["availability"]["alerts"]] == ["fast_burn"]
+    run_detectors(now=later, only=SERVING)
+    assert [f.impact["rule"] for f in _burn_findings()] == ["fast_burn"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from django.contrib.admin.models import CHANGE, LogEntry
 from django.test import Client
 from django.utils import timezone
 
+from fleet.ingest.prometheus import parse_exposition, store_exposition
 from fleet.models import Endpoint, Site
 from fleet.serving import dashboard as serving_dashboard
 from fleet.serving import rollups as serving_rollups
@@ -353,3 +355,140 @@ def test_the_overview_tile_counts_endpoints_missing_their_slos(viewer_client: Cl
 def test_the_overview_tile_without_endpoints(viewer_client: Client, db: None) -> None:
     html = viewer_client.get("/").content.decode()
     assert "No serving endpoints yet" in html
+
+
+# --- each framework's own series: Triton's time per request, TGI's requests and tokens -------------
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+
+
+def _bump(text: str, increases: dict[str, float], *, match: str) -> str:
+    """A later scrape: each sample whose name is in ``increases`` and whose line contains every
+    part of ``match`` grows by that amount."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("#") or not line.strip() or not all(m in line for m in match.split("|")):
+            out.append(line)
+            continue
+        head, value = line.rsplit(" ", 1)
+        out.append(f"{head} {float(value) + increases.get(head.split('{', 1)[0], 0.0)!r}")
+    return "\n".join(out) + "\n"
+
+
+def _scrape(site: Site, text: str, ts: datetime, *, kind: str, endpoint: str | None = None) -> None:
+    exposition = parse_exposition(text, kind=kind, endpoint=endpoint, now=ts)
+    store_exposition(exposition, site_id=site.pk, batch_key=f"{kind}-{ts.isoformat()}")
+
+
+def test_a_triton_endpoint_shows_its_time_per_successful_request_and_failures_by_reason(
+    viewer_client: Client, site_a: Site
+) -> None:
+    # A minute of bert_large version 3: 1,000 successes, 115 failures (100 rejected, 10 in the
+    # backend, 5 canceled by clients). Triton adds durations for the 1,000 successes only: 31 ms of
+    # request, 4 ms queued and 1 + 25 + 0.5 ms of compute each.
+    text = (FIXTURES / "triton.prom").read_text()
+    v3 = 'model="bert_large"|version="3"'
+    later = _bump(
+        text,
+        {
+            "nv_inference_request_success": 1000,
+            "nv_inference_request_duration_us": 1000 * 31_000,
+            "nv_inference_queue_duration_us": 1000 * 4_000,
+            "nv_inference_compute_input_duration_us": 1000 * 1_000,
+            "nv_inference_compute_infer_duration_us": 1000 * 25_000,
+            "nv_inference_compute_output_duration_us": 1000 * 500,
+        },
+        match=v3,
+    )
+    later = _bump(later, {"nv_inference_request_failure": 100}, match=v3 + '|reason="REJECTED"')
+    later = _bump(later, {"nv_inference_request_failure": 10}, match=v3 + '|reason="BACKEND"')
+    later = _bump(later, {"nv_inference_request_failure": 5}, match=v3 + '|reason="CANCELED"')
+    now = timezone.now()
+    _scrape(site_a, text, now - timedelta(minutes=2), kind="triton")
+    _scrape(site_a, later, now - timedelta(minutes=1), kind="triton")
+    serving_rollups.roll_everything(now=now)
+    bert = Endpoint.objects.get(site=site_a, name="bert_large")
+
+    snap = viewer_client.get(f"/api/v1/serving/endpoints/{bert.pk}/snapshot", {"range": "1h"}).json()
+    means = {"request_mean_ms": 31.0, "queue_mean_ms": 4.0, "compute_mean_ms": 26.5}
+    # Divided by the successes, not the 1,115 finished requests (27.8, 3.6 and 23.8 ms).
+    assert {k: snap["now"][k] for k in means} == pytest.approx(means)
+    assert {k: snap["range_figures"][k] for k in means} == pytest.approx(means)
+    assert {k: [v for v in snap["series"][k] if v is not None] for k in means} == {
+        k: [pytest.approx(v)] for k, v in means.items()
+    }
+    assert snap["range_figures"]["successes"] == 1000
+    assert snap["range_figures"]["failures_by_reason"] == {"BACKEND": 10, "CANCELED": 5, "REJECTED": 100}
+    assert snap["since_start"]["failures_by_reason"] == {
+        "BACKEND": 2 + 7 + 10,
+        "CANCELED": 41 + 5,
+        "OTHER": 0,
+        "REJECTED": 126 + 100,
+    }
+    # The overview card shows the same number, from the same function.
+    overview = viewer_client.get(OVERVIEW).json()
+    card = next(c for c in overview["endpoints"] if c["name"] == "bert_large")
+    assert card["now"]["request_mean_ms"] == snap["now"]["request_mean_ms"]
+    # The page has its Triton card; a vLLM endpoint's page has none.
+    page = viewer_client.get(f"/serving/endpoints/{bert.pk}/").content.decode()
+    assert 'id="triton-card"' in page and 'id="chart-duration"' in page
+    store_serving_points(site_id=site_a.pk, batch_key="v", points=scrapes("llama", now - timedelta(minutes=3), 1))
+    llama = Endpoint.objects.get(site=site_a, name="llama")
+    assert 'id="triton-card"' not in viewer_client.get(f"/serving/endpoints/{llama.pk}/").content.decode()
+
+
+def test_a_tgi_endpoint_reads_its_requests_and_tokens_from_its_own_series(viewer_client: Client, site_a: Site) -> None:
+    # TGI has no TTFT histogram and no token counter: 600 requests (tgi_request_success) and 60,000
+    # generated tokens (the sum of tgi_request_generated_tokens) between two scrapes two minutes apart.
+    text = (FIXTURES / "tgi.prom").read_text()
+    later = _bump(
+        text,
+        {
+            "tgi_request_success": 600,
+            "tgi_request_count": 600,
+            "tgi_request_generated_tokens_sum": 60_000,
+            "tgi_request_generated_tokens_count": 600,
+            "tgi_request_generated_tokens_bucket": 600,
+        },
+        match="tgi_",
+    )
+    now = timezone.now()
+    _scrape(site_a, text, now - timedelta(minutes=3), kind="tgi", endpoint="mistral")
+    _scrape(site_a, later, now - timedelta(minutes=1), kind="tgi", endpoint="mistral")
+    serving_rollups.roll_everything(now=now)
+    card = viewer_client.get(OVERVIEW).json()["endpoints"][0]
+    assert card["now"]["requests_5m"] == 600
+    # Over the two minutes the scrapes cover, not per 60 s.
+    assert card["now"]["rps"] == pytest.approx(600 / 120)
+    assert card["now"]["tokens_per_s"] == pytest.approx(60_000 / 120)
+    point = next(p for p in reversed(card["series"]["rps"]) if p is not None)
+    assert point == pytest.approx(600 / 120)
+
+
+# --- what the SLO figures cover ----------------------------------------------------------------------
+
+
+def test_a_budget_over_less_data_than_its_window_says_what_it_covers(viewer_client: Client, site_a: Site) -> None:
+    now = timezone.now()
+    first = _minute(now) - timedelta(minutes=30)
+    store_serving_points(site_id=site_a.pk, batch_key="recent", points=scrapes("llama", first, 30))
+    serving_rollups.roll_everything(now=now)
+    endpoint = Endpoint.objects.get(site=site_a, name="llama")
+    card = viewer_client.get(OVERVIEW).json()["endpoints"][0]
+    # The "30-day budget" rests on the data since the first scrape's minute, to the end of the
+    # current one: 31 minutes.
+    coverage = card["coverage"]
+    assert coverage == {
+        "since": first.isoformat(),
+        "seconds": 31 * 60,
+        "period_days": 30,
+        "complete": False,
+    }
+    slo = viewer_client.get(f"/api/v1/serving/endpoints/{endpoint.pk}/slo").json()["slo"]
+    assert slo["coverage"] == coverage
+    # 2 % of TTFTs over 500 ms burns 2x on every window, yet 30 minutes of data carry no ticket
+    # (1x over 3 d and 6 h needs 6 h of data), on the page as in the incident engine.
+    assert _by_slo(card["slos"])["ttft"]["burn"]["3d"] == pytest.approx(2.0)
+    assert card["alerts"] == [] and card["verdict"] == "missing"  # the budget is overspent all the same
+    snap = viewer_client.get(f"/api/v1/serving/endpoints/{endpoint.pk}/snapshot").json()
+    assert snap["coverage"] == coverage

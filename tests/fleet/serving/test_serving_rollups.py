@@ -296,7 +296,7 @@ def test_triton_counters_give_mean_queue_and_compute_time_pending_and_failures(s
     point = serving.timeseries(bert.pk, NOW - timedelta(minutes=5), NOW)[-1]
     assert point["queue_mean_ms"] == pytest.approx(4.0)
     assert point["compute_mean_ms"] == pytest.approx(25.0)
-    assert point["e2e_mean_ms"] == pytest.approx(31.0)
+    assert point["request_mean_ms"] == pytest.approx(31.0)
     assert point["waiting"] == pytest.approx(11)  # pending requests, both versions summed
     since = serving.since_start(bert.pk, now=NOW)
     assert since is not None
@@ -385,3 +385,54 @@ def test_a_histogram_restart_resets_every_bucket_together(site_a: Site) -> None:
     )
     assert histogram.total == 150
     assert sm.latency_sli(histogram, 0.5).good == 0
+
+
+def test_triton_millisecond_histograms_count_requests_not_thousandths(site_a: Site) -> None:
+    # nv_inference_first_response_histogram_ms: the 1e-3 turns its bounds into seconds; its bucket
+    # counts are requests. 1,000 more requests, all within 100 ms, between two scrapes.
+    text = (FIXTURES / "triton.prom").read_text()
+    histogram = "nv_inference_first_response_histogram_ms"
+    later = _bump(
+        text,
+        {f"{histogram}_bucket": 1000, f"{histogram}_count": 1000, f"{histogram}_sum": 1000 * 40},
+        match='model="bert_large",version="3"',
+    )
+    for i, body in enumerate((text, later)):
+        exposition = parse_exposition(body, kind="triton", now=NOW - timedelta(minutes=2 - i))
+        store_exposition(exposition, site_id=site_a.pk, batch_key=f"ms{i}")
+    serving_rollups.roll_everything(now=NOW)
+    bert = Endpoint.objects.get(site=site_a, name="bert_large")
+    ttft = serving.window_totals(bert.pk, {"5m": timedelta(minutes=5)}, now=NOW)["5m"].histogram("ttft")
+    assert (ttft.total, ttft.count) == (1000, 1000)
+    assert ttft.sum == pytest.approx(40.0)  # 40 ms each, in seconds
+    assert sm.histogram_quantile(0.99, ttft) == pytest.approx(0.099)  # within the 100 ms bucket
+    status = serving.slo_status(bert, now=NOW)
+    assert (status["ttft"]["windows"]["5m"]["good"], status["ttft"]["windows"]["5m"]["total"]) == (1000, 1000)
+    assert status["latency"]["5m"]["ttft"]["count"] == 1000
+    # The figures since the server started count the same way: the 611,905 of the first scrape plus
+    # the 1,000 since.
+    since = serving.since_start(bert.pk, now=NOW)
+    assert since is not None and since["ttft"]["count"] == 611_905 + 1000
+
+
+def test_rates_divide_by_the_seconds_the_scrapes_cover(site_a: Site) -> None:
+    # A server scraped every two minutes, serving 2 requests and 50 tokens a second: each scrape
+    # brings 240 requests and 6,000 tokens, credited to one minute. Over the seconds they cover,
+    # the rate is 2/s in that minute, not 240/60 = 4/s (and nothing the next).
+    ok, tokens = "vllm:request_success_total", "vllm:generation_tokens_total"
+    start = (NOW - timedelta(minutes=20)).replace(second=10)
+    points = []
+    for i in range(8):
+        ts = start + timedelta(minutes=2 * i)
+        points.append(ServingPoint("m", "vllm", "m", ts, ok, 'finished_reason="stop"', 240.0 * i))
+        points.append(ServingPoint("m", "vllm", "m", ts, tokens, "", 6000.0 * i))
+    store_serving_points(site_id=site_a.pk, batch_key="every-2-min", points=points)
+    serving_rollups.roll_everything(now=NOW)
+    series = serving.timeseries(_endpoint(site_a).pk, NOW - timedelta(minutes=30), NOW, step=timedelta(minutes=1))
+    assert len(series) == 7  # a point for each minute with a scrape after the first
+    for point in series:
+        assert point["rps"] == pytest.approx(2.0) and point["tokens_per_s"] == pytest.approx(50.0)
+        assert point["activity"]["span_seconds"] == 120
+    # A wider step covering several scrapes: their increases over the seconds they cover.
+    wide = serving.timeseries(_endpoint(site_a).pk, NOW - timedelta(minutes=30), NOW, step=timedelta(minutes=10))
+    assert {p["rps"] for p in wide} == {2.0}

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 from pathlib import Path
 
 import pytest
+from asgiref.sync import async_to_sync
+from django.core import signals
+from django.core.asgi import get_asgi_application
+from django.db import close_old_connections
 
 from fleet.ingest.prometheus import parse_exposition
 from fleet.models import Endpoint, Gpu, GpuSample, GpuState, IngestBatch, ServingSample
@@ -158,3 +164,66 @@ def test_triton_counters_keep_their_exposed_names() -> None:
         ("nv_inference_queue_duration_us", "resnet", "triton"),
     ]
     assert {p.version for p in exposition.serving} == {"1"}
+
+
+def _asgi_post(path: str, token: str, chunks: list[bytes]) -> tuple[int, bytes]:
+    """POST through Django's ASGI handler, as uvicorn hands it a chunked body: no Content-Length
+    header, the body in several http.request messages. Returns (status, body)."""
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            (b"host", b"127.0.0.1"),
+            (b"authorization", f"Bearer {token}".encode()),
+            (b"content-type", b"text/plain; version=0.0.4"),
+            (b"transfer-encoding", b"chunked"),
+        ],
+        "client": ("127.0.0.1", 40000),
+        "server": ("127.0.0.1", 8000),
+    }
+    messages = [{"type": "http.request", "body": c, "more_body": i < len(chunks) - 1} for i, c in enumerate(chunks)]
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        if messages:
+            return messages.pop(0)
+        await asyncio.Event().wait()  # the client stays connected until the answer (Django listens)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    # As Django's test client does: the handler's end-of-request signal would close the test's
+    # connection (and its transaction) otherwise.
+    signals.request_started.disconnect(close_old_connections)
+    signals.request_finished.disconnect(close_old_connections)
+    try:
+        async_to_sync(get_asgi_application())(scope, receive, send)
+    finally:
+        signals.request_started.connect(close_old_connections)
+        signals.request_finished.connect(close_old_connections)
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    return status, b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+
+
+def test_a_chunked_body_over_the_limit_gets_413_naming_the_limit(site_a, token_a, settings) -> None:
+    settings.INGEST_MAX_BYTES = 64 * 1024
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = settings.INGEST_MAX_BYTES + 1024
+    padding = ("# " + "x" * 1020 + "\n").encode()
+    chunks = [VLLM.encode(), *[padding] * 80]  # about 80 KB, in 81 chunks, no Content-Length
+    for path in ("/api/v1/ingest/prometheus", "/api/v1/ingest/gpu-samples"):
+        status, body = _asgi_post(path, token_a, chunks)
+        assert status == 413, (path, body[:300])
+        assert "limit of 65536 bytes" in json.loads(body)["error"], body
+    assert ServingSample.objects.count() == 0
+    # Under the limit, the same chunked push is read and stored.
+    status, body = _asgi_post("/api/v1/ingest/prometheus", token_a, [VLLM.encode()[:500], VLLM.encode()[500:]])
+    assert status == 202, body
+    assert ServingSample.objects.count() == 76

@@ -15,9 +15,11 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from fleet.models import Site
+from fleet.models import Job, Site
 from fleet.telemetry.store import store_gpu_samples
+from fleet.training import dashboard as training_dashboard
 from fleet.training.detectors import candidate_jobs, jobs_on
+from fleet.training.goodput import Account, account, job_spans
 from incidents.detectors import run_detectors
 from incidents.models import Finding, Incident
 from tests.fleet.telemetry.test_rollups_and_retention import sample
@@ -124,6 +126,19 @@ def firing(detector: str) -> list[Finding]:
     return list(Finding.objects.filter(source=f"detector:{detector}", status="firing"))
 
 
+def account_between(job_id: int, start: datetime, end: datetime) -> Account:
+    """The job's account over [start, end), from its whole history as its page computes it."""
+    events = training_dashboard.job_events(job_id)
+    gang = Job.objects.get(pk=job_id).gang_size
+    return account(job_spans(events, now=end), gang_size=gang, start=start, end=end)
+
+
+def compute_between(job_id: int, start: datetime, end: datetime) -> float:
+    """GPU-seconds of step compute over [start, end) (no failure in it: nothing is waiting)."""
+    acc = account_between(job_id, start, end)
+    return acc.productive_s + acc.at_risk_s + acc.disruption_s
+
+
 # --- hang ----------------------------------------------------------------------------------------
 
 
@@ -190,7 +205,9 @@ def test_a_job_that_ended_is_not_hung(site_a: Site, token_a: str, t0: datetime) 
 # --- data stall ----------------------------------------------------------------------------------
 
 
-def test_a_starved_data_loader_with_idle_gpus_is_detected(site_a: Site, token_a: str, t0: datetime) -> None:
+def test_a_data_stall_is_judged_by_the_wait_the_job_reports_and_utilisation_only_sets_severity(
+    site_a: Site, token_a: str, t0: datetime
+) -> None:
     client = Client()
     starved = new_job(client, token_a, site_a, ["d-001"], t0, name="starved")
     busy = new_job(client, token_a, site_a, ["d-002"], t0, name="busy")
@@ -202,13 +219,36 @@ def test_a_starved_data_loader_with_idle_gpus_is_detected(site_a: Site, token_a:
     telemetry(site_a, ["d-001"], at(t0, 10), at(t0, 610), all={"gpu_util": 35.0})
     telemetry(site_a, ["d-002"], at(t0, 10), at(t0, 610), all={"gpu_util": 96.0})
     run_detectors(now=at(t0, 610), only=TRAINING)
-    (finding,) = firing("training-data-stall")
-    assert finding.labels["job"] == str(starved)  # the busy GPUs say the wait is not starving them
+    found = {f.labels["job"]: f for f in firing("training-data-stall")}
+    # Both waited half of each step: both stall. Busy GPUs lower the severity, they do not hide it.
+    assert set(found) == {str(starved), str(busy)}
+    finding = found[str(starved)]
     assert finding.severity == "SEV3" and "50%" in finding.summary and "35 % utilisation" in finding.summary
-    # Window (0 s, 610 s]: steps ending 14..610 s, the first began at 10 s: 600 s span.
-    # 8 GPUs x 0.5 wait fraction x 600 s = 2400 GPU-s = 0.667 GPU-hours.
-    assert finding.impact["gpu_hours_lost"] == round(8 * 0.5 * 600 / 3600, 3)
+    assert found[str(busy)].severity == "SEV4"
+    # Window (0 s, 610 s]: steps ending 14..610 s, the first began at 10 s. The account's stall over
+    # it: 150 steps x 2 s = 300 s; 8 GPUs x 300 s = 2400 GPU-s = 0.667 GPU-hours.
+    assert finding.impact["gpu_hours_lost"] == finding.impact["gpu_hours"] == round(8 * 150 * 2 / 3600, 3)
     assert finding.impact["data_wait_fraction"] == 0.5
+
+
+def test_a_forty_percent_data_wait_at_sixty_percent_utilisation_opens_a_finding(
+    site_a: Site, token_a: str, t0: datetime
+) -> None:
+    """The account records the stall; a finding must open too, whatever the GPUs' utilisation."""
+    client = Client()
+    job_id = new_job(client, token_a, site_a, ["d-003"], t0, name="ordinary")
+    ev = Events(client, token_a, job_id, t0)
+    ev.start()
+    ev.steps(first_end=15, count=120, step_time=5.0, wait=2.0)  # 40 % of each 5 s step waits: to 610 s
+    telemetry(site_a, ["d-003"], at(t0, 10), at(t0, 610), all={"gpu_util": 60.0})
+    run_detectors(now=at(t0, 610), only=["training-data-stall"])
+    (finding,) = firing("training-data-stall")
+    assert finding.labels["job"] == str(job_id) and finding.severity == "SEV4"
+    assert finding.impact["data_wait_fraction"] == 0.4 and "60 % utilisation" in finding.summary
+    # The stall time x gang over the episode, as the job's account has it.
+    stall = account_between(job_id, finding.started_at, at(t0, 610)).data_stall_s
+    assert stall == 120 * 2.0 * 8
+    assert finding.impact["gpu_hours_lost"] == round(stall / 3600, 3)
 
 
 def test_a_stall_needs_five_minutes_of_steps_and_a_high_fraction(site_a: Site, token_a: str, t0: datetime) -> None:
@@ -243,9 +283,12 @@ def test_a_node_with_longer_steps_is_a_straggler(site_a: Site, token_a: str, t0:
     assert finding.labels["hostname"] == "g-003" and finding.labels["job"] == str(job_id)
     assert "median step 4.20 s vs 3.00 s" in finding.summary
     assert finding.impact["slowdown"] == 1.4
-    # 24 GPUs x (1 - 1/1.4) of the episode so far: from the window's first step, which began at
-    # 15.002 - 4.2 = 10.802 s (g-003's report of the first step), to now (300 s).
-    assert finding.impact["gpu_hours_lost"] == round(24 * (1 - 1 / 1.4) * (300 - 10.802) / 3600, 3)
+    # (1 - 1/1.4) of the gang's compute over the episode so far: from the window's first step,
+    # which began at 15.002 - 4.2 = 10.802 s (g-003's report of the first step), to its last report
+    # at 262.802 s (then no step until now, 300 s): 252 s x 24 GPUs, as the account has it.
+    compute = compute_between(job_id, finding.started_at, at(t0, 300))
+    assert compute == pytest.approx(252 * 24)
+    assert finding.impact["gpu_hours_lost"] == round((1 - 1 / 1.4) * compute / 3600, 3)
 
 
 def test_a_node_whose_gpus_are_far_less_active_is_a_straggler(site_a: Site, token_a: str, t0: datetime) -> None:
@@ -330,20 +373,36 @@ def test_a_failed_job_and_the_xid_79_on_its_node_are_one_incident_with_the_jobs_
     )
     assert failed.incident == gpu_fault.incident == incident
     assert incident.group_key == f"job={job_id}"
-    # Lost: 8 GPUs x (failure at 1210 s - checkpoint at 600 s) = 4880 GPU-s = 1.356 GPU-hours.
-    lost = round(8 * 610 / 3600, 3)
-    assert failed.impact["gpu_hours_lost"] == lost and failed.impact["gpus"] == 8
+    # What the failure cost so far: the 600 s of compute since the checkpoint at 600 s, and 20 s
+    # of the gang held waiting to restart: 8 GPUs x 620 s = 1.378 GPU-hours.
+    lost = round(8 * (600 + 20) / 3600, 3)
+    assert failed.impact["gpu_hours_lost"] == failed.impact["gpu_hours"] == lost and failed.impact["gpus"] == 8
+    assert failed.impact["progress_lost_gpu_h"] == round(8 * 600 / 3600, 3)
+    assert failed.impact["waiting_gpu_h"] == round(8 * 20 / 3600, 3) and failed.impact["growing"] == "waiting"
     assert failed.started_at == at(t0, 1210)
+    assert "GPU-hours" not in failed.summary  # the incident's title names no figure to go stale
     assert gpu_fault.labels["job"] == str(job_id) and gpu_fault.labels["job_name"] == "llama-70b-pretrain"
-    assert gpu_fault.impact["job_gpus"] == 8 and gpu_fault.impact["gpu_hours_at_risk"] == lost
+    # The fault's cost to the job is the failure finding's: none of its own, nothing at risk.
+    assert gpu_fault.impact["job_gpus"] == 8 and "gpu_hours" not in gpu_fault.impact
+    assert gpu_fault.impact["job_failed_at"] == at(t0, 1210).isoformat()
     assert gpu_fault.impact["gpu_uuids"] and len(gpu_fault.impact["gpu_uuids"]) == 8  # the node drains
-    assert incident.gpu_hours_lost == pytest.approx(lost)
+    assert incident.gpu_hours_lost == pytest.approx(lost) and incident.gpus_out_of_service == 0
+    assert incident.current_gpu_hours() == pytest.approx(lost)
     assert incident.affected_gpus == 8  # the job's GPUs are the node's: counted once
-    # The job restarts: the failure finding clears (the incident keeps its GPU-hours).
+    # The job restarts: the failure finding takes its final cost and clears. 90 s waiting (1210 s
+    # to the restart at 1300 s), no re-initialisation (the restore began at the restart), the 30 s
+    # restore: 8 GPUs x (600 + 90 + 30) s.
     ev.send((1300, "started", {}), (1330, "restored", {"step": 146, "duration_s": 30}))
     run_detectors(now=at(t0, 1340), only=["training-job-failed"])
     failed.refresh_from_db()
+    incident.refresh_from_db()
     assert failed.status == "cleared"
+    final = round(8 * (600 + 90 + 30) / 3600, 3)
+    assert failed.impact["gpu_hours_lost"] == final and failed.impact["restore_gpu_h"] == round(8 * 30 / 3600, 3)
+    assert incident.gpu_hours_lost == pytest.approx(final)
+    # The job page's failure row says the same.
+    [row] = training_dashboard.job_snapshot(Job.objects.get(pk=job_id), now=at(t0, 1340))["losses"]
+    assert row["cost_gpu_s"] == 8 * (600 + 90 + 30) and row["cost_gpu_h"] == round(final, 2)
 
 
 def test_a_job_released_after_failing_stays_failed_for_30_minutes(site_a: Site, token_a: str, t0: datetime) -> None:
@@ -355,10 +414,17 @@ def test_a_job_released_after_failing_stays_failed_for_30_minutes(site_a: Site, 
     ev.send((100, "failed", {"reason": "OOM"}), (160, "released", {}))
     run_detectors(now=at(t0, 1000), only=TRAINING)
     (finding,) = firing("training-job-failed")
-    # Never checkpointed: lost from the attempt's start (started at 10 s) to the failure at 100 s.
-    assert finding.impact["gpu_hours_lost"] == round(8 * 90 / 3600, 3)
+    # Never checkpointed: all its compute lost (10 steps of 1 s), and the gang held from the failure
+    # at 100 s to the release at 160 s: (10 + 60) s x 8 GPUs, fixed at the release.
+    cost = round(8 * (10 + 60) / 3600, 3)
+    assert finding.impact["gpu_hours_lost"] == cost and finding.impact["growing"] is None
+    run_detectors(now=at(t0, 1500), only=TRAINING)
+    finding.refresh_from_db()
+    assert finding.impact["gpu_hours_lost"] == cost and finding.incident.gpu_hours_lost == pytest.approx(cost)
     run_detectors(now=at(t0, 100 + 1801), only=TRAINING)
     assert not firing("training-job-failed")
+    finding.refresh_from_db()
+    assert finding.incident.current_gpu_hours() == pytest.approx(cost)  # nothing accrues after the release
 
 
 def test_a_gpu_fault_on_a_node_without_a_job_keeps_its_node_grouping(site_a: Site, t0: datetime) -> None:
@@ -377,7 +443,9 @@ def test_twenty_healthy_simulated_jobs_over_an_hour_raise_nothing() -> None:
     world = make_world(jobs=20, seed=21, scenarios=False, failure_rate=0.0)
     assert len(world.training.jobs) == 20 and len({n for j in world.training.jobs for n in j.nodes}) >= 20
     world.run(start_time(), 60)  # the detectors run every simulated minute
-    assert world.training.rejected == [] and world.training.accepted > 20_000
+    # Steady traffic for the detectors to judge: at least three events a job a minute (steps at
+    # the simulator's physically possible rates, 25-55 % MFU, are seconds long; a gang reports each once).
+    assert world.training.rejected == [] and world.training.accepted > 20 * 60 * 3
     assert dict(world.fired) == {}
     assert not Finding.objects.exists()
 
@@ -522,7 +590,7 @@ def test_a_fault_on_a_gpu_the_job_does_not_use_is_not_linked_unless_it_drains_th
     assert xid.labels["job"] == str(job_id)
 
 
-def test_a_linked_fault_counts_lost_hours_only_for_a_failed_job_fixed_at_the_failure(
+def test_a_linked_fault_never_counts_the_jobs_hours_itself_the_failure_finding_does(
     site_a: Site, token_a: str, t0: datetime
 ) -> None:
     client = Client()
@@ -536,31 +604,37 @@ def test_a_linked_fault_counts_lost_hours_only_for_a_failed_job_fixed_at_the_fai
         ev.steps(first_end=604, count=100, step_time=4.0)  # to 1000 s
     # A fault on a GPU of a running job: at risk only, nothing lost yet.
     _xid(site_a, "s-102", 3, [995], t0, xid=48)
-    run_detectors(now=at(t0, 1000), only=["critical-xid"])
+    run_detectors(now=at(t0, 1000), only=["critical-xid", "training-job-failed"])
     fault = Finding.objects.get(source="detector:critical-xid")
     assert fault.labels["job"] == str(running)
-    assert fault.impact["gpu_hours_at_risk"] == round(8 * 400 / 3600, 3)  # 8 GPUs x (1000 - 600 s)
-    assert "gpu_hours" not in fault.impact and fault.incident.gpu_hours_lost == 0
-    # The other job fails with an XID 79 on its node.
+    # The account's work not yet checkpointed: the 400 s of compute since the save at 600 s.
+    assert fault.impact["gpu_hours_at_risk"] == round(8 * 400 / 3600, 3)
+    assert account_between(running, at(t0, 0), at(t0, 1000)).at_risk_s == 8 * 400
+    assert "gpu_hours" not in fault.impact and fault.incident.current_gpu_hours() == 0
+    assert fault.incident.current_gpu_hours_at_risk() == pytest.approx(8 * 400 / 3600, abs=1e-3)
+    # The other job fails with an XID 79 on its node: its failure finding prices the failure, the
+    # fault adds nothing of its own (not even its GPUs out of service: the job holds them).
     ev.steps(first_end=1004, count=50, step_time=4.0)  # to 1200 s
     ev.send((1210, "failed", {"reason": "XID 79"}))
     _xid(site_a, "s-101", 3, [1205, 1220], t0)
-    run_detectors(now=at(t0, 1230), only=["critical-xid"])
-    xid = Finding.objects.get(labels__job=str(job_id))
-    lost = round(8 * 610 / 3600, 3)  # 8 GPUs x (failure at 1210 s - checkpoint at 600 s)
-    assert xid.impact["gpu_hours"] == xid.impact["gpu_hours_at_risk"] == lost
+    run_detectors(now=at(t0, 1230), only=["critical-xid", "training-job-failed"])
+    xid = Finding.objects.get(source="detector:critical-xid", labels__job=str(job_id))
+    failed = Finding.objects.get(source="detector:training-job-failed", labels__job=str(job_id))
+    assert "gpu_hours" not in xid.impact and "gpu_hours_at_risk" not in xid.impact
+    assert xid.incident == failed.incident
     incident = xid.incident
-    assert incident.gpu_hours_lost == pytest.approx(lost)
-    # The job restarts and trains for over an hour without a checkpoint while the XID sticks: the
-    # fault's lost hours do not grow, and the incident keeps the failure's figure.
+    cost = round(8 * (600 + 20) / 3600, 3)  # 600 s of progress since the save, 20 s waiting so far
+    assert failed.impact["gpu_hours"] == cost and incident.current_gpu_hours() == pytest.approx(cost)
+    # The job restarts and trains for over an hour while the XID sticks: the fault adds nothing,
+    # and the incident keeps the failure's final cost (90 s waiting and a 30 s restore).
     ev.send((1300, "started", {}), (1330, "restored", {"step": 146, "duration_s": 30}))
     ev.steps(first_end=1334, count=1000, step_time=4.0)  # to 5330 s
     _xid(site_a, "s-101", 3, [5300, 5320], t0)
-    run_detectors(now=at(t0, 5330), only=["critical-xid"])
+    run_detectors(now=at(t0, 5330), only=["critical-xid", "training-job-failed"])
     xid.refresh_from_db()
     incident.refresh_from_db()
     assert xid.status == "firing" and "gpu_hours" not in xid.impact
-    assert incident.gpu_hours_lost == pytest.approx(lost)
+    assert incident.current_gpu_hours() == pytest.approx(8 * (600 + 90 + 30) / 3600, abs=1e-3)
 
 
 # --- cost per cycle ------------------------------------------------------------------------------
@@ -612,8 +686,10 @@ def test_a_firing_straggler_clears_only_under_1_2_x_and_counts_the_whole_episode
     ev.steps(first_end=305, count=200, step_time=3.75, nodes={"y-001": 3.0, "y-002": 3.0, "y-003": 3.75})
     run_detectors(now=at(t0, 1051), only=TRAINING)  # window (451, 1051]: only the 3.75 s steps
     (finding,) = firing("training-straggler")
-    # The whole episode: 24 GPUs x (1 - 1/1.25) x (1051 - 10.802 s), not a 10-minute slice.
-    assert finding.impact["gpu_hours_lost"] == round(24 * (1 - 1 / 1.25) * (1051 - 10.802) / 3600, 3)
+    # The whole episode, not a 10-minute slice: (1 - 1/1.25) x the gang's compute since 10.802 s.
+    compute = compute_between(job_id, at(t0, 10.802), at(t0, 1051))
+    assert compute > 24 * 900  # the compute of some 950 s of steps, not 600 s
+    assert finding.impact["gpu_hours_lost"] == round((1 - 1 / 1.25) * compute / 3600, 3)
     assert finding.incident.gpu_hours_lost == pytest.approx(finding.impact["gpu_hours_lost"])
     ev.steps(first_end=1055, count=200, step_time=3.45, nodes={"y-001": 3.0, "y-002": 3.0, "y-003": 3.45})
     run_detectors(now=at(t0, 1742), only=TRAINING)  # 1.15 x: under 1.2 x, it clears
@@ -638,8 +714,10 @@ def test_a_firing_data_stall_clears_only_under_a_fifth_and_counts_the_whole_epis
     ev.steps(first_end=614, count=150, step_time=4.0, wait=1.0)  # to 1210 s: 25 % waiting
     run_detectors(now=at(t0, 1210), only=TRAINING)  # window (610, 1210]: only the 25 % steps
     (finding,) = firing("training-data-stall")
-    # 8 GPUs x 0.25 x the episode since 10 s: 1200 s = 0.667 GPU-hours (not 600 s' 0.333).
-    assert finding.impact["gpu_hours_lost"] == round(8 * 0.25 * 1200 / 3600, 3)
+    # The stall time of the whole episode since 10 s, not of a 10-minute slice: 150 steps waiting
+    # 2 s, then 150 waiting 1 s: 8 GPUs x 450 s = 1.0 GPU-hours.
+    assert finding.impact["gpu_hours_lost"] == round(8 * (150 * 2 + 150 * 1) / 3600, 3)
+    assert account_between(job_id, at(t0, 10), at(t0, 1210)).data_stall_s == 8 * 450
     ev.steps(first_end=1214, count=150, step_time=4.0, wait=0.6)  # to 1810 s: 15 % waiting
     run_detectors(now=at(t0, 1810), only=TRAINING)
     assert not firing("training-data-stall")

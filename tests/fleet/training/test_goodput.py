@@ -18,11 +18,17 @@ from fleet.training.goodput import (
     Span,
     account,
     add_accounts,
+    compute_us,
     failure_losses,
     hang_threshold_s,
     ideal_step_time_s,
     job_report,
     job_spans,
+    rows_of,
+    stretch_of,
+    sweep,
+    to_us,
+    unrecovered,
 )
 
 T0 = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
@@ -105,6 +111,32 @@ def test_a_clean_run_with_a_checkpoint_then_completion_is_startup_productive_sav
     assert acc.goodput == 400 / 1040
 
 
+def test_a_failure_costs_progress_lost_waiting_re_initialisation_and_restore_and_grows_until_progress() -> None:
+    events = [
+        ev("allocated", 0),
+        ev("started", 0),
+        step(1, 10),
+        save(1, 15, 5),
+        step(2, 25),  # [15, 25] lost at the failure
+        ev("failed", 30, reason="XID 79"),  # [25, 30] idle
+    ]
+    # Still holding its GPUs at 100 s, not restarted: the 70 s of waiting grow with the clock.
+    [loss] = failure_losses(events, gang_size=8, now=at(100))
+    assert (loss.lost_gpu_s, loss.waiting_gpu_s, loss.growing, loss.recovered) == (80, 70 * 8, "waiting", False)
+    assert wall(events, now=100) == {"productive": 10, "checkpoint_save": 5, "disruption": 10 + 70, "idle": 5}
+    # Restarted at 120 s: the waiting is fixed at 90 s, the re-initialisation grows until progress.
+    events.append(ev("started", 120))
+    [loss] = failure_losses(events, gang_size=8, now=at(150))
+    assert (loss.waiting_gpu_s, loss.reinit_gpu_s, loss.growing) == (90 * 8, 30 * 8, "reinit")
+    assert unrecovered(failure_losses(events, gang_size=8, now=at(150))) == [loss]
+    # A restore that began at 160 s and a step: the recovery is over, the cost final.
+    events += [ev("restored", 170, step=1, duration_s=10), step(2, 180)]
+    [loss] = failure_losses(events, gang_size=8, now=at(1000))
+    assert (loss.reinit_gpu_s, loss.restore_gpu_s, loss.growing, loss.recovered) == (40 * 8, 10 * 8, None, True)
+    assert loss.cost_gpu_s == (10 + 90 + 40 + 10) * 8
+    assert unrecovered(failure_losses(events, gang_size=8, now=at(1000))) == []
+
+
 def test_a_steps_data_wait_is_a_data_loading_stall() -> None:
     events = [
         ev("allocated", 0),
@@ -144,15 +176,15 @@ def test_a_failure_loses_the_progress_since_the_last_checkpoint() -> None:
         step(4, 45),
         step(5, 55),  # [35, 55]: not yet saved
         ev("failed", 60, reason="XID 79"),  # [55, 60] a 5 s gap: idle; steps 4-5 (20 s) lost
-        ev("started", 90),  # [60, 90] down after the failure: idle
+        ev("started", 90),  # [60, 90] waiting to restart after the failure: disruption
         ev("restored", 100, step=3, duration_s=10),  # [90, 100]
         step(4, 110),  # [100, 110] not saved yet, the job still runs: at risk
     ]
     assert wall(events, now=110) == {
         "productive": 30,
         "checkpoint_save": 5,
-        "disruption": 20,
-        "idle": 5 + 30,
+        "disruption": 20 + 30,
+        "idle": 5,
         "checkpoint_restore": 10,
         "at_risk": 10,
     }
@@ -160,6 +192,10 @@ def test_a_failure_loses_the_progress_since_the_last_checkpoint() -> None:
     assert (loss.kind, loss.reason, loss.ts) == ("failed", "XID 79", at(60))
     assert loss.lost_gpu_s == 20 * 16  # gang size x the 20 s of compute since the checkpoint
     assert (loss.checkpoint_step, loss.checkpoint_ts) == (3, at(35))
+    # What the failure cost: 20 s of progress, 30 s waiting to restart, no re-initialisation (the
+    # restore began at the restart), a 10 s restore: 60 s x 16 GPUs, and it is over.
+    assert (loss.waiting_gpu_s, loss.reinit_gpu_s, loss.restore_gpu_s) == (30 * 16, 0, 10 * 16)
+    assert loss.cost_gpu_s == 60 * 16 and loss.recovered and loss.growing is None
     # The issue's lost GPU-hours: gang x time since the retained checkpoint, (60 - 35) x 16 = 400.
     assert loss.since_checkpoint_gpu_s == 25 * 16
     spans, losses = job_report(events, gang_size=16, now=at(110))
@@ -174,9 +210,9 @@ def test_a_second_failure_during_the_restart_loses_nothing_more() -> None:
         save(2, 25, 5),
         step(3, 35),  # [25, 35]
         ev("failed", 40, reason="XID 79"),  # loses step 3 (10 s); [35, 40] idle
-        ev("started", 60),  # [40, 60] idle
+        ev("started", 60),  # [40, 60] waiting to restart: disruption
         ev("failed", 100, reason="NCCL timeout"),  # [60, 100] start-up that never made progress
-        ev("started", 130),  # [100, 130] idle
+        ev("started", 130),  # [100, 130] waiting again
         ev("restored", 140, step=2, duration_s=10),  # [130, 140]
         step(3, 150),
         save(3, 155, 5),
@@ -185,12 +221,17 @@ def test_a_second_failure_during_the_restart_loses_nothing_more() -> None:
     assert wall(events, now=200) == {
         "productive": 20 + 10,
         "checkpoint_save": 5 + 5,
-        "disruption": 10,
-        "idle": 5 + 20 + 30,
+        "disruption": 10 + 20 + 30,
+        "idle": 5,
         "startup": 40,
         "checkpoint_restore": 10,
     }
     first, second = failure_losses(events, gang_size=4, now=at(200))
+    # The first failure: step 3 lost, 20 s waiting, 40 s of a restart that failed in turn. The
+    # second: 30 s waiting and the 10 s restore that ended the recovery of both.
+    assert (first.lost_gpu_s, first.waiting_gpu_s, first.reinit_gpu_s, first.restore_gpu_s) == (40, 80, 160, 0)
+    assert (second.lost_gpu_s, second.waiting_gpu_s, second.reinit_gpu_s, second.restore_gpu_s) == (0, 120, 0, 40)
+    assert not first.recovered and second.recovered
     assert (first.reason, first.lost_gpu_s, first.checkpoint_step, first.checkpoint_ts) == ("XID 79", 40, 2, at(25))
     assert (second.reason, second.lost_gpu_s, second.checkpoint_step) == ("NCCL timeout", 0, 2)
     # Since the checkpoint at 25: (40 - 25) x 4 = 60 and (100 - 25) x 4 = 300. The second failure
@@ -226,6 +267,8 @@ def test_preemption_ends_the_allocation_and_resume_starts_a_new_one() -> None:
     assert account(spans, gang_size=2).allocated_s == (45 + 100) * 2
     [loss] = failure_losses(events, gang_size=2, now=at(1100))
     assert (loss.kind, loss.reason, loss.lost_gpu_s, loss.checkpoint_step) == ("preempted", "higher tier", 20, 2)
+    # Not allocated while preempted: no waiting; starting again and the restore are its cost.
+    assert (loss.waiting_gpu_s, loss.reinit_gpu_s, loss.restore_gpu_s) == (0, 20 * 2, 10 * 2)
 
 
 def test_a_restore_from_an_older_checkpoint_loses_the_newer_checkpoints_work() -> None:
@@ -239,16 +282,15 @@ def test_a_restore_from_an_older_checkpoint_loses_the_newer_checkpoints_work() -
         save(4, 50, 5),  # a checkpoint that turns out unreadable
         step(5, 60),  # [50, 60]
         ev("failed", 60),
-        ev("started", 70),  # [60, 70] idle
+        ev("started", 70),  # [60, 70] waiting to restart
         ev("restored", 80, step=2, duration_s=10),  # back to step 2: steps 3-5 lost
         step(3, 90),
         step(4, 100),  # [80, 100] at risk
     ]
     assert wall(events, now=100) == {
         "productive": 20,
-        "disruption": 20 + 10,  # steps 3-4 under the lost checkpoint, and step 5
+        "disruption": 20 + 10 + 10,  # steps 3-4 under the lost checkpoint, step 5, the wait
         "checkpoint_save": 10,
-        "idle": 10,
         "checkpoint_restore": 10,
         "at_risk": 20,
     }
@@ -265,15 +307,17 @@ def test_a_job_that_never_checkpointed_loses_everything_on_failure() -> None:
         step(3, 90),
         step(4, 100),  # [60, 100]
         ev("failed", 100, reason="OOM"),
-        ev("released", 130),  # [100, 130] idle
+        ev("released", 130),  # [100, 130] held, failed, until the release: disruption
     ]
-    assert wall(events, now=500) == {"startup": 60, "disruption": 40, "idle": 30}
+    assert wall(events, now=500) == {"startup": 60, "disruption": 40 + 30}
     assert account(job_spans(events, now=at(500)), gang_size=8).goodput == 0
     [loss] = failure_losses(events, gang_size=8, now=at(500))
     assert (loss.lost_gpu_s, loss.checkpoint_step, loss.checkpoint_ts) == (40 * 8, None, None)
     # No checkpoint retained: the time since the attempt started at 0 counts, (100 - 0) x 8 = 800,
     # start-up included (lost_gpu_s counts only the 40 s of compute).
     assert loss.since_checkpoint_gpu_s == 800
+    # Released without a restart: the cost is fixed at the release, 40 s lost + 30 s waiting.
+    assert loss.cost_gpu_s == (40 + 30) * 8 and loss.growing is None
 
 
 def test_a_restore_from_step_zero_loses_the_whole_lineage() -> None:
@@ -284,11 +328,11 @@ def test_a_restore_from_step_zero_loses_the_whole_lineage() -> None:
         step(2, 25),
         save(2, 30, 5),
         ev("failed", 30),
-        ev("started", 40),  # [30, 40] idle
+        ev("started", 40),  # [30, 40] waiting to restart
         ev("restored", 40, step=0),  # nothing to restore: all 20 s of compute lost
         step(1, 50),  # [40, 50] at risk
     ]
-    assert wall(events, now=50) == {"disruption": 20, "checkpoint_save": 10, "idle": 10, "at_risk": 10}
+    assert wall(events, now=50) == {"disruption": 20 + 10, "checkpoint_save": 10, "at_risk": 10}
 
 
 def test_a_running_jobs_work_since_its_last_checkpoint_is_at_risk() -> None:
@@ -439,9 +483,23 @@ def test_any_valid_sequence_tiles_the_allocated_time_exactly(case: tuple[list[Ev
     assert round(acc.allocated_s, 6) == round(allocated_wall_s(events, now), 6)
     spanned = sum((s.end - s.start for s in spans), timedelta())
     assert spanned.total_seconds() == round(allocated_wall_s(events, now), 6)
-    # Every second of lost compute is charged to a failure, preemption, release or rollback.
+    # Every second of lost compute is charged to a failure, preemption, release or rollback, and
+    # every second of waiting to restart to a failure: the costs' parts are disjoint parts of the
+    # account, never more than their categories.
     losses = failure_losses(events, gang_size=1, now=now)
-    assert round(sum(loss.lost_gpu_s for loss in losses), 6) == round(acc.disruption_s, 6)
+    assert round(sum(loss.lost_gpu_s + loss.waiting_gpu_s for loss in losses), 6) == round(acc.disruption_s, 6)
+    assert round(sum(loss.reinit_gpu_s for loss in losses), 6) <= round(acc.startup_s, 6)
+    assert round(sum(loss.restore_gpu_s for loss in losses), 6) <= round(acc.checkpoint_restore_s, 6)
+    # The account of a stretch from its own events alone agrees with the whole account clipped to
+    # it wherever the stretch's events decide (what the detectors price a fault's episode with).
+    rows = rows_of(events)
+    state = sweep(rows, now_us=to_us(now))
+    for start_s in (0.0, now_s / 3, now_s / 2, max(now_s - 5, 0.0)):
+        part = stretch_of(rows, gang_size=1, start_us=to_us(at(start_s)), end_us=to_us(now))
+        whole = account(spans, gang_size=1, start=at(start_s), end=now)
+        for category in ("data_stall", "checkpoint_save", "checkpoint_restore"):
+            assert round(part.account.seconds(category), 6) == round(whole.seconds(category), 6), (category, start_s)
+        assert round(part.compute_s * 1_000_000) == compute_us(state, to_us(at(start_s)), to_us(now))
 
 
 @st.composite

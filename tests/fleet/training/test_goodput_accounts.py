@@ -89,12 +89,12 @@ def test_a_late_failure_reclassifies_hours_already_accounted(job: Job) -> None:
     g = job.gang_size
     after = rows(job)
     # Step 2 was at risk in hours 8 and 9; the failure loses it. The failed attempt's GPUs are
-    # still held: [09:20, 09:21:40] is idle after the failure.
+    # still held: [09:20, 09:21:40] waits to restart, part of the disruption.
     assert after[H8]["disruption_s"] == 2700 * g and "at_risk_s" not in after[H8]
     assert after[H9] == {
         "allocated_s": 1300 * g,
-        "disruption_s": 900 * g,
-        "idle_s": (300 + 100) * g,
+        "disruption_s": (900 + 100) * g,
+        "idle_s": 300 * g,
         "steps": 1,
         "tokens": 2000,
     }

@@ -242,9 +242,9 @@ def test_the_job_snapshot_matches_a_hand_calculation(viewer_client: Client, fini
         "data_stall": 2 * gang,
         "checkpoint_save": 10 * gang,
         "checkpoint_restore": 20 * gang,
-        "disruption": 10 * gang,
+        "disruption": (10 + 30) * gang,  # step 3, and [100, 130] waiting to restart
         "hang": 0,
-        "idle": 30 * gang,
+        "idle": 0,
     }
     assert acc["goodput"] == round(28 / 160, 4)
     assert acc["lost_gpu_h"] == round((160 - 28) * gang / 3600, 2)
@@ -258,6 +258,15 @@ def test_the_job_snapshot_matches_a_hand_calculation(viewer_client: Client, fini
         40.0,
         2,
     )
+    # What it cost: 10 s of progress, 30 s waiting to restart, no re-initialisation (the restore
+    # began at the restart, 130 s), the 20 s restore: 60 s x 4 GPUs, as one figure with its parts.
+    assert loss["cost_gpu_s"] == 60 * gang and loss["recovered"] is True
+    assert (loss["waiting_gpu_h"], loss["reinit_gpu_h"], loss["restore_gpu_h"]) == (
+        round(30 * gang / 3600, 2),
+        0,
+        round(20 * gang / 3600, 2),
+    )
+    assert snap["losses_total"]["cost_gpu_h"] == loss["cost_gpu_h"]
 
     # Every event but the steps, newest first.
     assert [e["kind"] for e in snap["timeline"]] == [
@@ -405,7 +414,7 @@ def test_the_overview_tile_shows_goodput_and_the_biggest_cause(viewer_client: Cl
     page = viewer_client.get("/").content.decode()
     assert "Training goodput →" in page
     assert "58.3<small>%" in page  # 25,200 / 43,200 over 24 h
-    assert "Progress lost to disruptions" in page and "3.0 GPU-h in 24 h" in page
+    assert "Disruptions: progress lost, waiting to restart" in page and "3.0 GPU-h in 24 h" in page
     assert "5.0" in page  # GPU-hours lost over 24 h
 
 
@@ -458,8 +467,11 @@ def test_at_10_59_the_last_hour_is_exactly_one_bucket() -> None:
     # 1h: 600 / (600 + 600) = 0.5; 1,200 GPU-s allocated; 600 GPU-s lost.
     assert g["1h"] == {
         "goodput": 0.5,
+        "at_risk_share": 0.0,
+        "lost_share": 0.5,
         "allocated_gpu_h": round(1_200 / 3600, 2),
         "productive_gpu_h": round(600 / 3600, 2),
+        "at_risk_gpu_h": 0.0,
         "lost_gpu_h": round(600 / 3600, 2),
         "since": "2026-11-30T10:00:00+00:00",
     }
@@ -607,7 +619,7 @@ def test_a_long_job_takes_its_account_from_the_hourly_rows(
     gang = 4
     assert acc["exact"] is False and acc["as_of"] is None  # refreshed, nothing waiting
     assert acc["allocated_gpu_s"] == 160 * gang
-    assert acc["gpu_s"]["productive"] == 28 * gang and acc["gpu_s"]["disruption"] == 10 * gang
+    assert acc["gpu_s"]["productive"] == 28 * gang and acc["gpu_s"]["disruption"] == (10 + 30) * gang
     assert acc["steps"] == 4
     # The losses stay exact, from the events.
     assert [loss["lost_gpu_s"] for loss in snap["losses"]] == [40.0]
@@ -634,3 +646,56 @@ def test_the_job_snapshot_sweeps_the_events_once(
     assert len(sweeps) == 1
     assert snap["account"]["exact"] is (long_job_events == 50_000)
     assert [loss["lost_gpu_s"] for loss in snap["losses"]] == [40.0]
+
+
+# --- retained goodput and the share at risk ----------------------------------------------------
+
+
+def test_a_running_job_that_has_not_checkpointed_reads_its_work_at_risk_not_a_bare_zero(
+    viewer_client: Client, token_a: str
+) -> None:
+    """Work not yet checkpointed is neither retained nor lost: the headline shows retained goodput
+    and the share at risk beside it, and the GPU-hours add up to the allocated ones."""
+    response = register_job(viewer_client, token_a, gang_size=8, scheduler_id="default/at-risk")
+    job_id = response.json()["id"]
+    now = timezone.now().replace(microsecond=0)
+    t0 = now - timedelta(minutes=20)
+    events = [{"id": "a", "ts": t0.isoformat(), "kind": "allocated"}]
+    events += [
+        {
+            "id": f"s{n}",
+            "ts": (t0 + timedelta(seconds=10 * n)).isoformat(),
+            "kind": "step",
+            "step": n,
+            "step_time_s": 10,
+        }
+        for n in range(1, 115)
+    ]  # steps covering [0, 1140 s]: 19 minutes of compute, never checkpointed, then a 60 s tail
+    assert post_events(viewer_client, job_id, events, token_a).status_code == 200
+    acc = viewer_client.get(f"/api/v1/training/jobs/{job_id}/snapshot").json()["account"]
+    assert acc["goodput"] == 0.0  # nothing retained yet...
+    assert acc["at_risk_share"] == pytest.approx(1140 / 1200, abs=2e-3)  # ...and its work at risk, said beside it
+    assert acc["goodput"] + acc["at_risk_share"] + acc["lost_share"] == pytest.approx(1.0, abs=3e-4)
+    assert acc["productive_gpu_h"] + acc["at_risk_gpu_h"] + acc["lost_gpu_h"] == pytest.approx(
+        acc["allocated_gpu_h"], abs=0.015
+    )
+    at_risk_row = next(b for b in acc["breakdown"] if b["category"] == "at_risk")
+    assert at_risk_row["share"] == acc["at_risk_share"] and at_risk_row["gpu_h"] == acc["at_risk_gpu_h"]
+
+    refresh_job_accounts([job_id], now=now)
+    body = viewer_client.get(OVERVIEW, {"range": "24h"}).json()
+    for key in ("1h", "24h", "7d"):
+        g = body["goodput"][key]
+        # The card: retained + at risk + lost = 1 (and in GPU-hours, = allocated): it reconciles.
+        assert g["goodput"] + g["at_risk_share"] + g["lost_share"] == pytest.approx(1.0, abs=3e-4)
+        assert g["productive_gpu_h"] + g["at_risk_gpu_h"] + g["lost_gpu_h"] == pytest.approx(
+            g["allocated_gpu_h"], abs=0.015
+        )
+    assert body["goodput"]["24h"]["at_risk_share"] > 0.9
+    shares = {b["category"]: b["share"] for b in body["breakdown"]}
+    assert shares["productive"] == body["account"]["goodput"] and shares["at_risk"] == body["account"]["at_risk_share"]
+    page = viewer_client.get("/training/").content.decode()
+    assert 'data-at-risk-share="24h"' in page and "% retained" in page
+    assert 'data-stat="at_risk_share"' in viewer_client.get(f"/training/jobs/{job_id}/").content.decode()
+    tile = viewer_client.get("/").content.decode()
+    assert "% at risk (not yet checkpointed)" in tile

@@ -1,0 +1,55 @@
+"""`manage.py check --deploy`: the console's database role (console.dbroles).
+
+Warns when production migrates as the console's own role (no DATABASE_OWNER_URL), and when the
+console connects as a superuser, as the owner of the audit log (or a member of that owner), or as
+a role that may UPDATE, DELETE or TRUNCATE an append-only table: each makes the triggers advisory.
+The role is read from the database itself; a database the check cannot reach is not judged.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import Tags, Warning, register
+
+from console import dbroles
+
+logger = logging.getLogger(__name__)
+
+HINT = (
+    "Run the console as an application role: `manage.py setup_database_roles` creates it and the owner; "
+    "set DATABASE_URL to the app role and DATABASE_OWNER_URL to the owner (README, Production)."
+)
+
+
+def connection_problems() -> list[str]:
+    """What is wrong with the role DATABASE_URL connects as; empty when fit or unreachable."""
+    import psycopg
+
+    from console.backup import libpq_params
+
+    params = libpq_params({**settings.DATABASES["default"], **settings.DATABASE_APP})
+    try:
+        with psycopg.connect(**{**params, "connect_timeout": "5"}) as conn:  # type: ignore[arg-type]
+            return dbroles.connection_role_problems(conn.cursor())
+    except psycopg.Error as exc:
+        logger.debug("check --deploy: the database role was not checked: %s", exc)
+        return []
+
+
+@register(Tags.security, deploy=True)
+def database_roles(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    warnings = []
+    if not settings.EMBEDDED_DATABASE and not settings.DATABASE_OWNER:
+        warnings.append(
+            Warning(
+                "DATABASE_OWNER_URL is not set: migrations run as DATABASE_URL's role, which then owns the "
+                "tables the console runs against.",
+                hint=HINT,
+                id="goodput.W101",
+            )
+        )
+    warnings += [Warning(problem, hint=HINT, id="goodput.W102") for problem in connection_problems()]
+    return warnings

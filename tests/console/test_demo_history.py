@@ -1,0 +1,145 @@
+"""The demo's first start writes the week before it (issue 21, item 15): every page opens on
+history, and the history's figures agree with each other (the training jobs and the telemetry of
+their GPUs, the job failures and their incidents, the serving traffic and its SLO windows).
+
+One expensive set-up (the whole simulated fleet's week, as `make demo` writes it) shared by the
+assertions of one test; the week's training events go through the events door's checks here.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from datetime import timedelta
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from fleet.capacity.models import Reservation
+from fleet.management import backfill
+from fleet.management.commands.simulate import Command as SimulateCommand
+from fleet.models import Endpoint, EndpointChange, Gpu, GpuRollup1h, GpuRollup1m, Job, JobEvent
+from fleet.serving import slo as serving
+from fleet.serving.simulator import SURGE_NOTE
+from fleet.training.simulator import JOB_KINDS, NCCL_TIMEOUT
+from incidents.choices import IncidentState
+from incidents.models import Incident
+from incidents.services.views_data import mttx_by_severity_and_month
+
+# prepare() closes stale connections between its steps, as a long-running command does: no outer
+# transaction around it.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PEAK_TFLOPS = {  # dense BF16, ../shared/REFERENCE.md
+    "NVIDIA H100 80GB HBM3": 989,
+    "NVIDIA H200": 989,
+    "NVIDIA A100-SXM4-80GB": 312,
+    "NVIDIA L40S": 362,
+}
+PAGES = ["/", "/fleet/", "/training/", "/serving/", "/incidents/", "/incidents/metrics/", "/capacity/", "/power/"]
+
+
+def _prepare(data_dir: Path) -> Any:
+    command = SimulateCommand(stdout=StringIO(), stderr=StringIO())
+    options = {**vars(command.create_parser("manage.py", "simulate").parse_args([])), "history": True}
+    return command.prepare(options, stop_event=threading.Event())
+
+
+def test_a_first_start_writes_a_week_that_every_page_shows_and_that_agrees_with_itself(
+    settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, viewer_client: Client
+) -> None:
+    settings.DATA_DIR = tmp_path
+    monkeypatch.setattr(backfill, "CHECK_EVENTS", True)  # every event through the door's checks
+    assert backfill.history_needed()
+    started = time.monotonic()
+    session = _prepare(tmp_path)
+    print(f"\nthe week written in {time.monotonic() - started:.1f} s: {session.history}")
+    now = timezone.now()
+    assert session.history["jobs"] == 8 and session.history["incidents"] >= 5
+
+    # Every page opens, and the figures behind them span the week.
+    for page in PAGES:
+        assert viewer_client.get(page).status_code == 200, page
+    training = viewer_client.get("/api/v1/training/overview", {"range": "7d"}).json()
+    hours = training["series"]["gpu_h"]
+    allocated = [sum(hours[c][i] or 0 for c in hours) for i in range(len(training["series"]["hours"]))]
+    assert len(allocated) == backfill.WEEK_HOURS and all(a > 0 for a in allocated[:-1])  # the last: this hour
+    week = training["goodput"]["7d"]
+    assert 0.8 < week["goodput"] < 0.99 and week["allocated_gpu_h"] > 1000
+    lost = {c: sum(v or 0 for v in hours[c]) for c in hours}
+    assert lost["checkpoint_save"] > 0 and lost["hang"] > 0 and lost["disruption"] > 0, lost
+    fleet = viewer_client.get("/api/v1/fleet/overview/", {"range": "7d"}).json()
+    assert fleet["series"]
+    assert viewer_client.get("/api/v1/fleet/overview/", {"range": "15m"}).json()["series"]
+
+    # Every running job at a possible model FLOPs utilisation, measured as the page measures it.
+    kinds = {kind.name: kind.parameters for kind in JOB_KINDS}
+    running = {row["id"]: row for row in training["running"]}
+    assert len(running) == 8
+    for job in Job.objects.all():
+        row = running[job.pk]
+        peak = sum(PEAK_TFLOPS[g.model] for g in job.gpus.all()) * 1e12
+        mfu = 6 * kinds[job.name.rsplit("-", 1)[0]] * row["tokens_per_s"] / peak
+        assert 0.25 <= mfu <= 0.55, (job.name, row["tokens_per_s"], mfu)
+
+    # The jobs' story: checkpoints, failures and their restores, the scripted hang.
+    kinds_seen = Counter(JobEvent.objects.exclude(kind="step").values_list("kind", flat=True))
+    assert kinds_seen["checkpoint_saved"] > 100 and kinds_seen["failed"] >= 2
+    assert kinds_seen["restored"] == kinds_seen["failed"]
+    hang = JobEvent.objects.get(kind="failed", reason=NCCL_TIMEOUT)
+    assert JobEvent.objects.filter(kind="failed", reason__contains="XID 79").count() == 1
+
+    # The telemetry of the jobs' GPUs tells the same story.
+    hung_job = hang.job
+    before = hung_job.first_allocated_at.replace(minute=0, second=0, microsecond=0)
+    gpu_ids = list(hung_job.gpus.values_list("pk", flat=True))
+    idle = GpuRollup1h.objects.filter(gpu_id__in=gpu_ids, bucket__lt=before)
+    busy = GpuRollup1h.objects.filter(gpu_id__in=gpu_ids, bucket__gt=before, bucket__lt=hang.ts.replace(minute=0))
+    assert idle.exists() and max(r.util_mean for r in idle) < 5  # no job held them yet
+    assert busy.exists() and min(r.util_mean for r in busy) > 80
+    xid = JobEvent.objects.get(kind="failed", reason__contains="XID 79")
+    faulty = Gpu.objects.get(node__hostname=xid.reason.split(" on ")[-1].split(" GPU ")[0], index=int(xid.reason[-1]))
+    fault_hour = GpuRollup1h.objects.get(gpu_id=faulty.pk, bucket=xid.ts.replace(minute=0, second=0, microsecond=0))
+    assert fault_hour.xid_max == 79 and fault_hour.error_samples > 0
+    assert GpuRollup1m.objects.filter(bucket__gte=now - backfill.MINUTE_ROLLUPS + backfill.RAW).count() >= 384 * 300
+
+    # Each job failure opened its incident, resolved, with detection and resolution times.
+    failures = JobEvent.objects.filter(kind="failed").count()
+    job_incidents = Incident.objects.filter(group_key__startswith="job=", state=IncidentState.RESOLVED)
+    assert job_incidents.count() == failures
+    assert job_incidents.filter(title__startswith="Suspected hang").count() == 1
+    assert all(i.started_at <= i.detected_at <= i.resolved_at <= now for i in Incident.objects.resolved())
+    metrics = mttx_by_severity_and_month(now - timedelta(days=8))
+    assert metrics and all(row["mttd"] is not None and row["mttr"] is not None for row in metrics)
+
+    # Serving: SLO windows over the week, latency in the hundreds of milliseconds, and the one
+    # scripted collapse labelled on its endpoint and in its resolved incident.
+    for endpoint in Endpoint.objects.all():
+        status = serving.slo_status(endpoint)
+        assert status["coverage"]["seconds"] > 6.9 * 86400, endpoint.name
+        for slo in ("ttft", "itl", "availability"):
+            if status[slo]["budget_left"] is not None:
+                assert 0 <= status[slo]["budget_left"] <= 1, (endpoint.name, slo)
+        if endpoint.framework == "vllm":
+            assert status["latency"]["1h"]["ttft"]["p99"] < 1000, endpoint.name
+    surge = EndpointChange.objects.get(kind="config", note=SURGE_NOTE)
+    assert now - surge.ts < backfill.MINUTE_ROLLUPS
+    collapse = Incident.objects.get(category="serving")
+    assert collapse.state == IncidentState.RESOLVED and "Queueing collapse" in collapse.title
+    assert collapse.labels["endpoint"] == str(surge.endpoint_id)
+
+    # Reservations in every tier, from the capacity seed.
+    assert set(Reservation.objects.values_list("tier", flat=True)) == {"reserved", "on-demand", "preemptible"}
+
+    # The live run takes the same jobs on from the week's end; a restart writes no second week.
+    assert all(
+        job.job_id and job.cursor and abs((job.cursor - now).total_seconds()) < 600 for job in session.training.jobs
+    )
+    assert not backfill.history_needed()
+    again = _prepare(tmp_path)
+    assert again.history == {} and Job.objects.count() == 8
