@@ -39,6 +39,7 @@ Targets: plan_p95_ms <= 150 and approve_p95_ms <= 150.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import io
 import logging
@@ -293,7 +294,13 @@ def main() -> None:
         pending.state = "requested"  # approve the last one once more, outside the timed run
         pending.save(update_fields=["state"])
         actor = User.objects.get(username="bench-operator")
-        profile("approve()", lambda: capacity.approve(pending, actor=actor))
+
+        def approve_once() -> None:
+            # Refused in the timed run too where the site's power curtails the pool: the same checks.
+            with contextlib.suppress(capacity.ConflictError):
+                capacity.approve(pending, actor=actor)
+
+        profile("approve()", approve_once)
 
     base_times = time_get(client, "/api/v1/fleet/sites/", args.requests)
     base_p95 = percentile(base_times, 95)

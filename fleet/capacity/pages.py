@@ -1,6 +1,6 @@
 """What the capacity pages and the overview tile read: the plan page's tables (pools with their
 figures and preemptible reservations at risk, each team's use against its quota, late and upcoming
-orders, power approvals) and the tile's figures.
+orders, power approvals, the months a site's power curtails pools) and the tile's figures.
 
 Everything is computed by fleet.capacity.services; this module only gathers it for a page, in a
 number of queries that grows with the pools, not with the reservations.
@@ -90,6 +90,27 @@ def conflict_months(plan: dict[str, Any]) -> list[dict[str, Any]]:
         pools = [f"{p['site']}/{p['name']}" for p in plan["pools"] if p["months"][i]["conflict"]]
         if pools:
             out.append({"month": month["month"], "pools": pools})
+    return out
+
+
+def curtailed_months(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """The plan's months with GPUs dark for a site's power, a run of months that says the same
+    thing folded into one: {"first", "last" (months), "pools": [{"pool", "gpus", "why"}]}."""
+    out: list[dict[str, Any]] = []
+    for i, month in enumerate(plan["total"]):
+        pools = [
+            {"pool": f"{p['site']}/{p['name']}", "gpus": row["curtailed"], "why": row["curtailed_why"]}
+            for p in plan["pools"]
+            if (row := p["months"][i])["curtailed"]
+        ]
+        if not pools:
+            continue
+        if out and out[-1]["pools"] == pools and out[-1]["next"] == i:
+            out[-1].update(last=month["month"], next=i + 1)
+        else:
+            out.append({"first": month["month"], "last": month["month"], "pools": pools, "next": i + 1})
+    for run in out:
+        del run["next"]
     return out
 
 

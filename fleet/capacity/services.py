@@ -6,8 +6,11 @@ Figures of a pool (all in GPUs):
 - **energised**: what the racks' power budgets run. Per rack, whole nodes at full load
   (power_budget.energisable_nodes, nodes in hostname order, every GPU node of the rack sharing the
   budget whatever its model); a rack with no budget, or a node in no rack, counts in full. When
-  the site has a contracted power and its energised nodes together draw more at full load, each
-  pool keeps the same share of its energised GPUs as the contract covers (rounded down).
+  the site has a contracted power (plus the approved power due by today) and those nodes together
+  draw more at full load, whole nodes are curtailed by the site's power rule
+  (power_budget.site_power_steps): the site's pools keep their power in the order they were added
+  (the pool running longest first), nodes in hostname order within a pool, nodes of GPUs no pool
+  counts last; a node that does not fit what is left is curtailed and the next one tried.
 - **healthy**: energised minus the energised GPUs of the pool taken out of service by open
   incidents (the union of ``impact["gpu_uuids"]`` of their firing findings, as the engine counts).
 - **reserved**: approved and active reservations overlapping now, preemptible shown apart.
@@ -19,11 +22,13 @@ Future supply (supply_at): today's figures, plus
    date; a late order (promised date past, not delivered) counts nowhere until it is delivered (its
    new date is unknown; counting it would promise capacity nobody can name a day for); a
    delivered order is in the inventory already, a cancelled one never counts;
-2. power: new GPUs are energised only within the site's spare power: the contracted power less the
-   full-load draw of today's energised nodes, plus the kW of power approvals energised by then
-   (status approved or energised, from their expected date), shared among the site's pools in
-   proportion to their installed GPUs, at the pool's per-GPU node power. A site with no contracted
-   power energises what lands in full (its power is not the limit the console knows of).
+2. power: the kW of power approvals (status approved or energised) land on their expected date
+   and first restore the site's curtailed nodes (same order, whole nodes); the power left then
+   energises the GPUs landed and still dark, in arrival order across the site's pools, GPU by GPU
+   at the pool's per-GPU node power (board power plus the node overhead over the pool's node size:
+   the mean GPUs per node of its installed nodes, DEFAULT_GPUS_PER_NODE when it has none). Nothing
+   energised is switched off. A site with no contracted power energises what lands in full (its
+   power is not the limit the console knows of).
 
 Only energised supply counts for commitments. Supply moves on dates (midnight UTC).
 """
@@ -33,10 +38,9 @@ from __future__ import annotations
 import bisect
 import csv
 import io
-import math
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, TypeVar
 
@@ -110,9 +114,9 @@ class PoolNow:
     healthy: int = 0
     reserved: int = 0
     reserved_preemptible: int = 0
-    # For future supply: per-GPU node power (W) and the site's spare power now (W, None: unlimited).
+    # For future supply: per-GPU node power (W) of GPUs landing, and the site's power rule inputs.
     gpu_w: float = 0.0
-    spare_w: float | None = None
+    site_power: SitePowerInputs | None = None
 
     @property
     def available(self) -> int:
@@ -129,6 +133,29 @@ class PoolNow:
         }
 
 
+@dataclass
+class SitePowerInputs:
+    """What the site's power rule (power_budget.site_power_steps) needs, read once by pool_figures
+    and shared by the site's pools: nodes in power order, approved power, the pools in power order
+    and the per-GPU node power of each (for GPUs landing)."""
+
+    contract_w: float | None
+    nodes: list[power_budget.SiteNode]
+    approvals: list[tuple[date, float]]
+    pools: list[int]
+    gpu_w: dict[int, float]
+
+    def steps(self, today: date, arrivals: Iterable[power_budget.Arrival] = ()) -> list[power_budget.SitePower]:
+        return power_budget.site_power_steps(
+            contract_w=self.contract_w,
+            today=today,
+            nodes=self.nodes,
+            arrivals=arrivals,
+            approvals=self.approvals,
+            pools=self.pools,
+        )
+
+
 def out_of_service_uuids() -> set[str]:
     """Physical GPUs taken out of service now: named as faulty by firing findings of open incidents
     (incidents.services.cost.faulty_gpu_uuids: a job's straggler or hang does not take its gang out)."""
@@ -143,14 +170,33 @@ def out_of_service_uuids() -> set[str]:
 
 
 def pool_figures(pools: Iterable[Pool], *, now: datetime | None = None) -> dict[int, PoolNow]:
-    """Today's figures of the pools (see the module docstring), in a fixed number of queries."""
+    """Today's figures of the pools (see the module docstring), in a fixed number of queries.
+
+    The site's power is shared by all its pools, so every pool of the pools' sites is counted
+    (and the result carries the site's power rule inputs for supply_curves); only the pools
+    asked for are returned."""
     now = now or timezone.now()
+    today = timezone.localdate(now, UTC)
     pools = list(pools)
-    out = {p.pk: PoolNow() for p in pools}
-    if not pools:
-        return out
+    asked = [p.pk for p in pools]
+    if not asked:
+        return {}
     site_ids = {p.site_id for p in pools}
-    by_key = {(p.site_id, p.gpu_model): p.pk for p in pools}
+    # Every pool of the sites, in power order: the pool added first keeps its power longest.
+    site_pools = list(
+        Pool.objects.filter(site_id__in=site_ids)
+        .order_by("created_at", "pk")
+        .values_list("pk", "site_id", "gpu_model", "site__contracted_power_kw")
+    )
+    out = {pk: PoolNow() for pk, _, _, _ in site_pools}
+    by_key = {(site_id, model): pk for pk, site_id, model, _ in site_pools}
+    rank = {pk: i for i, (pk, _, _, _) in enumerate(site_pools)}
+    contracted = {site_id: kw for _, site_id, _, kw in site_pools}
+    approvals: dict[int, list[tuple[date, float]]] = defaultdict(list)
+    for site_id, on, kw in PowerApproval.objects.filter(
+        site_id__in=site_ids, status__in=[ApprovalStatus.APPROVED, ApprovalStatus.ENERGISED]
+    ).values_list("site_id", "expected_on", "added_kw"):
+        approvals[site_id].append((on, float(kw) * 1000.0))
     overhead = power_budget.node_overhead_w()
 
     # Every GPU node of the sites, with its physical GPUs counted by model (the rack budget is
@@ -189,9 +235,38 @@ def pool_figures(pools: Iterable[Pool], *, now: datetime | None = None) -> dict[
             if power_budget.energisable_nodes(left, need, 1) == 1:
                 energised_nodes.append((node_id, site_id))
                 left -= need
-    energised_set = {n for n, _ in energised_nodes}
 
-    site_draw_w: dict[int, float] = defaultdict(float)
+    # The site's power rule: the nodes the racks run, in power order (their first pool's rank,
+    # then hostname), at today's contracted and approved power. A node left dark is curtailed.
+    def node_gpus(node_id: int, site_id: int) -> dict[int, int]:
+        gpus: dict[int, int] = defaultdict(int)
+        for model, count in node_models[node_id].items():
+            pk = by_key.get((site_id, model))
+            if pk is not None:
+                gpus[pk] += count
+        return dict(gpus)
+
+    site_nodes: dict[int, list[tuple[int, power_budget.SiteNode]]] = defaultdict(list)
+    for node_id, site_id in energised_nodes:
+        site_nodes[site_id].append((node_id, power_budget.SiteNode(node_w(node_id), node_gpus(node_id, site_id))))
+    site_inputs: dict[int, SitePowerInputs] = {}
+    energised_set: set[int] = set()
+    for site_id in site_ids:
+        ordered = sorted(  # stable: hostname order within a rank
+            site_nodes[site_id], key=lambda item: min((rank[pk] for pk in item[1].gpus), default=len(rank))
+        )
+        kw = contracted.get(site_id)
+        inputs = SitePowerInputs(
+            contract_w=None if kw is None else float(kw) * 1000.0,
+            nodes=[node for _, node in ordered],
+            approvals=approvals[site_id],
+            pools=[pk for pk, s, _, _ in site_pools if s == site_id],
+            gpu_w={},
+        )
+        site_inputs[site_id] = inputs
+        now_state = inputs.steps(today)[0]
+        energised_set.update(node_id for (node_id, _), on in zip(ordered, now_state.nodes_on, strict=True) if on)
+
     per_pool_nodes: dict[int, list[int]] = defaultdict(list)  # GPUs per node of the pool's model
     for node_id, site_id, _rack in nodes:
         for model, count in node_models[node_id].items():
@@ -203,8 +278,6 @@ def pool_figures(pools: Iterable[Pool], *, now: datetime | None = None) -> dict[
             per_pool_nodes[pk].append(count)
             if node_id in energised_set:
                 figures.energised += count
-        if node_id in energised_set:
-            site_draw_w[site_id] += node_w(node_id)
 
     # Energised GPUs out of service, per pool: only the few GPUs the open incidents name are read.
     lost_by_pool: dict[int, int] = defaultdict(int)
@@ -219,29 +292,16 @@ def pool_figures(pools: Iterable[Pool], *, now: datetime | None = None) -> dict[
             if pk is not None and node_id in energised_set:
                 lost_by_pool[pk] += 1
 
-    contracted = {p.site_id: p.site.contracted_power_kw for p in pools}
-    installed_by_site: dict[int, int] = defaultdict(int)
-    for p in pools:
-        installed_by_site[p.site_id] += out[p.pk].installed
-    for p in pools:
-        figures = out[p.pk]
-        per_node = per_pool_nodes.get(p.pk) or [DEFAULT_GPUS_PER_NODE]
+    for pk, site_id, model, _kw in site_pools:
+        figures = out[pk]
+        per_node = per_pool_nodes.get(pk) or [DEFAULT_GPUS_PER_NODE]
         gpus_per_node = sum(per_node) / len(per_node)
-        figures.gpu_w = power_budget.board_power_w(p.gpu_model) + overhead / gpus_per_node
-        kw = contracted[p.site_id]
-        lost = lost_by_pool[p.pk]
-        if kw is not None:
-            contract_w, draw_w = float(kw) * 1000.0, site_draw_w[p.site_id]
-            if draw_w > contract_w:  # the contract cannot run every energised node: same share each
-                kept = math.floor(figures.energised * contract_w / draw_w + 1e-9)
-                lost = max(0, lost - (figures.energised - kept))
-                figures.energised = kept
-            spare = max(0.0, contract_w - draw_w)
-            total = installed_by_site[p.site_id]
-            share = figures.installed / total if total else 1.0 / sum(1 for q in pools if q.site_id == p.site_id)
-            figures.spare_w = spare * share
-        figures.healthy = max(0, figures.energised - lost)
+        figures.gpu_w = power_budget.board_power_w(model) + overhead / gpus_per_node
+        figures.site_power = site_inputs[site_id]
+        site_inputs[site_id].gpu_w[pk] = figures.gpu_w
+        figures.healthy = max(0, figures.energised - lost_by_pool[pk])
 
+    out = {pk: out[pk] for pk in asked}
     for pool_id, tier, gpus in (
         Reservation.objects.committed()
         .filter(pool_id__in=out, start__lte=now, end__gt=now)
@@ -268,12 +328,21 @@ class SupplyCurve:
     days: list[date]
     installed: list[int]
     energised: list[int]
+    # The site's power today, then at each of ``days`` (power_budget.site_power_steps): what the
+    # site's power leaves dark of the pool, and why.
+    power: list[power_budget.SitePower] = field(default_factory=list)
 
     def at(self, day: date) -> tuple[int, int]:
         i = bisect.bisect_right(self.days, day) - 1
         if i < 0:
             return self.installed_now, self.energised_now
         return self.installed[i], self.energised[i]
+
+    def power_at(self, day: date) -> power_budget.SitePower | None:
+        """The site's power on ``day`` (None for a curve built without it)."""
+        if not self.power:
+            return None
+        return self.power[max(0, bisect.bisect_right(self.days, day))]
 
     def steps(self) -> list[tuple[datetime, int]]:
         """(time, energised from then on), today's first."""
@@ -297,43 +366,40 @@ def landing_orders(orders: Iterable[ProcurementOrder], today: date) -> list[tupl
 def supply_curves(
     pools: Iterable[Pool], *, today: date | None = None, figures: dict[int, PoolNow] | None = None
 ) -> dict[int, SupplyCurve]:
-    """Every pool's supply curve from today (2 queries besides pool_figures', unless given)."""
+    """Every pool's supply curve from today (1 query besides pool_figures', unless given).
+
+    Energised supply follows the site's power rule (power_budget.site_power_steps), run once per
+    site over the orders of all its pools: one pool's arrivals take power another's would."""
     today = today or timezone.localdate(timezone.now(), UTC)
     pools = list(pools)
     now_figures = figures if figures is not None else pool_figures(pools)
+    sites = {p.site_id: now_figures[p.pk].site_power for p in pools}
     orders: dict[int, list[ProcurementOrder]] = defaultdict(list)
-    for o in ProcurementOrder.objects.filter(pool__in=pools).exclude(status=OrderStatus.CANCELLED):
+    for o in ProcurementOrder.objects.filter(pool__site_id__in=sites).exclude(status=OrderStatus.CANCELLED):
         orders[o.pool_id].append(o)
-    approvals: dict[int, list[tuple[date, float]]] = defaultdict(list)
-    for site_id, on, kw in PowerApproval.objects.filter(
-        site_id__in={p.site_id for p in pools}, status__in=[ApprovalStatus.APPROVED, ApprovalStatus.ENERGISED]
-    ).values_list("site_id", "expected_on", "added_kw"):
-        approvals[site_id].append((max(on, today), float(kw) * 1000.0))
-    installed_by_site: dict[int, int] = defaultdict(int)
-    pools_by_site: dict[int, int] = defaultdict(int)
-    for p in pools:
-        installed_by_site[p.site_id] += now_figures[p.pk].installed
-        pools_by_site[p.site_id] += 1
+
+    site_steps: dict[int, list[power_budget.SitePower]] = {}
+    for site_id, inputs in sites.items():
+        if inputs is None:  # figures built without the site's power (not by pool_figures)
+            continue
+        arrivals = [  # arrival order: date, then the pools' power order, then the order's own
+            power_budget.Arrival(day, pk, count, inputs.gpu_w[pk])
+            for pk in inputs.pools
+            for day, count in landing_orders(orders[pk], today)
+        ]
+        arrivals.sort(key=lambda a: a.day)
+        site_steps[site_id] = inputs.steps(today, arrivals)
 
     curves = {}
     for p in pools:
         f = now_figures[p.pk]
         landing = landing_orders(orders[p.pk], today)
-        total = installed_by_site[p.site_id]
-        share = f.installed / total if total else 1.0 / pools_by_site[p.site_id]
-        power_steps = [(d, w * share) for d, w in approvals[p.site_id]]
-        days = sorted({d for d, _ in landing} | {d for d, _ in power_steps})
-        inst, ener = [], []
-        for day in days:
-            arrived = sum(c for d, c in landing if d <= day)
-            inst.append(f.installed + arrived)
-            if f.spare_w is None:
-                ener.append(f.energised + arrived)
-            else:
-                spare = f.spare_w + sum(w for d, w in power_steps if d <= day)
-                runnable = math.floor(spare / f.gpu_w + 1e-9) if f.gpu_w > 0 else arrived
-                ener.append(f.energised + min(arrived, runnable))
-        curves[p.pk] = SupplyCurve(today, f.installed, f.energised, days, inst, ener)
+        states = site_steps.get(p.site_id, [])
+        days = [state.day for state in states[1:]]
+        inst = [f.installed + sum(c for d, c in landing if d <= day) for day in days]
+        ener = [state.energised.get(p.pk, 0) for state in states[1:]]
+        energised_now = states[0].energised.get(p.pk, 0) if states else f.energised
+        curves[p.pk] = SupplyCurve(today, f.installed, energised_now, days, inst, ener, states)
     return curves
 
 
@@ -666,9 +732,13 @@ def plan(*, months: int = 12, start: date | None = None, now: datetime | None = 
     - installed and energised on the month's first day (supply only grows as orders and power
       land, so it is the month's least), healthy for the current month only (it is today's);
     - reserved demand by tier: the peak of concurrent approved and active GPUs over the month;
-    - conflict: at some moment of the month, non-preemptible demand exceeds energised supply.
+    - conflict: at some moment of the month, non-preemptible demand exceeds energised supply;
+    - curtailed: on the month's first day, the pool's GPUs (installed or landed) that the site's
+      power leaves dark, and ``curtailed_why``, the site's power rule in figures (None when none
+      are; power_budget.SitePower.why).
 
-    Totals add the pools' figures (peaks are per pool, so the total's peak is their sum's bound).
+    Totals add the pools' figures (peaks are per pool, so the total's peak is their sum's bound);
+    a total's ``curtailed_why`` is None (each pool's says why).
     """
     now = now or timezone.now()
     today = timezone.localdate(now, UTC)
@@ -698,6 +768,8 @@ def plan(*, months: int = 12, start: date | None = None, now: datetime | None = 
             "healthy": None,
             "reserved": dict.fromkeys(tiers, 0),
             "conflict": False,
+            "curtailed": 0,
+            "curtailed_why": None,
         }
 
     total = [empty_month(d) for d in month_days[:-1]]
@@ -715,6 +787,9 @@ def plan(*, months: int = 12, start: date | None = None, now: datetime | None = 
             if d == current:
                 row["healthy"] = figures[p.pk].healthy
             row["conflict"] = conflicts[i]
+            power = curve.power_at(max(d, today))
+            if power is not None:
+                row.update(curtailed=power.curtailed(p.pk), curtailed_why=power.why(p.pk))
             rows.append(row)
             tot = total[i]
             tot["installed"] += installed
@@ -724,6 +799,7 @@ def plan(*, months: int = 12, start: date | None = None, now: datetime | None = 
             for t in tiers:
                 tot["reserved"][t] += row["reserved"][t]
             tot["conflict"] = tot["conflict"] or row["conflict"]
+            tot["curtailed"] += row["curtailed"]
         out_pools.append({"id": p.pk, "name": p.name, "site": p.site.name, "gpu_model": p.gpu_model, "months": rows})
     return {"start": first.isoformat(), "months": months, "pools": out_pools, "total": total}
 
@@ -731,7 +807,7 @@ def plan(*, months: int = 12, start: date | None = None, now: datetime | None = 
 PLAN_CSV_COLUMNS = (
     ["month", "site", "pool", "gpu_model", "installed", "energised", "healthy"]
     + [f"reserved_{t.value.replace('-', '_')}" for t in PriorityTier]
-    + ["conflict"]
+    + ["conflict", "curtailed", "curtailed_why"]
 )
 
 
@@ -748,7 +824,7 @@ def plan_csv(data: dict[str, Any]) -> str:
         w.writerow(
             [row["month"], *names, row["installed"], row["energised"], healthy]
             + [row["reserved"][t] for t in tiers]
-            + [int(row["conflict"])]
+            + [int(row["conflict"]), row["curtailed"], spreadsheet.cell(row["curtailed_why"] or "")]
         )
 
     for p in data["pools"]:

@@ -55,6 +55,7 @@ class CapacityPlanView(DashboardRequiredMixin, TemplateView):
             tiers=[{"value": t.value, "label": t.label} for t in PriorityTier],
             month_rows=[{**m, "by_tier": [m["reserved"][t.value] for t in PriorityTier]} for m in plan["total"]],
             conflicts=capacity_pages.conflict_months(plan),
+            curtailments=capacity_pages.curtailed_months(plan),
             late_orders=[{"order": o, "days_late": (today - o.promised_on).days} for o in late],
             upcoming_orders=[{"order": o, "days_to_go": (o.promised_on - today).days} for o in upcoming],
             approvals=capacity_pages.power_approvals(),
