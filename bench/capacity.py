@@ -113,7 +113,7 @@ def build_plan_data(pools: list[Any], requested: int, rng: random.Random) -> lis
 
     from fleet.capacity.services import pool_figures
     from fleet.choices import PriorityTier
-    from fleet.models import PowerApproval, ProcurementOrder, Reservation, TeamQuota
+    from fleet.models import PowerApproval, ProcurementOrder, Reservation, Team, TeamQuota
 
     now = datetime.now(UTC)
     today = now.date()
@@ -138,9 +138,10 @@ def build_plan_data(pools: list[Any], requested: int, rng: random.Random) -> lis
             for site_id in sorted({p.site_id for p in pools})
         ]
     )
+    Team.objects.bulk_create([Team(name=t) for t in TEAMS], ignore_conflicts=True)
     TeamQuota.objects.bulk_create(
         [
-            TeamQuota(team=t, pool=p, nominal_gpus=energised[p.pk] // 6, borrowing_limit_gpus=energised[p.pk] // 2)
+            TeamQuota(team_id=t, pool=p, nominal_gpus=energised[p.pk] // 6, borrowing_limit_gpus=energised[p.pk] // 2)
             for p in pools
             for t in TEAMS
         ]
@@ -152,7 +153,7 @@ def build_plan_data(pools: list[Any], requested: int, rng: random.Random) -> lis
         end = start + timedelta(days=rng.uniform(3, 45))
         rows.append(
             Reservation(
-                team=rng.choice(TEAMS),
+                team_id=rng.choice(TEAMS),
                 pool=pools[n % len(pools)],
                 gpus=rng.randint(1, 4),
                 start=start,
@@ -167,7 +168,7 @@ def build_plan_data(pools: list[Any], requested: int, rng: random.Random) -> lis
         start = now + timedelta(hours=rng.uniform(1, 24 * 360))
         rows.append(
             Reservation(
-                team=rng.choice(TEAMS),
+                team_id=rng.choice(TEAMS),
                 pool=rng.choice(pools),
                 gpus=rng.randint(1, 3),
                 start=start,

@@ -67,6 +67,7 @@ AUDITED: dict[str, AuditSpec] = {
     "fleet.ProcurementOrder": _PLAIN,
     "fleet.PowerApproval": _PLAIN,
     "fleet.TeamQuota": _PLAIN,
+    "fleet.Team": _PLAIN,
     # inventory: ingest creates nodes and GPUs with bulk_create (no signal), and GPU state and
     # samples live in other tables, so only changes made by people reach these receivers.
     "fleet.Site": _PLAIN,
@@ -83,7 +84,12 @@ AUDITED: dict[str, AuditSpec] = {
 }
 
 # m2m relations whose changes are a change of their owner: (model, field).
-AUDITED_M2M = [("auth.User", "groups"), ("auth.User", "user_permissions"), ("auth.Group", "permissions")]
+AUDITED_M2M = [
+    ("auth.User", "groups"),
+    ("auth.User", "user_permissions"),
+    ("auth.Group", "permissions"),
+    ("fleet.Team", "members"),
+]
 
 _specs: dict[type[models.Model], AuditSpec] = {}
 _m2m_fields: dict[type[models.Model], models.ManyToManyField] = {}  # type: ignore[type-arg]

@@ -29,6 +29,7 @@ _READ_FLEET = [
     "fleet.view_pool",
     "fleet.view_procurementorder",
     "fleet.view_powerapproval",
+    "fleet.view_team",
     "fleet.view_teamquota",
     "fleet.view_reservation",
     "incidents.view_incident",

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from fleet.capacity.models import Pool, PowerApproval, ProcurementOrder, Reservation, TeamQuota
+from fleet.capacity.models import Pool, PowerApproval, ProcurementOrder, Reservation, Team, TeamQuota
 from fleet.models import Endpoint, Gpu, IngestBatch, Node, PartitionDrop, Rack, ScrapeTarget, Site
 from fleet.serving.models import EndpointChange, EndpointEval
 
@@ -141,10 +141,27 @@ class PowerApprovalAdmin(admin.ModelAdmin):
     list_filter = ["status", "site"]
 
 
+class TeamQuotaInline(admin.TabularInline):
+    model = TeamQuota
+    fields = ["pool", "nominal_gpus", "borrowing_limit_gpus", "lending_limit_gpus"]
+    extra = 0
+
+
+@admin.register(Team)
+class TeamAdmin(admin.ModelAdmin):
+    """Teams with their members and their quotas per pool (Kueue: a ClusterQueue per pool)."""
+
+    list_display = ["name", "created_at"]
+    search_fields = ["name"]
+    filter_horizontal = ["members"]
+    inlines = [TeamQuotaInline]
+
+
 @admin.register(TeamQuota)
 class TeamQuotaAdmin(admin.ModelAdmin):
-    list_display = ["team", "pool", "nominal_gpus", "borrowing_limit_gpus"]
+    list_display = ["team", "pool", "nominal_gpus", "borrowing_limit_gpus", "lending_limit_gpus"]
     list_filter = ["pool"]
+    autocomplete_fields = ["team"]
 
 
 @admin.register(Reservation)
@@ -153,5 +170,14 @@ class ReservationAdmin(admin.ModelAdmin):
 
     list_display = ["team", "pool", "gpus", "start", "end", "tier", "priority", "state"]
     list_filter = ["state", "tier", "pool"]
-    search_fields = ["team", "client_id"]
-    readonly_fields = ["state", "approved_by", "approved_at", "created_by", "requested_via"]
+    search_fields = ["team__name", "client_id"]
+    readonly_fields = [
+        "state",
+        "approved_by",
+        "approved_at",
+        "created_by",
+        "requested_via",
+        "preempted_at",
+        "preempted_by",
+        "preempted_reason",
+    ]

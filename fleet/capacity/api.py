@@ -27,7 +27,15 @@ from console.authentication import AgentOrPersonalTokenAuthentication
 from console.models import AgentToken
 from console.permissions import RolePermission
 from fleet.capacity import services as capacity
-from fleet.capacity.models import Pool, PowerApproval, ProcurementOrder, Reservation, ReservationState, TeamQuota
+from fleet.capacity.models import (
+    Pool,
+    PowerApproval,
+    ProcurementOrder,
+    Reservation,
+    ReservationState,
+    Team,
+    TeamQuota,
+)
 from fleet.inventory.models import Site
 
 MAX_PLAN_MONTHS = 36
@@ -82,6 +90,7 @@ class PoolSerializer(serializers.ModelSerializer):
             "reserved",
             "reserved_preemptible",
             "available",
+            "reclaim_within_cohort",
             "created_at",
         ]
 
@@ -194,13 +203,28 @@ class PowerApprovalViewSet(_NoDeleteViewSet):
 
 
 class TeamQuotaSerializer(serializers.ModelSerializer):
+    team = serializers.SlugRelatedField(slug_field="name", queryset=Team.objects.all())
+
     class Meta:
         model = TeamQuota
-        fields = ["id", "team", "pool", "nominal_gpus", "borrowing_limit_gpus"]
+        fields = ["id", "team", "pool", "nominal_gpus", "borrowing_limit_gpus", "lending_limit_gpus"]
+        extra_kwargs = {
+            "nominal_gpus": {"max_value": 1_000_000},
+            "borrowing_limit_gpus": {"max_value": 1_000_000},
+            "lending_limit_gpus": {"max_value": 1_000_000},
+        }
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        nominal = attrs.get("nominal_gpus", getattr(self.instance, "nominal_gpus", None))
+        lending = attrs.get("lending_limit_gpus", getattr(self.instance, "lending_limit_gpus", None))
+        if nominal is not None and lending is not None and lending > nominal:
+            raise serializers.ValidationError({"lending_limit_gpus": "Must not exceed nominal_gpus (as in Kueue)."})
+        return attrs
 
 
 class TeamQuotaViewSet(_NoDeleteViewSet):
-    """Kueue-style quotas: a team's nominal GPUs on a pool and how many more it may borrow."""
+    """Kueue-style quotas: a team's nominal GPUs on a pool, how many more it may borrow (empty: no
+    limit) and how many of its nominal GPUs others may borrow (empty: all)."""
 
     queryset = TeamQuota.objects.select_related("pool")
     serializer_class = TeamQuotaSerializer
@@ -214,6 +238,7 @@ FIXED_ONCE_APPROVED = {"team", "pool", "gpus", "start", "end", "tier"}
 
 
 class ReservationSerializer(serializers.ModelSerializer):
+    team = serializers.SlugRelatedField(slug_field="name", queryset=Team.objects.all())
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
     approved_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
 
@@ -235,9 +260,20 @@ class ReservationSerializer(serializers.ModelSerializer):
             "requested_via",
             "approved_by",
             "approved_at",
+            "preempted_at",
+            "preempted_by",
+            "preempted_reason",
             "created_at",
         ]
-        read_only_fields = ["state", "requested_via", "approved_at", "created_at"]
+        read_only_fields = [
+            "state",
+            "requested_via",
+            "approved_at",
+            "preempted_at",
+            "preempted_by",
+            "preempted_reason",
+            "created_at",
+        ]
         extra_kwargs = {
             "gpus": {"min_value": 1, "max_value": 1_000_000},
             "client_id": {"validators": [], "help_text": "The sender's id: a repeated create returns the first"},
@@ -262,8 +298,10 @@ CONFLICT = OpenApiResponse(description="Refused by the current state: the body n
 
 class ReservationViewSet(_NoDeleteViewSet):
     """Reservations of GPUs on a pool. POST requests one (state requested); an Operator approves
-    it (refused with 409 when it would over-commit energised supply or the team's quota) or
-    cancels it; the beat task moves approved ones to active and expired."""
+    it (refused with 409 when it would over-commit supply or the team's quota; it may preempt
+    borrowers as the pool's reclaimWithinCohort allows) or cancels it; the beat task moves approved
+    ones to active and expired. A request the team's quota cannot admit is refused at once (409,
+    `gpus` says what would fit)."""
 
     queryset = Reservation.objects.select_related("pool", "created_by", "approved_by")
     serializer_class = ReservationSerializer
@@ -271,7 +309,7 @@ class ReservationViewSet(_NoDeleteViewSet):
     ordering_fields = ["start", "end", "priority", "created_at"]
     agent_may_create = True
 
-    @extend_schema(responses={200: ReservationSerializer, 201: ReservationSerializer})
+    @extend_schema(responses={200: ReservationSerializer, 201: ReservationSerializer, 409: CONFLICT})
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -282,7 +320,10 @@ class ReservationViewSet(_NoDeleteViewSet):
             actor, via = None, str(request.user)
         else:
             actor, via = request.user, request.user.get_username()
-        reservation, created = capacity.create_reservation(actor=actor, via=via, **values)
+        try:
+            reservation, created = capacity.create_reservation(actor=actor, via=via, **values)
+        except capacity.ConflictError as exc:
+            return Response(exc.detail, status=status.HTTP_409_CONFLICT)
         return Response(
             ReservationSerializer(reservation, context=self.get_serializer_context()).data,
             status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,

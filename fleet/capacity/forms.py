@@ -8,16 +8,16 @@ from fleet.capacity.models import Pool, Reservation
 
 
 class ReservationForm(forms.ModelForm):
-    """An Operator's request for GPUs on a pool. The model's validators judge the count (at least
-    one GPU); the window is checked here so that an end before the start is an error on ``end``.
-    Times are UTC, as the console shows them."""
+    """An Operator's request for GPUs on a pool for one of the teams (an Admin adds teams). The
+    model's validators judge the count (at least one GPU); the window is checked here so that an
+    end before the start is an error on ``end``; the team's quota is checked by the service when
+    the request is recorded. Times are UTC, as the console shows them."""
 
     class Meta:
         model = Reservation
         fields = ["team", "pool", "gpus", "start", "end", "tier", "priority"]
         labels = {"gpus": "GPUs", "start": "Start (UTC)", "end": "End (UTC)"}
         widgets = {
-            "team": forms.TextInput(attrs={"placeholder": "e.g. research"}),
             "gpus": forms.NumberInput(attrs={"min": 1}),
             "start": forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
             "end": forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),

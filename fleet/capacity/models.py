@@ -1,5 +1,6 @@
 """Capacity: GPU pools per site and model, the supply that lands on them (procurement orders, grid
-approvals), team quotas (Kueue's nominal quota and borrowing limit) and reservations.
+approvals), teams and their quotas (Kueue's nominal quota, borrowing and lending limits; a pool is
+a cohort) and reservations.
 
 The figures (installed, energised, healthy, reserved) are computed by fleet.capacity.services,
 never stored: they follow the inventory, the rack budgets and the open incidents as they change.
@@ -38,6 +39,17 @@ class ReservationState(models.TextChoices):
     ACTIVE = "active", "Active"
     EXPIRED = "expired", "Expired"
     CANCELLED = "cancelled", "Cancelled"
+    # Taken back by a team reclaiming its nominal quota (Kueue's reclaimWithinCohort): holds nothing.
+    PREEMPTED = "preempted", "Preempted"
+
+
+class ReclaimPolicy(models.TextChoices):
+    """Kueue's ``preemption.reclaimWithinCohort``: whether a team asking for GPUs inside its nominal
+    quota that other teams borrow may preempt their borrowing reservations."""
+
+    NEVER = "Never", "Never"
+    LOWER_PRIORITY = "LowerPriority", "Lower priority only"
+    ANY = "Any", "Any borrowing reservation"
 
 
 # Reservations that hold capacity: approved (not started yet) and active (running now).
@@ -50,6 +62,12 @@ class Pool(models.Model):
     site = models.ForeignKey(Site, on_delete=models.PROTECT, related_name="pools")
     gpu_model = models.CharField(max_length=64, help_text="The Gpu.model it counts, e.g. NVIDIA H100 80GB HBM3")
     name = models.CharField(max_length=100)
+    reclaim_within_cohort = models.CharField(
+        max_length=16,
+        choices=ReclaimPolicy.choices,
+        default=ReclaimPolicy.NEVER,
+        help_text="Kueue's reclaimWithinCohort: may a team take back its nominal quota from borrowers?",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -120,21 +138,52 @@ class PowerApproval(models.Model):
         return f"+{self.added_kw} kW at {self.site} ({self.reference or self.pk})"
 
 
-class TeamQuota(models.Model):
-    """Kueue's quota for a team on a pool: it may hold up to nominal + borrowing limit GPUs, the
-    borrowed part only out of other teams' unused nominal quota."""
+class Team(models.Model):
+    """A team that holds quotas and requests reservations (Kueue: the owner of a ClusterQueue).
+    Quotas and reservations refer to it by name (``to_field``), so the API keeps naming teams."""
 
-    team = models.CharField(max_length=100)
+    name = models.CharField(max_length=100, unique=True)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="teams")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class TeamQuota(models.Model):
+    """Kueue's ClusterQueue quota for a team on a pool (the pool is the cohort). The team may hold
+    up to nominal + borrowing limit GPUs (no limit: as much as the cohort lends), the borrowed part
+    only out of what the other teams lend of their unused nominal quota; a lending limit caps what
+    others may borrow of this team's nominal quota (no limit: all of it). fleet.capacity.quotas."""
+
+    # By name (to_field): the column keeps the team's name, as before teams were records.
+    team = models.ForeignKey(Team, to_field="name", db_column="team", on_delete=models.PROTECT, related_name="quotas")
     pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="quotas")
     nominal_gpus = models.PositiveIntegerField()
-    borrowing_limit_gpus = models.PositiveIntegerField(default=0)
+    borrowing_limit_gpus = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Kueue's borrowingLimit; empty: no limit within the pool"
+    )
+    lending_limit_gpus = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Kueue's lendingLimit; empty: all of its unused nominal quota may be lent"
+    )
 
     class Meta:
         ordering = ["pool", "team"]
-        constraints = [models.UniqueConstraint(fields=["team", "pool"], name="quota_unique_team_per_pool")]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "pool"], name="quota_unique_team_per_pool"),
+            # Kueue: a lendingLimit above the nominal quota is invalid.
+            models.CheckConstraint(
+                condition=Q(lending_limit_gpus__isnull=True) | Q(lending_limit_gpus__lte=F("nominal_gpus")),
+                name="quota_lending_within_nominal",
+            ),
+        ]
 
     def __str__(self) -> str:
-        return f"{self.team} on {self.pool}: {self.nominal_gpus} (+{self.borrowing_limit_gpus})"
+        limit = "any" if self.borrowing_limit_gpus is None else self.borrowing_limit_gpus
+        return f"{self.team_id} on {self.pool}: {self.nominal_gpus} (+{limit})"
 
 
 class ReservationQuerySet(models.QuerySet["Reservation"]):
@@ -148,7 +197,9 @@ class ReservationQuerySet(models.QuerySet["Reservation"]):
 
 
 class Reservation(models.Model):
-    team = models.CharField(max_length=100)
+    team = models.ForeignKey(
+        Team, to_field="name", db_column="team", on_delete=models.PROTECT, related_name="reservations"
+    )
     pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="reservations")
     gpus = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     start = models.DateTimeField()
@@ -170,6 +221,11 @@ class Reservation(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     approved_at = models.DateTimeField(null=True, blank=True)
+    preempted_at = models.DateTimeField(null=True, blank=True)
+    preempted_by = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", help_text="The reclaiming request"
+    )
+    preempted_reason = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -184,7 +240,7 @@ class Reservation(models.Model):
         indexes = [models.Index(fields=["pool", "state", "start", "end"], name="reservation_pool_window")]
 
     def __str__(self) -> str:
-        return f"{self.team}: {self.gpus} x {self.pool} {self.start:%Y-%m-%d}..{self.end:%Y-%m-%d}"
+        return f"{self.team_id}: {self.gpus} x {self.pool} {self.start:%Y-%m-%d}..{self.end:%Y-%m-%d}"
 
     @property
     def duration(self) -> timedelta:

@@ -52,9 +52,10 @@ def pool_rows(*, now: datetime | None = None) -> list[PoolRow]:
 
 
 def _with_share(quota: dict[str, Any]) -> dict[str, Any]:
-    """A quota row with the bar's figures: used as a share of nominal + borrowing limit, and the
-    nominal quota's share of it (where the bar's marker sits); borrowing is use beyond nominal."""
-    ceiling = quota["nominal"] + quota["borrowing_limit"]
+    """A quota row with the bar's figures: used as a share of nominal + borrowing limit (without
+    one, what the others lend), and the nominal quota's share of it (where the bar's marker sits);
+    borrowing is use beyond nominal."""
+    ceiling = quota["nominal"] + quota["max_borrow"]
     used = quota["used"]
     return {
         **quota,

@@ -51,7 +51,7 @@ from django.utils import timezone
 
 from console import spreadsheet
 from console.signals import row_changed
-from fleet.capacity import power_budget
+from fleet.capacity import power_budget, quotas
 from fleet.capacity.models import (
     COMMITTED_STATES,
     ApprovalStatus,
@@ -350,6 +350,12 @@ class SupplyCurve:
             (_day_start(d), e) for d, e in zip(self.days, self.energised, strict=True)
         ]
 
+    def installed_steps(self) -> list[tuple[datetime, int]]:
+        """(time, installed from then on), today's first: the bound of preemptible reservations."""
+        return [(_day_start(self.today), self.installed_now)] + [
+            (_day_start(d), n) for d, n in zip(self.days, self.installed, strict=True)
+        ]
+
 
 def landing_orders(orders: Iterable[ProcurementOrder], today: date) -> list[tuple[date, int]]:
     """(date, GPUs) of the orders still to land that count as future supply (module docstring)."""
@@ -472,42 +478,45 @@ def first_overcommit(
     return None
 
 
-def quota_breach(
-    committed: list[tuple[str, int, datetime, datetime]],
-    new: tuple[str, int, datetime, datetime],
-    quotas: dict[str, tuple[int, int]],
-) -> dict[str, Any] | None:
-    """Kueue's rule at every moment of the new reservation's window: the team holds at most
-    nominal + borrowing limit, and what it holds beyond its nominal quota fits in the other teams'
-    unused nominal quota (less what they already borrow). None when it fits."""
-    team, _, w_start, w_end = new
-    nominal, limit = quotas.get(team, (0, 0))
-    usage: dict[str, int] = defaultdict(int)
-    others_unused = sum(n for t, (n, _) in quotas.items() if t != team)  # unused less borrowed, others
-    events = _sweep_events([*committed, new])
-    for i, (t, _, who, delta) in enumerate(events):
-        if who != team:
-            others_unused -= delta  # n - u of that team moves by -delta
-        usage[who] += delta
-        if i + 1 < len(events) and events[i + 1][0] == t:
-            continue  # settle every event at this instant first
-        if t < w_start or t >= w_end:
-            continue
-        held = usage[team]
-        if held > nominal + limit:
-            return {
-                "at": t,
-                "gpus": f"The team {team} would hold {held} GPUs at {t.isoformat()}, over its nominal quota "
-                f"({nominal}) plus borrowing limit ({limit}).",
-            }
-        borrowed = max(0, held - nominal)
-        if borrowed > others_unused:
-            return {
-                "at": t,
-                "gpus": f"The team {team} would borrow {borrowed} GPUs at {t.isoformat()}; other teams have "
-                f"{max(0, others_unused)} unused nominal GPUs to lend.",
-            }
-    return None
+def quota_decision(
+    pool: Pool,
+    *,
+    team: str,
+    gpus: int,
+    start: datetime,
+    end: datetime,
+    tier: str,
+    priority: int = 0,
+    exclude: int | None = None,
+) -> quotas.Decision | None:
+    """Kueue's admission of a request on the pool (fleet.capacity.quotas) against the committed
+    reservations overlapping its window, every tier counted; None on a pool without quotas (first
+    come, first served within supply). ``exclude``: the request itself, if stored."""
+    team_quotas = {
+        t: quotas.Quota(n, b, lend)
+        for t, n, b, lend in TeamQuota.objects.filter(pool=pool).values_list(
+            "team_id", "nominal_gpus", "borrowing_limit_gpus", "lending_limit_gpus"
+        )
+    }
+    if not team_quotas:
+        return None
+    held = [
+        quotas.Held(*row)
+        for row in Reservation.objects.committed()
+        .filter(pool=pool)
+        .overlapping(start, end)
+        .exclude(pk=exclude)
+        .values_list("pk", "team_id", "gpus", "start", "end", "tier", "priority", "approved_at")
+    ]
+    request = quotas.Request(team, gpus, start, end, tier, priority, pool=str(pool))
+    return quotas.decide(request, team_quotas, held, pool.reclaim_within_cohort)
+
+
+def _quota_refusal(decision: quotas.Decision) -> ConflictError:
+    """The 409 of a refusal by quota: the reason on ``gpus``, with what would fit and the figures."""
+    return ConflictError(
+        "Refused by the team's quota.", gpus=decision.reason, fits=decision.fits, quota=decision.figures
+    )
 
 
 def _log(actor: Any, reservation: Reservation, flag: int, message: str) -> None:
@@ -520,13 +529,27 @@ def _log(actor: Any, reservation: Reservation, flag: int, message: str) -> None:
 
 def create_reservation(*, actor: Any, via: str, **values: Any) -> tuple[Reservation, bool]:
     """Record a reservation request (state requested). A repeated client id returns the first one
-    unchanged: (reservation, created)."""
+    unchanged: (reservation, created). A request the team's quota refuses now (fleet.capacity.quotas:
+    it would not fit even by reclaiming) raises ConflictError naming what would fit; approval checks
+    again, with supply, since others may commit meanwhile."""
     client_id = values.get("client_id")
     with transaction.atomic():
         if client_id:
             existing = Reservation.objects.filter(client_id=client_id).first()
             if existing is not None:
                 return existing, False
+        team = values["team"]
+        decision = quota_decision(
+            values["pool"],
+            team=getattr(team, "name", team),
+            gpus=values["gpus"],
+            start=values["start"],
+            end=values["end"],
+            tier=values.get("tier", PriorityTier.RESERVED),
+            priority=values.get("priority", 0),
+        )
+        if decision is not None and not decision.admitted:
+            raise _quota_refusal(decision)
         reservation = Reservation.objects.create(
             created_by=actor if getattr(actor, "pk", None) else None, requested_via=via, **values
         )
@@ -540,10 +563,15 @@ def approve(reservation: Reservation, *, actor: Any, now: datetime | None = None
     1. Lock the pool row: approvals on one pool run one at a time, so two that would each fit
        alone but not together cannot both pass.
     2. Refuse a reservation that is no longer requested (someone else moved it first).
-    3. Unless preemptible: refuse when, at some moment of its window, approved and active
-       non-preemptible reservations plus this one exceed energised supply (naming the first such
-       interval and the teams in it), or when the team's quota refuses it (field ``gpus``).
-    4. Move it with a conditional UPDATE, write the audit entry.
+    3. Ask the team's quota (fleet.capacity.quotas, every tier counted): admitted, admitted after
+       reclaiming borrowed quota (the reservations to preempt), or refused.
+    4. Refuse when, at some moment of its window, committed reservations plus this one exceed
+       supply (naming the first such interval and the teams in it), the preempted ones left out:
+       a firm reservation against energised supply and other firm ones (it may displace
+       preemptible work), a preemptible one against installed GPUs and every committed one.
+       Then refuse a quota refusal (field ``gpus``, with what would fit).
+    5. Preempt the reclaimed reservations (each with its reason, an audit entry and, per borrower
+       team, a SEV4 capacity incident), move this one with a conditional UPDATE, write the audit entry.
     """
     now = now or timezone.now()
     with transaction.atomic():
@@ -551,40 +579,46 @@ def approve(reservation: Reservation, *, actor: Any, now: datetime | None = None
         current = Reservation.objects.get(pk=reservation.pk)
         if current.state != ReservationState.REQUESTED:
             raise ConflictError(f"The reservation is {current.state}; only a requested one can be approved.")
-        if current.tier != PriorityTier.PREEMPTIBLE:
-            committed = list(
-                Reservation.objects.committed()
-                .filter(pool=pool)
-                .exclude(tier=PriorityTier.PREEMPTIBLE)
-                .overlapping(current.start, current.end)
-                .values_list("team", "gpus", "start", "end")
+        decision = quota_decision(
+            pool,
+            team=current.team_id,
+            gpus=current.gpus,
+            start=current.start,
+            end=current.end,
+            tier=current.tier,
+            priority=current.priority,
+            exclude=current.pk,
+        )
+        victims = decision.preempt if decision is not None else ()
+        preemptible = current.tier == PriorityTier.PREEMPTIBLE
+        committed_rows = (
+            Reservation.objects.committed()
+            .filter(pool=pool)
+            .overlapping(current.start, current.end)
+            .exclude(pk__in=[v.id for v in victims])
+        )
+        if not preemptible:
+            committed_rows = committed_rows.exclude(tier=PriorityTier.PREEMPTIBLE)
+        committed = list(committed_rows.values_list("team", "gpus", "start", "end"))
+        new = (current.team_id, current.gpus, current.start, current.end)
+        curve = supply_curves([pool], today=timezone.localdate(now, UTC))[pool.pk]
+        conflict = first_overcommit(committed, new, curve.installed_steps() if preemptible else curve.steps())
+        if conflict is not None:
+            start, end, teams, demand, supply = conflict
+            what = "installed" if preemptible else "energised"
+            raise ConflictError(
+                f"Over-commits the pool: {demand} GPUs reserved against {supply} {what} from "
+                f"{start.isoformat()} to {end.isoformat()}.",
+                conflict={
+                    "start": start.isoformat(),
+                    "end": end.isoformat(),
+                    "teams": teams,
+                    "demand": demand,
+                    "supply": supply,
+                },
             )
-            new = (current.team, current.gpus, current.start, current.end)
-            curve = supply_curves([pool], today=timezone.localdate(now, UTC))[pool.pk]
-            conflict = first_overcommit(committed, new, curve.steps())
-            if conflict is not None:
-                start, end, teams, demand, supply = conflict
-                raise ConflictError(
-                    f"Over-commits the pool: {demand} GPUs reserved against {supply} energised from "
-                    f"{start.isoformat()} to {end.isoformat()}.",
-                    conflict={
-                        "start": start.isoformat(),
-                        "end": end.isoformat(),
-                        "teams": teams,
-                        "demand": demand,
-                        "supply": supply,
-                    },
-                )
-            quotas = {
-                t: (n, b)
-                for t, n, b in TeamQuota.objects.filter(pool=pool).values_list(
-                    "team", "nominal_gpus", "borrowing_limit_gpus"
-                )
-            }
-            if quotas:  # a pool without quotas is first come, first served within supply
-                breach = quota_breach(committed, new, quotas)
-                if breach is not None:
-                    raise ConflictError("Refused by the team's quota.", gpus=breach["gpus"])
+        if decision is not None and not decision.admitted:
+            raise _quota_refusal(decision)
         moved = Reservation.objects.filter(pk=current.pk, state=ReservationState.REQUESTED).update(
             state=ReservationState.APPROVED, approved_by=actor if getattr(actor, "pk", None) else None, approved_at=now
         )
@@ -592,7 +626,11 @@ def approve(reservation: Reservation, *, actor: Any, now: datetime | None = None
             raise ConflictError("The reservation changed meanwhile; reload it.")
         current.refresh_from_db()
         current.pool = pool  # with its site, read above: the audit entry names both
+        if victims:
+            _preempt(victims, by=current, actor=actor, now=now)
         message = f"Approved: {current.gpus} GPUs {current.start:%Y-%m-%d}..{current.end:%Y-%m-%d}."
+        if victims:
+            message += f" Reclaimed by preempting {', '.join(f'#{v.id}' for v in victims)}."
         _log(actor, current, CHANGE, message)
         row_changed.send(
             sender=Reservation,
@@ -601,6 +639,53 @@ def approve(reservation: Reservation, *, actor: Any, now: datetime | None = None
             message=message,
         )
     return current
+
+
+def _preempt(victims: Iterable[quotas.Held], *, by: Reservation, actor: Any, now: datetime) -> list[Reservation]:
+    """Preempt the reservations ``by`` reclaims (inside approve's transaction, pool locked): each
+    moves to preempted with a conditional UPDATE (one that stopped holding capacity meanwhile is
+    left alone) and its reason, and gets an audit entry; each borrower team is told by a SEV4
+    incident of category ``capacity`` naming its reservations (incidents.services.engine)."""
+    from incidents.choices import Severity
+    from incidents.services.engine import Actor, raise_finding
+
+    pool = by.pool
+    reason = (
+        f"Preempted: {by.team_id} reclaims its nominal quota on {pool} for reservation #{by.pk} "
+        f"({by.gpus} GPUs {by.start:%Y-%m-%d %H:%M}..{by.end:%Y-%m-%d %H:%M} UTC); "
+        f"the pool's reclaimWithinCohort is {pool.reclaim_within_cohort}."
+    )
+    ids = [v.id for v in victims]
+    was = dict(
+        Reservation.objects.select_for_update()
+        .filter(pk__in=ids, state__in=COMMITTED_STATES)
+        .values_list("pk", "state")
+    )
+    Reservation.objects.filter(pk__in=was, state__in=COMMITTED_STATES).update(
+        state=ReservationState.PREEMPTED, preempted_at=now, preempted_by=by, preempted_reason=reason, updated_at=now
+    )
+    preempted = list(Reservation.objects.filter(pk__in=was).select_related("pool__site").order_by("pk"))
+    by_team: dict[str, list[Reservation]] = defaultdict(list)
+    for r in preempted:
+        _log(actor, r, CHANGE, reason)
+        row_changed.send(sender=Reservation, instance=r, before={"state": was[r.pk]}, message=reason)
+        by_team[r.team_id].append(r)
+    who = Actor.person(actor) if getattr(actor, "pk", None) else Actor.system("capacity")
+    for team, rows in by_team.items():
+        names = ", ".join(f"#{r.pk} ({r.gpus} GPUs, {r.tier})" for r in rows)
+        raise_finding(
+            f"capacity-reclaim:{by.pk}:{team}",
+            {"site": pool.site.name, "pool": pool.name, "team": team, "reclaimed_by": by.team_id},
+            Severity.SEV4,
+            f"{team}: {len(rows)} reservation{'s' if len(rows) != 1 else ''} preempted on {pool} "
+            f"({by.team_id} reclaims its quota)",
+            f"{reason} Preempted reservations of {team}: {names}.",
+            source="capacity",
+            category="capacity",
+            group_key=f"capacity-reclaim={by.pk}:{team}",
+            actor=who,
+        )
+    return preempted
 
 
 def cancel(reservation: Reservation, *, actor: Any) -> Reservation:
@@ -846,7 +931,7 @@ def reservations_csv(reservations: Iterable[Reservation]) -> str:
         w.writerow(
             [
                 r.pk,
-                spreadsheet.cell(r.team),
+                spreadsheet.cell(r.team_id),
                 spreadsheet.cell(r.pool.site.name),
                 spreadsheet.cell(r.pool.name),
                 r.gpus,
@@ -861,17 +946,26 @@ def reservations_csv(reservations: Iterable[Reservation]) -> str:
 
 
 def quota_use(pool: Pool, *, now: datetime | None = None) -> list[dict[str, Any]]:
-    """Each team's committed non-preemptible GPUs now against its quota on the pool."""
+    """Each team's committed GPUs now, every tier (Kueue counts every admitted workload), against
+    its quota on the pool. ``max_borrow``: its borrowing limit, or without one what the others lend."""
     now = now or timezone.now()
     usage: dict[str, int] = defaultdict(int)
     for team, gpus in (
-        Reservation.objects.committed()
-        .filter(pool=pool, start__lte=now, end__gt=now)
-        .exclude(tier=PriorityTier.PREEMPTIBLE)
-        .values_list("team", "gpus")
+        Reservation.objects.committed().filter(pool=pool, start__lte=now, end__gt=now).values_list("team", "gpus")
     ):
         usage[team] += gpus
+    rows = list(TeamQuota.objects.filter(pool=pool))
+    lent = {q.team_id: quotas.Quota(q.nominal_gpus, None, q.lending_limit_gpus).lendable for q in rows}
     return [
-        {"team": q.team, "nominal": q.nominal_gpus, "borrowing_limit": q.borrowing_limit_gpus, "used": usage[q.team]}
-        for q in TeamQuota.objects.filter(pool=pool)
+        {
+            "team": q.team_id,
+            "nominal": q.nominal_gpus,
+            "borrowing_limit": q.borrowing_limit_gpus,
+            "lending_limit": q.lending_limit_gpus,
+            "max_borrow": q.borrowing_limit_gpus
+            if q.borrowing_limit_gpus is not None
+            else sum(v for t, v in lent.items() if t != q.team_id),
+            "used": usage[q.team_id],
+        }
+        for q in rows
     ]

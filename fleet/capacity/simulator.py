@@ -3,7 +3,8 @@
 An operator enters pools, orders, grid approvals, quotas and reservations by hand, so they are
 written here through the ORM, like the simulate command's racks and nodes, not posted by agents:
 
-* a pool per site and GPU model of the simulated fleet, with team quotas;
+* a pool per site and GPU model of the simulated fleet, with team quotas; each team is a record
+  with one member, its lead (``<team>-lead``, no usable password: a name to show, not a sign-in);
 * a procurement order arriving late (ams-1 H100: promised three weeks ago, not delivered) and one
   on time (iad-2 H200, promised in about ten weeks), and a grid approval for iad-2 expected in
   about four months;
@@ -24,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from fleet.capacity.models import (
@@ -34,6 +36,7 @@ from fleet.capacity.models import (
     ProcurementOrder,
     Reservation,
     ReservationState,
+    Team,
     TeamQuota,
 )
 from fleet.choices import PriorityTier
@@ -85,6 +88,22 @@ RESERVATIONS = (
 )
 
 
+def seed_teams(names: Iterable[str]) -> int:
+    """A Team per name, each with its lead as member; returns how many teams this call created."""
+    User = get_user_model()
+    created = 0
+    for name in sorted(set(names)):
+        team, new = Team.objects.get_or_create(name=name)
+        created += new
+        if new:
+            lead, made = User.objects.get_or_create(username=f"{name}-lead")
+            if made:
+                lead.set_unusable_password()
+                lead.save(update_fields=["password"])
+            team.members.add(lead)
+    return created
+
+
 def pool_name(model_name: str) -> str:
     """A pool's short name from its GPU model's: "NVIDIA A100-SXM4-80GB" -> "a100"."""
     return model_name.split()[1].split("-")[0].lower()
@@ -93,9 +112,10 @@ def pool_name(model_name: str) -> str:
 def seed_capacity(sites: Iterable[SiteSpec], *, seed: int, now: datetime) -> dict[str, int]:
     """Pools, quotas, orders, the grid approval and reservations of the simulated ``sites`` (those
     already in the inventory); returns how many rows of each kind this call created."""
-    created = dict.fromkeys(("pools", "quotas", "orders", "approvals", "reservations"), 0)
+    created = dict.fromkeys(("teams", "pools", "quotas", "orders", "approvals", "reservations"), 0)
     today = now.date()
     with transaction.atomic():
+        created["teams"] = seed_teams([t for q in QUOTAS.values() for t, *_ in q] + [r.team for r in RESERVATIONS])
         pools: dict[tuple[str, str], Pool] = {}
         for spec in sites:
             site = Site.objects.filter(name=spec.name).first()
@@ -111,7 +131,7 @@ def seed_capacity(sites: Iterable[SiteSpec], *, seed: int, now: datetime) -> dic
                 continue
             for team, nominal, limit in quotas:
                 _, new = TeamQuota.objects.get_or_create(
-                    pool=pools[key], team=team, defaults={"nominal_gpus": nominal, "borrowing_limit_gpus": limit}
+                    pool=pools[key], team_id=team, defaults={"nominal_gpus": nominal, "borrowing_limit_gpus": limit}
                 )
                 created["quotas"] += new
         orders = (
@@ -152,7 +172,7 @@ def seed_capacity(sites: Iterable[SiteSpec], *, seed: int, now: datetime) -> dic
                 client_id=f"sim-{seed}-{r.key}",
                 defaults={
                     "pool": pools[(r.site, r.pool)],
-                    "team": r.team,
+                    "team_id": r.team,
                     "gpus": r.gpus,
                     "tier": r.tier,
                     "priority": r.priority,

@@ -111,9 +111,13 @@ class ReservationListView(DashboardRequiredMixin, TemplateView):
         form = ReservationForm(request.POST)
         if not form.is_valid():
             return self.render_to_response(self.get_context_data(form=form), status=400)
-        reservation, _ = capacity.create_reservation(
-            actor=request.user, via=request.user.get_username(), **form.cleaned_data
-        )
+        try:
+            reservation, _ = capacity.create_reservation(
+                actor=request.user, via=request.user.get_username(), **form.cleaned_data
+            )
+        except capacity.ConflictError as exc:  # the team's quota refuses it: say what would fit
+            form.add_error("gpus", exc.detail.get("gpus") or exc.detail["detail"])
+            return self.render_to_response(self.get_context_data(form=form), status=409)
         messages.success(request, f"Requested #{reservation.pk}: {reservation}. An Operator approves it below.")
         return redirect(self._back(request))
 

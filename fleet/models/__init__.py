@@ -4,8 +4,10 @@ from fleet.capacity.models import (
     Pool,
     PowerApproval,
     ProcurementOrder,
+    ReclaimPolicy,
     Reservation,
     ReservationState,
+    Team,
     TeamQuota,
 )
 from fleet.inventory.models import Gpu, Node, Rack, Site
@@ -57,6 +59,7 @@ __all__ = [
     "PowerApproval",
     "ProcurementOrder",
     "Rack",
+    "ReclaimPolicy",
     "Reservation",
     "ReservationState",
     "RollupDirty",
@@ -66,5 +69,6 @@ __all__ = [
     "ServingRollupDirty",
     "ServingSample",
     "Site",
+    "Team",
     "TeamQuota",
 ]

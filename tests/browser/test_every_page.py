@@ -33,6 +33,7 @@ from fleet.models import (
     ProcurementOrder,
     Reservation,
     Site,
+    Team,
     TeamQuota,
 )
 from incidents.services.engine import raise_finding
@@ -98,13 +99,14 @@ def _capacity_data(site: Site) -> None:
     )
     ProcurementOrder.objects.create(pool=pool, count=8, ordered_on=today, promised_on=today + timedelta(days=90))
     PowerApproval.objects.create(site=site, added_kw=20, expected_on=today + timedelta(days=60), status="approved")
-    TeamQuota.objects.create(pool=pool, team="qa", nominal_gpus=1, borrowing_limit_gpus=1)
+    qa, ml = Team.objects.create(name="qa"), Team.objects.create(name="ml")
+    TeamQuota.objects.create(pool=pool, team=qa, nominal_gpus=1, borrowing_limit_gpus=1)
     start = datetime.now(UTC) - timedelta(days=1)
     Reservation.objects.create(
-        pool=pool, team="qa", gpus=2, start=start, end=start + timedelta(days=40), state="approved"
+        pool=pool, team=qa, gpus=2, start=start, end=start + timedelta(days=40), state="approved"
     )
     Reservation.objects.create(
-        pool=pool, team="ml", gpus=1, start=start, end=start + timedelta(days=9), state="requested"
+        pool=pool, team=ml, gpus=1, start=start, end=start + timedelta(days=9), state="requested"
     )
 
 

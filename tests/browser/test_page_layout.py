@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from fleet.models import Endpoint, Gpu, Node, Pool, Reservation, Site
+from fleet.models import Endpoint, Gpu, Node, Pool, Reservation, Site, Team
 from fleet.serving.models import EndpointEval
 from incidents.services.engine import raise_finding
 from tests.browser.support import ARTIFACTS, launch, sign_in, wait_until
@@ -140,7 +140,12 @@ def test_the_capacity_plan_on_a_phone_labels_conflict_months_legibly(stack: Stac
     start = datetime.now(UTC) - timedelta(days=1)
     # Four GPUs reserved for eight months on two installed: every one of those months in conflict.
     Reservation.objects.create(
-        pool=pool, team="nlp", gpus=4, start=start, end=start + timedelta(days=240), state="approved"
+        pool=pool,
+        team=Team.objects.create(name="nlp"),
+        gpus=4,
+        start=start,
+        end=start + timedelta(days=240),
+        state="approved",
     )
     from playwright.sync_api import sync_playwright
 

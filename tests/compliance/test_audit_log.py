@@ -20,7 +20,7 @@ from compliance.services.audit import REDACTED, purge_entries_before, record, se
 from console import roles
 from console.models import PersonalToken
 from fleet.capacity import services as capacity
-from fleet.models import Pool, Reservation, ScrapeTarget, Site
+from fleet.models import Pool, Reservation, ScrapeTarget, Site, Team
 from tests.incidents.test_alertmanager import FIXTURE, post
 
 
@@ -49,8 +49,9 @@ def pool(site_a: Site) -> Pool:
 
 def test_a_reservation_writes_create_update_and_delete_with_before_and_after(pool: Pool, admin_user: User) -> None:
     start = timezone.now() + timedelta(days=1)
+    nlp = Team.objects.create(name="nlp")
     reservation, _ = capacity.create_reservation(
-        actor=admin_user, via="ada", team="nlp", pool=pool, gpus=8, start=start, end=start + timedelta(days=2)
+        actor=admin_user, via="ada", team=nlp, pool=pool, gpus=8, start=start, end=start + timedelta(days=2)
     )
     reservation.gpus = 16
     reservation.save()
@@ -70,7 +71,9 @@ def test_a_reservation_writes_create_update_and_delete_with_before_and_after(poo
 
 def test_a_save_that_changes_nothing_writes_nothing(pool: Pool) -> None:
     start = timezone.now() + timedelta(days=1)
-    reservation = Reservation.objects.create(team="nlp", pool=pool, gpus=8, start=start, end=start + timedelta(days=1))
+    reservation = Reservation.objects.create(
+        team=Team.objects.create(name="nlp"), pool=pool, gpus=8, start=start, end=start + timedelta(days=1)
+    )
     before = AuditEntry.objects.count()
     reservation.save()  # updated_at (auto_now) moves; nothing anyone changed
     Reservation.objects.get(pk=reservation.pk).save()

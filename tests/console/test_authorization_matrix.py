@@ -51,7 +51,7 @@ from console import roles
 from console.asgi import application
 from console.models import PersonalToken
 from console.routing import websocket_urlpatterns
-from fleet.capacity.models import Pool, PowerApproval, ProcurementOrder, Reservation, TeamQuota
+from fleet.capacity.models import Pool, PowerApproval, ProcurementOrder, Reservation, Team, TeamQuota
 from fleet.models import Endpoint, Gpu, Job, Node, Rack, ScrapeTarget, Site
 from incidents.models import ActionItem, Incident, MaintenanceWindow, NotificationChannel, Silence
 from incidents.services.engine import raise_finding
@@ -591,15 +591,16 @@ def targets(site_a: Site, site_b: Site, admin_user: User) -> dict[str, Any]:
     incident = Incident.objects.get()
     pool = Pool.objects.create(site=site_b, gpu_model="H100", name="h100")
     soon = timezone.now() + timedelta(days=1)
+    research = Team.objects.create(name="research")
     return {
         "pool": pool,
         "procurement_order": ProcurementOrder.objects.create(
             pool=pool, count=8, ordered_on=soon.date(), promised_on=soon.date()
         ),
         "power_approval": PowerApproval.objects.create(site=site_b, added_kw=100, expected_on=soon.date()),
-        "team_quota": TeamQuota.objects.create(pool=pool, team="research", nominal_gpus=8),
+        "team_quota": TeamQuota.objects.create(pool=pool, team=research, nominal_gpus=8),
         "reservation": Reservation.objects.create(
-            pool=pool, team="research", gpus=1, start=soon, end=soon + timedelta(hours=1)
+            pool=pool, team=research, gpus=1, start=soon, end=soon + timedelta(hours=1)
         ),
         "site": site_b,
         "rack": rack,

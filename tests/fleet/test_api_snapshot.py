@@ -59,7 +59,7 @@ from django.test import Client
 from django.utils import timezone
 
 from console.celery import app as celery_app
-from fleet.models import Site
+from fleet.models import Site, Team
 
 pytestmark = pytest.mark.django_db
 
@@ -706,9 +706,13 @@ def seed_training(w: World) -> dict[str, int]:
 
 
 def seed_capacity(w: World) -> list[dict[str, Any]]:
-    """Racks and a smaller power contract (Admin), pools, orders, a grid approval, quotas and
-    reservations (Operator): some approved, some refused (409), one order that slips after the
-    approvals counted on it. Returns what each approval answered."""
+    """Racks and a smaller power contract (Admin), teams (an Admin adds them in the admin), pools,
+    orders, a grid approval, quotas and reservations (Operator): some approved, some refused (409)
+    when requested (over the team's quota, or a team without one) or when approved (over supply),
+    one order that slips after the approvals counted on it. Returns what each request or approval
+    answered."""
+    for team in ("alpha", "beta", "gamma", "delta", "search"):
+        Team.objects.create(name=team)
     ok(send_json(w.admin, "patch", f"/api/v1/fleet/sites/{w.site_a.pk}/", {"contracted_power_kw": "40.0"}))
     rack = ok(
         send_json(
@@ -776,7 +780,8 @@ def seed_capacity(w: World) -> list[dict[str, Any]]:
             ),
             201,
         )
-    for team, pool, nominal, borrow in (("alpha", h100, 16, 8), ("beta", h100, 12, 12), ("search", a100, 8, 0)):
+    quotas = (("alpha", h100, 16, 8), ("beta", h100, 12, 12), ("gamma", h100, 8, 0), ("search", a100, 8, 0))
+    for team, pool, nominal, borrow in quotas:
         ok(
             send_json(
                 w.operator,
@@ -813,7 +818,11 @@ def seed_capacity(w: World) -> list[dict[str, Any]]:
             "note": f"plan line {i}",
             "client_id": f"snap-{i}",
         }
-        r = ok(send_json(w.operator, "post", "/api/v1/capacity/reservations/", body), 201)
+        requested = send_json(w.operator, "post", "/api/v1/capacity/reservations/", body)
+        if requested.status_code == 409:  # the team's quota refuses it when requested
+            answers.append({"reservation": f"{team}-{i}", "status": 409, "body": requested.json()})
+            continue
+        r = ok(requested, 201)
         w.name("reservation", r["id"], f"{team}-{i}")
         response = w.operator.post(f"/api/v1/capacity/reservations/{r['id']}/approve/")
         assert response.status_code in (200, 409), response.content

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from fleet.models import Gpu, Node, Pool, Rack, Reservation, ReservationState, Site
+from fleet.models import Gpu, Node, Pool, Rack, Reservation, ReservationState, Site, Team, TeamQuota
 
 H100 = "NVIDIA H100 80GB HBM3"
 
@@ -38,6 +38,17 @@ def days_ahead(n: int) -> datetime:
     return midnight(timezone.localdate(timezone.now(), UTC) + timedelta(days=n))
 
 
-def reserve(pool: Pool, team: str, gpus: int, start: datetime, end: datetime, **extra: Any) -> Reservation:
+def team(name: str) -> Team:
+    """The team named ``name``, created on first use (teams are records an Admin adds)."""
+    return Team.objects.get_or_create(name=name)[0]
+
+
+def quota(pool: Pool, name: str, nominal: int, borrowing: int | None = None, lending: int | None = None) -> TeamQuota:
+    return TeamQuota.objects.create(
+        pool=pool, team=team(name), nominal_gpus=nominal, borrowing_limit_gpus=borrowing, lending_limit_gpus=lending
+    )
+
+
+def reserve(pool: Pool, name: str, gpus: int, start: datetime, end: datetime, **extra: Any) -> Reservation:
     extra.setdefault("state", ReservationState.APPROVED)
-    return Reservation.objects.create(pool=pool, team=team, gpus=gpus, start=start, end=end, **extra)
+    return Reservation.objects.create(pool=pool, team=team(name), gpus=gpus, start=start, end=end, **extra)

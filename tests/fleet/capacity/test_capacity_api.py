@@ -12,7 +12,7 @@ from django.contrib.admin.models import LogEntry
 from django.test import Client
 
 from fleet.models import Pool, PowerApproval, ProcurementOrder, Reservation, Site
-from tests.fleet.capacity import add_nodes, days_ahead, make_pool, reserve
+from tests.fleet.capacity import add_nodes, days_ahead, make_pool, reserve, team
 
 pytestmark = pytest.mark.django_db
 
@@ -22,6 +22,7 @@ API = "/api/v1/capacity"
 @pytest.fixture
 def pool(site_a: Site) -> Pool:
     add_nodes(site_a, 2)
+    team("alpha")  # the requests' team: teams are records an Admin adds
     return make_pool(site_a)
 
 
@@ -77,6 +78,7 @@ def test_an_operator_requests_a_reservation_with_an_audit_entry(pool: Pool, oper
         ({"pool": 999999}, "pool"),
         ({"tier": "platinum"}, "tier"),
         ({"start": "tomorrow"}, "start"),
+        ({"team": "nobody"}, "team"),  # no such team
     ],
 )
 def test_bad_reservations_are_400_naming_the_field_and_write_nothing(

@@ -10,8 +10,8 @@ from django.contrib.auth.models import User
 
 from fleet.capacity import services as capacity
 from fleet.choices import PriorityTier
-from fleet.models import ProcurementOrder, Rack, Reservation, ReservationState, Site, TeamQuota
-from tests.fleet.capacity import add_nodes, days_ahead, make_pool, reserve
+from fleet.models import ProcurementOrder, Rack, Reservation, ReservationState, Site
+from tests.fleet.capacity import add_nodes, days_ahead, make_pool, quota, reserve
 
 pytestmark = pytest.mark.django_db
 
@@ -93,10 +93,22 @@ def test_only_energised_gpus_count_for_supply(site_a: Site, operator_user: User)
         capacity.approve(new, actor=operator_user)
 
 
-def test_preemptible_reservations_are_never_refused_for_supply(pool, operator_user: User) -> None:
+def test_preemptible_reservations_are_refused_beyond_installed_gpus(site_a: Site, operator_user: User) -> None:
+    # 24 installed, 16 energised (the rack's budget runs two of three nodes); 16 firm held.
+    rack = Rack.objects.create(site=site_a, name="r1", power_budget_kw=16)
+    add_nodes(site_a, 3, rack=rack)
+    pool = make_pool(site_a)
     reserve(pool, "alpha", 16, days_ahead(1), days_ahead(5))
+    over = reserve(
+        pool, "spot", 9, days_ahead(1), days_ahead(5), tier=PriorityTier.PREEMPTIBLE, state=ReservationState.REQUESTED
+    )
+    with pytest.raises(capacity.ConflictError) as exc:
+        capacity.approve(over, actor=operator_user)
+    assert exc.value.detail["conflict"]["demand"] == 25 and exc.value.detail["conflict"]["supply"] == 24
+    assert "installed" in exc.value.detail["detail"]
+    # Up to installed they fit, beyond energised supply: the first preempted if supply falls short...
     new = reserve(
-        pool, "spot", 64, days_ahead(1), days_ahead(5), tier=PriorityTier.PREEMPTIBLE, state=ReservationState.REQUESTED
+        pool, "spot", 8, days_ahead(1), days_ahead(5), tier=PriorityTier.PREEMPTIBLE, state=ReservationState.REQUESTED
     )
     assert capacity.approve(new, actor=operator_user).state == ReservationState.APPROVED
     # ...and they take nothing from firm reservations.
@@ -118,8 +130,8 @@ def test_an_approved_reservation_cannot_be_approved_again(pool, operator_user: U
 def big_pool(site_a: Site):  # 32 GPUs: quota, not supply, is the limit
     add_nodes(site_a, 4)
     pool = make_pool(site_a)
-    TeamQuota.objects.create(pool=pool, team="alpha", nominal_gpus=8, borrowing_limit_gpus=4)
-    TeamQuota.objects.create(pool=pool, team="beta", nominal_gpus=8, borrowing_limit_gpus=0)
+    quota(pool, "alpha", 8, 4)
+    quota(pool, "beta", 8, 0)
     return pool
 
 
@@ -133,7 +145,9 @@ def test_borrowing_beyond_the_limit_is_refused_naming_gpus(big_pool, operator_us
     new = reserve(big_pool, "alpha", 5, days_ahead(3), days_ahead(4), state=ReservationState.REQUESTED)
     with pytest.raises(capacity.ConflictError) as exc:
         capacity.approve(new, actor=operator_user)
-    assert "13 GPUs" in exc.value.detail["gpus"] and "borrowing limit (4)" in exc.value.detail["gpus"]
+    # Kueue: 8 held + 5 asked is over nominal 8 + borrowingLimit 4; 4 more would fit.
+    assert "at most 4 more GPUs" in exc.value.detail["gpus"] and "borrowing limit 4" in exc.value.detail["gpus"]
+    assert exc.value.detail["fits"] == 4
     assert Reservation.objects.get(pk=new.pk).state == ReservationState.REQUESTED
 
 
@@ -142,8 +156,9 @@ def test_borrowing_more_than_the_others_leave_unused_is_refused(big_pool, operat
     new = reserve(big_pool, "alpha", 12, days_ahead(1), days_ahead(5), state=ReservationState.REQUESTED)
     with pytest.raises(capacity.ConflictError) as exc:
         capacity.approve(new, actor=operator_user)
-    assert "borrow 4 GPUs" in exc.value.detail["gpus"] and "2 unused" in exc.value.detail["gpus"]
-    assert days_ahead(2).isoformat() in exc.value.detail["gpus"]
+    # alpha may hold its own 8 plus the 2 beta leaves unused: 10, not 12.
+    assert "at most 10 more GPUs" in exc.value.detail["gpus"] and "others' unused 2" in exc.value.detail["gpus"]
+    assert days_ahead(1).isoformat() in exc.value.detail["gpus"] and exc.value.detail["fits"] == 10
 
 
 def test_a_team_without_quota_on_a_pool_with_quotas_is_refused(big_pool, operator_user: User) -> None:

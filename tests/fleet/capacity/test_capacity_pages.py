@@ -17,8 +17,8 @@ from django.utils import timezone
 from fleet.capacity import pages as capacity_pages
 from fleet.capacity import services as capacity
 from fleet.choices import PriorityTier
-from fleet.models import Pool, PowerApproval, ProcurementOrder, Reservation, ReservationState, Site, TeamQuota
-from tests.fleet.capacity import add_nodes, days_ahead, make_pool, midnight, reserve
+from fleet.models import Pool, PowerApproval, ProcurementOrder, Reservation, ReservationState, Site
+from tests.fleet.capacity import add_nodes, days_ahead, make_pool, midnight, quota, reserve
 
 pytestmark = pytest.mark.django_db
 
@@ -62,8 +62,8 @@ def pool(site_a: Site) -> Pool:
     reserve(pool, "beta", 12, m(2), m(6), tier=RES)
     reserve(pool, "gamma", 8, m(1), m(5), tier=PRE)
     reserve(pool, "alpha", 20, m(4), m(5), tier=OD)
-    TeamQuota.objects.create(pool=pool, team="alpha", nominal_gpus=12, borrowing_limit_gpus=4)
-    TeamQuota.objects.create(pool=pool, team="beta", nominal_gpus=4, borrowing_limit_gpus=0)
+    quota(pool, "alpha", 12, 4)
+    quota(pool, "beta", 4, 0)
     return pool
 
 
@@ -178,6 +178,12 @@ def bare_pool(site_a: Site) -> Pool:
     return make_pool(site_a)
 
 
+@pytest.fixture
+def delta(pool: Pool) -> None:
+    """The form's team, with a nominal quota of 4 on the pool (a team without one is refused)."""
+    quota(pool, "delta", 4)
+
+
 def _form(on: Pool, **overrides: object) -> dict[str, object]:
     values = {
         "action": "request",
@@ -194,7 +200,7 @@ def _form(on: Pool, **overrides: object) -> dict[str, object]:
 
 
 def test_an_operator_requests_a_reservation_through_the_form(
-    operator_client: Client, operator_user, pool: Pool
+    operator_client: Client, operator_user, pool: Pool, delta: None
 ) -> None:
     response = operator_client.post(RESERVATIONS, _form(pool))
     assert response.status_code == 302 and response["Location"] == RESERVATIONS
@@ -257,10 +263,11 @@ def test_an_over_committing_approval_shows_the_window_and_teams_and_changes_noth
         ({"gpus": -3}, "gpus", "greater than or equal to"),
         ({"pool": 999_999}, "pool", "Select a valid choice"),
         ({"team": ""}, "team", "This field is required."),
+        ({"team": "nobody"}, "team", "Select a valid choice"),
     ],
 )
 def test_bad_input_names_the_field_and_writes_nothing(
-    operator_client: Client, pool: Pool, overrides: dict, field: str, message: str
+    operator_client: Client, pool: Pool, delta: None, overrides: dict, field: str, message: str
 ) -> None:
     before, logged = Reservation.objects.count(), LogEntry.objects.count()
     response = operator_client.post(RESERVATIONS, _form(pool, **overrides))

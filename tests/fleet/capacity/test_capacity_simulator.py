@@ -77,7 +77,7 @@ def test_the_plan_shows_a_conflict_and_an_evaluation_at_risk(seeded) -> None:  #
     # The hot rack's 28 kW runs three of its four H100 nodes: 120 of 128 GPUs energised.
     assert capacity.pool_figures([h100])[h100.pk].energised == 120
     (at_risk,) = capacity.preemptible_at_risk(h100)
-    assert at_risk.team == "batch-eval" and at_risk.tier == PriorityTier.PREEMPTIBLE
+    assert at_risk.team_id == "batch-eval" and at_risk.tier == PriorityTier.PREEMPTIBLE
     plan = next(p for p in capacity.plan()["pools"] if p["id"] == h100.pk)
     assert any(m["conflict"] for m in plan["months"])
     others = [p for p in capacity.plan()["pools"] if p["id"] != h100.pk]
@@ -85,7 +85,7 @@ def test_the_plan_shows_a_conflict_and_an_evaluation_at_risk(seeded) -> None:  #
 
 
 def test_a_second_run_adds_nothing(seeded) -> None:  # type: ignore[no-untyped-def]
-    assert seeded == {"pools": 5, "quotas": 10, "orders": 2, "approvals": 1, "reservations": 12}
+    assert seeded == {"teams": 4, "pools": 5, "quotas": 10, "orders": 2, "approvals": 1, "reservations": 12}
     counts = [m.objects.count() for m in (Pool, TeamQuota, ProcurementOrder, PowerApproval, Reservation)]
     again = seed_capacity(simulator.DEFAULT_SITES, seed=SEED, now=timezone.now())
     assert again == dict.fromkeys(seeded, 0)
