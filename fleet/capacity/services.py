@@ -15,7 +15,8 @@ Figures of a pool (all in GPUs):
 
 Future supply (supply_at): today's figures, plus
 
-1. procurement orders landing: an undelivered order that is not late counts from its promised
+1. procurement orders landing (approved ones only: fleet.capacity.approvals): an undelivered
+   order that is not late counts from its promised
    date; a late order (promised date past, not delivered) counts nowhere until it is delivered (its
    new date is unknown; counting it would promise capacity nobody can name a day for); a
    delivered order is in the inventory already, a cancelled one never counts;
@@ -51,6 +52,7 @@ from fleet.capacity import power_budget
 from fleet.capacity.models import (
     COMMITTED_STATES,
     ApprovalStatus,
+    OrderApproval,
     OrderStatus,
     Pool,
     PowerApproval,
@@ -288,6 +290,8 @@ def landing_orders(orders: Iterable[ProcurementOrder], today: date) -> list[tupl
     for o in orders:
         if o.status in (OrderStatus.CANCELLED, OrderStatus.DELIVERED) or o.delivered_on is not None:
             continue
+        if o.approval_status != OrderApproval.APPROVED:  # requested or rejected: no supply (approvals.py)
+            continue
         if o.promised_on < today:  # late: counts nowhere until it is delivered
             continue
         out.append((o.promised_on, o.count))
@@ -473,7 +477,8 @@ def approve(reservation: Reservation, *, actor: Any, now: datetime | None = None
 
     1. Lock the pool row: approvals on one pool run one at a time, so two that would each fit
        alone but not together cannot both pass.
-    2. Refuse a reservation that is no longer requested (someone else moved it first).
+    2. Refuse an approver the separation-of-duties rules refuse (fleet.capacity.approvals:
+       ApprovalRefused, HTTP 403), then a reservation that is no longer requested (409).
     3. Unless preemptible: refuse when, at some moment of its window, approved and active
        non-preemptible reservations plus this one exceed energised supply (naming the first such
        interval and the teams in it), or when the team's quota refuses it (field ``gpus``).
@@ -483,6 +488,12 @@ def approve(reservation: Reservation, *, actor: Any, now: datetime | None = None
     with transaction.atomic():
         pool = Pool.objects.select_for_update().select_related("site").get(pk=reservation.pool_id)
         current = Reservation.objects.get(pk=reservation.pk)
+        # Separation of duties (fleet.capacity.approvals): 403 before any state or supply check.
+        from fleet.capacity.approvals import APPROVE_RESERVATION, check_approver  # it imports this module
+
+        self_approved = check_approver(
+            actor, requester_id=current.created_by_id, permission=APPROVE_RESERVATION, what="reservation"
+        )
         if current.state != ReservationState.REQUESTED:
             raise ConflictError(f"The reservation is {current.state}; only a requested one can be approved.")
         if current.tier != PriorityTier.PREEMPTIBLE:
@@ -520,18 +531,28 @@ def approve(reservation: Reservation, *, actor: Any, now: datetime | None = None
                 if breach is not None:
                     raise ConflictError("Refused by the team's quota.", gpus=breach["gpus"])
         moved = Reservation.objects.filter(pk=current.pk, state=ReservationState.REQUESTED).update(
-            state=ReservationState.APPROVED, approved_by=actor if getattr(actor, "pk", None) else None, approved_at=now
+            state=ReservationState.APPROVED,
+            approved_by=actor if getattr(actor, "pk", None) else None,
+            approved_at=now,
+            self_approved=self_approved,
         )
         if moved != 1:
             raise ConflictError("The reservation changed meanwhile; reload it.")
         current.refresh_from_db()
         current.pool = pool  # with its site, read above: the audit entry names both
         message = f"Approved: {current.gpus} GPUs {current.start:%Y-%m-%d}..{current.end:%Y-%m-%d}."
+        if self_approved:
+            message += " Self-approved by an Admin, its own requester."
         _log(actor, current, CHANGE, message)
         row_changed.send(
             sender=Reservation,
             instance=current,
-            before={"state": ReservationState.REQUESTED, "approved_by": None, "approved_at": None},
+            before={
+                "state": ReservationState.REQUESTED,
+                "approved_by": None,
+                "approved_at": None,
+                "self_approved": False,
+            },
             message=message,
         )
     return current
