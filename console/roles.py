@@ -1,4 +1,4 @@
-"""The four roles and the permissions each holds.
+"""The roles and the permissions each holds.
 
 Groups are created by a data migration and kept in sync after every migrate (and after the test
 runner's flush), so a role always means the permissions listed here.
@@ -12,6 +12,10 @@ VIEWER = "Viewer"
 OPERATOR = "Operator"
 COMPLIANCE_OFFICER = "Compliance officer"
 ADMIN = "Admin"
+# Separation of duties (issue 23): approves what changes capacity supply and quotas (power
+# approvals, procurement orders, team quotas), never what they requested themselves.
+CAPACITY_APPROVER = "Capacity approver"
+APPROVE_CAPACITY = "fleet.approve_capacity"
 
 _READ_FLEET = [
     "console.view_dashboards",
@@ -61,8 +65,6 @@ ROLE_PERMISSIONS: dict[str, list[str]] = {
         "fleet.change_procurementorder",
         "fleet.add_powerapproval",
         "fleet.change_powerapproval",
-        "fleet.add_teamquota",
-        "fleet.change_teamquota",
         "fleet.add_reservation",
         "fleet.change_reservation",
         "incidents.change_incident",
@@ -74,11 +76,38 @@ ROLE_PERMISSIONS: dict[str, list[str]] = {
         "incidents.delete_silence",
     ],
     COMPLIANCE_OFFICER: [*_READ_FLEET, "console.manage_compliance"],
+    # Approves others' orders and power approvals and sets team quotas; requests nothing itself.
+    CAPACITY_APPROVER: [
+        *_READ_FLEET,
+        APPROVE_CAPACITY,
+        "fleet.change_procurementorder",
+        "fleet.change_powerapproval",
+        "fleet.add_teamquota",
+        "fleet.change_teamquota",
+        "fleet.delete_teamquota",
+    ],
     # Admin: every permission of the project's apps and of users and groups.
     ADMIN: ["*"],
 }
 # axes: an Admin sees and lifts login lockouts.
 ADMIN_APPS = ("console", "fleet", "incidents", "compliance", "auth", "axes")
+
+
+def is_admin(user: Any) -> bool:
+    """Holds the Admin role (or is a superuser): the one role whose self-approvals are allowed,
+    and recorded as such."""
+    if user is None or not getattr(user, "pk", None) or not user.is_active:
+        return False
+    return bool(user.is_superuser or user.groups.filter(name=ADMIN).exists())
+
+
+def role_of(user: Any) -> str | None:
+    """The user's role: the most privileged role group they are in, None without one."""
+    names = {g.name for g in user.groups.all()}
+    for role in (ADMIN, CAPACITY_APPROVER, COMPLIANCE_OFFICER, OPERATOR, VIEWER):
+        if role in names:
+            return role
+    return None
 
 
 def sync_roles(apps: Any) -> None:

@@ -33,6 +33,7 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("accounts/tokens/", views.PersonalTokenListView.as_view(), name="personal_tokens"),
     path("accounts/tokens/<int:pk>/revoke/", views.PersonalTokenRevokeView.as_view(), name="personal_token_revoke"),
+    path("accounts/people/", views.PeopleView.as_view(), name="people"),
     path("fleet/", include("fleet.urls")),
     path("training/", include("fleet.training.urls")),
     path("serving/", include("fleet.serving.urls")),

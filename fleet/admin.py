@@ -1,6 +1,19 @@
-from django.contrib import admin
+from typing import Any
 
-from fleet.capacity.models import Pool, PowerApproval, ProcurementOrder, Reservation, Team, TeamQuota
+from django.contrib import admin, messages
+from django.http import HttpRequest
+
+from fleet.capacity import approvals
+from fleet.capacity.models import (
+    OrderApproval,
+    Pool,
+    PowerApproval,
+    ProcurementOrder,
+    Reservation,
+    Team,
+    TeamQuota,
+)
+from fleet.capacity.services import ConflictError
 from fleet.models import Endpoint, Gpu, IngestBatch, Node, PartitionDrop, Rack, ScrapeTarget, Site
 from fleet.serving.models import EndpointChange, EndpointEval
 
@@ -129,16 +142,96 @@ class PoolAdmin(admin.ModelAdmin):
     list_filter = ["site"]
 
 
+class _ApprovalAdmin(admin.ModelAdmin):
+    """Orders and power approvals: created requested by whoever adds them, approved or rejected
+    with the actions, through fleet.capacity.approvals (separation of duties). Once approved, an
+    edit may not add supply (approvals.refused_changes)."""
+
+    decision_field: str
+    approval_fields = ["requested_by", "approved_by", "approved_at", "self_approved"]
+    actions = ["approve_selected", "reject_selected"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [self.decision_field, *self.approval_fields]
+
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
+        form = super().get_form(request, obj, change=change, **kwargs)
+        instance = obj
+
+        class ApprovedStaysApproved(form):  # type: ignore[misc, valid-type]
+            def clean(self) -> dict[str, Any]:
+                cleaned = super().clean()
+                if instance is not None:
+                    for name, why in approvals.refused_changes(instance, cleaned).items():
+                        self.add_error(name if name in self.fields else None, why)
+                return cleaned
+
+        return ApprovedStaysApproved
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        if not change:  # a request: the approval is a separate step, by someone else
+            obj.requested_by = request.user
+        super().save_model(request, obj, form, change)
+
+    def _decide(self, request: HttpRequest, queryset: Any, decide: Any, verb: str) -> None:
+        done, refused = 0, []
+        for obj in queryset:
+            try:
+                decide(obj, actor=request.user)
+                done += 1
+            except (approvals.ApprovalRefused, ConflictError) as exc:
+                refused.append(f"{obj}: {exc}")
+        if done:
+            self.message_user(request, f"{verb} {done}.")
+        for why in refused:
+            self.message_user(request, why, level=messages.ERROR)
+
+
 @admin.register(ProcurementOrder)
-class ProcurementOrderAdmin(admin.ModelAdmin):
-    list_display = ["pool", "count", "ordered_on", "promised_on", "delivered_on", "status", "vendor", "reference"]
-    list_filter = ["status", "pool__site"]
+class ProcurementOrderAdmin(_ApprovalAdmin):
+    list_display = [
+        "pool",
+        "count",
+        "ordered_on",
+        "promised_on",
+        "delivered_on",
+        "status",
+        "approval_status",
+        "requested_by",
+        "approved_by",
+        "vendor",
+        "reference",
+    ]
+    list_filter = ["status", "approval_status", "pool__site"]
+    decision_field = "approval_status"
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        if not change:
+            obj.approval_status = OrderApproval.REQUESTED  # the model's default is approved (ORM paths)
+        super().save_model(request, obj, form, change)
+
+    @admin.action(description="Approve selected orders (not your own)", permissions=["change"])
+    def approve_selected(self, request: HttpRequest, queryset: Any) -> None:
+        self._decide(request, queryset, approvals.approve_order, "Approved")
+
+    @admin.action(description="Reject selected orders", permissions=["change"])
+    def reject_selected(self, request: HttpRequest, queryset: Any) -> None:
+        self._decide(request, queryset, approvals.reject_order, "Rejected")
 
 
 @admin.register(PowerApproval)
-class PowerApprovalAdmin(admin.ModelAdmin):
-    list_display = ["site", "added_kw", "expected_on", "status", "reference"]
+class PowerApprovalAdmin(_ApprovalAdmin):
+    list_display = ["site", "added_kw", "expected_on", "status", "requested_by", "approved_by", "reference"]
     list_filter = ["status", "site"]
+    decision_field = "status"
+
+    @admin.action(description="Approve selected power approvals (not your own)", permissions=["change"])
+    def approve_selected(self, request: HttpRequest, queryset: Any) -> None:
+        self._decide(request, queryset, approvals.approve_power, "Approved")
+
+    @admin.action(description="Reject selected power approvals", permissions=["change"])
+    def reject_selected(self, request: HttpRequest, queryset: Any) -> None:
+        self._decide(request, queryset, approvals.reject_power, "Rejected")
 
 
 class TeamQuotaInline(admin.TabularInline):
@@ -159,9 +252,20 @@ class TeamAdmin(admin.ModelAdmin):
 
 @admin.register(TeamQuota)
 class TeamQuotaAdmin(admin.ModelAdmin):
+    """Quotas are set by an Admin or a Capacity approver (fleet.capacity.approvals)."""
+
     list_display = ["team", "pool", "nominal_gpus", "borrowing_limit_gpus", "lending_limit_gpus"]
     list_filter = ["pool"]
     autocomplete_fields = ["team"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return super().has_add_permission(request) and approvals.may_change_quota(request.user)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return super().has_change_permission(request, obj) and approvals.may_change_quota(request.user)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return super().has_delete_permission(request, obj) and approvals.may_change_quota(request.user)
 
 
 @admin.register(Reservation)
@@ -175,6 +279,7 @@ class ReservationAdmin(admin.ModelAdmin):
         "state",
         "approved_by",
         "approved_at",
+        "self_approved",
         "created_by",
         "requested_via",
         "preempted_at",

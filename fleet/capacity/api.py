@@ -3,6 +3,9 @@ quotas, reservations (approve and cancel as actions), the 12-month plan and CSV 
 
 People read with any role and write with the Operator's. An agent token (a scheduler hook at a
 site) may only request a reservation on one of its own site's pools: anything else is 403.
+Separation of duties (fleet.capacity.approvals): orders and power approvals are created requested
+and approved by someone else with the approving permission, team quotas need it too, and nobody
+but an Admin approves their own request (403 naming the rule).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from django.db import transaction
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
-from rest_framework import mixins, serializers, status, viewsets
+from rest_framework import mixins, permissions, serializers, status, viewsets
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
@@ -26,8 +29,11 @@ from rest_framework.views import APIView
 from console.authentication import AgentOrPersonalTokenAuthentication
 from console.models import AgentToken
 from console.permissions import RolePermission
+from fleet.capacity import approvals
 from fleet.capacity import services as capacity
 from fleet.capacity.models import (
+    ApprovalStatus,
+    OrderApproval,
     Pool,
     PowerApproval,
     ProcurementOrder,
@@ -49,6 +55,21 @@ class CapacityPermission(RolePermission):
         if isinstance(request.auth, AgentToken):
             return getattr(view, "action", None) == "create" and getattr(view, "agent_may_create", False)
         return super().has_permission(request, view)
+
+
+class CapacityApproverPermission(permissions.BasePermission):
+    """The approve and reject actions of orders and power approvals: any signed-in person (never an
+    agent token); fleet.capacity.approvals then decides, with a 403 that names the rule."""
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        user = request.user
+        if isinstance(request.auth, AgentToken) or not user or not user.is_authenticated:
+            return False
+        return bool(getattr(user, "is_active", False))
+
+
+def _refused(exc: approvals.ApprovalRefused) -> Response:
+    return Response(exc.detail, status=status.HTTP_403_FORBIDDEN)
 
 
 class CapacityAPIMixin:
@@ -137,7 +158,21 @@ class PoolViewSet(_NoDeleteViewSet):
 # --- supply ------------------------------------------------------------------------------------------
 
 
-class ProcurementOrderSerializer(serializers.ModelSerializer):
+class _ApprovalFields(serializers.ModelSerializer):
+    requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    approved_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    def _refuse_approved_changes(self, attrs: dict[str, Any]) -> None:
+        if self.instance is not None:
+            refused = approvals.refused_changes(self.instance, attrs)
+            if refused:
+                raise serializers.ValidationError(refused)
+
+
+APPROVAL_FIELDS = ["requested_by", "approved_by", "approved_at", "self_approved"]
+
+
+class ProcurementOrderSerializer(_ApprovalFields):
     lead_time_days = serializers.IntegerField(read_only=True)
     actual_lead_time_days = serializers.IntegerField(read_only=True, allow_null=True)
     late = serializers.SerializerMethodField()
@@ -157,9 +192,19 @@ class ProcurementOrderSerializer(serializers.ModelSerializer):
             "lead_time_days",
             "actual_lead_time_days",
             "late",
+            "approval_status",
+            *APPROVAL_FIELDS,
             "created_at",
         ]
-        extra_kwargs = {"count": {"min_value": 1, "max_value": 1_000_000}}
+        read_only_fields = ["approved_at", "self_approved"]
+        extra_kwargs = {
+            "count": {"min_value": 1, "max_value": 1_000_000},
+            "approval_status": {
+                "required": False,
+                "help_text": "On create: requested (the default) or approved (an Admin's own, recorded as "
+                "self-approved); then POST .../approve/ or .../reject/",
+            },
+        }
 
     def get_late(self, order: ProcurementOrder) -> bool:
         return order.is_late(date.today())
@@ -174,32 +219,110 @@ class ProcurementOrderSerializer(serializers.ModelSerializer):
             raise serializers.ValidationError({"delivered_on": "Is before ordered_on."})
         if delivered and delivered > date.today():
             raise serializers.ValidationError({"delivered_on": "Is in the future; set it once delivered."})
+        approval = attrs.get("approval_status")
+        if self.instance is None and approval == OrderApproval.REJECTED:
+            raise serializers.ValidationError({"approval_status": "A new order is requested or approved."})
+        if self.instance is not None and approval is not None and approval != self.instance.approval_status:
+            raise serializers.ValidationError(
+                {"approval_status": "Changes through POST .../approve/ or .../reject/ (separation of duties)."}
+            )
+        self._refuse_approved_changes(attrs)
         return attrs
 
 
-class ProcurementOrderViewSet(_NoDeleteViewSet):
-    """GPU orders: lead time (promised and actual) and whether late."""
+REFUSED = OpenApiResponse(description="Refused by a separation-of-duties rule: `detail` says why, `rule` names it")
+STATE_CONFLICT = OpenApiResponse(description="Refused by the current state")
 
-    queryset = ProcurementOrder.objects.select_related("pool")
+
+class _DecisionActions:
+    """``approve`` and ``reject`` actions of orders and power approvals, through
+    fleet.capacity.approvals: 403 naming the rule, 409 on the row's state."""
+
+    decide: dict[str, Any]  # "approve" / "reject" -> the approvals function
+
+    @extend_schema(request=None, responses={200: OpenApiTypes.OBJECT, 403: REFUSED, 409: STATE_CONFLICT})
+    @action(detail=True, methods=["post"], permission_classes=[CapacityApproverPermission])
+    def approve(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        """Approve it: an Admin or a Capacity approver who did not request it (an Admin's own is
+        recorded as self-approved). From then on it counts as supply."""
+        return self._decide("approve")
+
+    @extend_schema(request=None, responses={200: OpenApiTypes.OBJECT, 403: REFUSED, 409: STATE_CONFLICT})
+    @action(detail=True, methods=["post"], permission_classes=[CapacityApproverPermission])
+    def reject(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        """Reject it: it counts as supply no longer."""
+        return self._decide("reject")
+
+    def _decide(self, verb: str) -> Response:
+        obj = self.get_object()  # type: ignore[attr-defined]
+        try:
+            obj = self.decide[verb](obj, actor=self.request.user)  # type: ignore[attr-defined]
+        except approvals.ApprovalRefused as exc:
+            return _refused(exc)
+        except capacity.ConflictError as exc:
+            return Response(exc.detail, status=status.HTTP_409_CONFLICT)
+        return Response(self.get_serializer(obj).data)  # type: ignore[attr-defined]
+
+
+class ProcurementOrderViewSet(_DecisionActions, _NoDeleteViewSet):
+    """GPU orders: lead time (promised and actual) and whether late. Created requested; only an
+    approved order counts as supply."""
+
+    queryset = ProcurementOrder.objects.select_related("pool", "requested_by", "approved_by")
     serializer_class = ProcurementOrderSerializer
-    filterset_fields = ["pool", "status"]
+    filterset_fields = ["pool", "status", "approval_status"]
+    decide = {"approve": approvals.approve_order, "reject": approvals.reject_order}
+
+    def perform_create(self, serializer: ProcurementOrderSerializer) -> None:  # type: ignore[override]
+        values = dict(serializer.validated_data)
+        approve = values.pop("approval_status", OrderApproval.REQUESTED) == OrderApproval.APPROVED
+        try:
+            serializer.instance = approvals.request_order(actor=self.request.user, approve=approve, **values)
+        except approvals.ApprovalRefused as exc:
+            raise PermissionDenied(exc.detail) from exc
 
 
-class PowerApprovalSerializer(serializers.ModelSerializer):
+class PowerApprovalSerializer(_ApprovalFields):
     site = serializers.SlugRelatedField(slug_field="name", queryset=Site.objects.all())
 
     class Meta:
         model = PowerApproval
-        fields = ["id", "site", "added_kw", "expected_on", "status", "reference", "created_at"]
-        extra_kwargs = {"added_kw": {"min_value": Decimal("0.1")}}
+        fields = ["id", "site", "added_kw", "expected_on", "status", "reference", *APPROVAL_FIELDS, "created_at"]
+        read_only_fields = ["approved_at", "self_approved"]
+        extra_kwargs = {
+            "added_kw": {"min_value": Decimal("0.1")},
+            "status": {
+                "help_text": "On create: requested (the default), or approved/energised (an Admin's own, recorded as "
+                "self-approved); then POST .../approve/ or .../reject/, and an edit from approved to energised"
+            },
+        }
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        new_status = attrs.get("status")
+        if self.instance is None and new_status == ApprovalStatus.REJECTED:
+            raise serializers.ValidationError({"status": "A new power approval is requested (or approved)."})
+        if self.instance is not None and new_status is not None:
+            why = approvals.check_status_change(self.instance, new_status)
+            if why:
+                raise serializers.ValidationError({"status": why})
+        self._refuse_approved_changes(attrs)
+        return attrs
 
 
-class PowerApprovalViewSet(_NoDeleteViewSet):
-    """Grid or power approvals adding kW to a site."""
+class PowerApprovalViewSet(_DecisionActions, _NoDeleteViewSet):
+    """Grid or power approvals adding kW to a site. Created requested; approved or energised ones
+    count as supply."""
 
-    queryset = PowerApproval.objects.select_related("site")
+    queryset = PowerApproval.objects.select_related("site", "requested_by", "approved_by")
     serializer_class = PowerApprovalSerializer
     filterset_fields = ["site", "status"]
+    decide = {"approve": approvals.approve_power, "reject": approvals.reject_power}
+
+    def perform_create(self, serializer: PowerApprovalSerializer) -> None:  # type: ignore[override]
+        try:
+            serializer.instance = approvals.request_power_approval(actor=self.request.user, **serializer.validated_data)
+        except approvals.ApprovalRefused as exc:
+            raise PermissionDenied(exc.detail) from exc
 
 
 class TeamQuotaSerializer(serializers.ModelSerializer):
@@ -229,6 +352,14 @@ class TeamQuotaViewSet(_NoDeleteViewSet):
     queryset = TeamQuota.objects.select_related("pool")
     serializer_class = TeamQuotaSerializer
     filterset_fields = ["pool", "team"]
+
+    def check_permissions(self, request: Request) -> None:
+        super().check_permissions(request)
+        if request.method not in ("GET", "HEAD", "OPTIONS"):  # writes: an Admin or a Capacity approver
+            try:
+                approvals.check_quota_change(request.user)
+            except approvals.ApprovalRefused as exc:
+                raise PermissionDenied(exc.detail) from exc
 
 
 # --- reservations ------------------------------------------------------------------------------------
@@ -263,6 +394,7 @@ class ReservationSerializer(serializers.ModelSerializer):
             "preempted_at",
             "preempted_by",
             "preempted_reason",
+            "self_approved",
             "created_at",
         ]
         read_only_fields = [
@@ -272,6 +404,7 @@ class ReservationSerializer(serializers.ModelSerializer):
             "preempted_at",
             "preempted_by",
             "preempted_reason",
+            "self_approved",
             "created_at",
         ]
         extra_kwargs = {
@@ -343,13 +476,15 @@ class ReservationViewSet(_NoDeleteViewSet):
                     change_message=f"Changed {', '.join(changed)}.",
                 )
 
-    @extend_schema(request=None, responses={200: ReservationSerializer, 409: CONFLICT})
+    @extend_schema(request=None, responses={200: ReservationSerializer, 403: REFUSED, 409: CONFLICT})
     @action(detail=True, methods=["post"])
     def approve(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
         """Approve a requested reservation (409 with the first over-committed window, or `gpus`)."""
         reservation = self.get_object()
         try:
             reservation = capacity.approve(reservation, actor=request.user)
+        except approvals.ApprovalRefused as exc:
+            return _refused(exc)
         except capacity.ConflictError as exc:
             return Response(exc.detail, status=status.HTTP_409_CONFLICT)
         return Response(ReservationSerializer(reservation, context=self.get_serializer_context()).data)

@@ -9,6 +9,7 @@ never stored: they follow the inventory, the rack budgets and the open incidents
 from __future__ import annotations
 
 from datetime import date, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.core.validators import MinValueValidator
@@ -30,6 +31,12 @@ class ApprovalStatus(models.TextChoices):
     REQUESTED = "requested", "Requested"
     APPROVED = "approved", "Approved"
     ENERGISED = "energised", "Energised"
+    REJECTED = "rejected", "Rejected"
+
+
+class OrderApproval(models.TextChoices):
+    REQUESTED = "requested", "Requested"
+    APPROVED = "approved", "Approved"
     REJECTED = "rejected", "Rejected"
 
 
@@ -73,14 +80,21 @@ class Pool(models.Model):
     class Meta:
         ordering = ["site__name", "name"]
         constraints = [models.UniqueConstraint(fields=["site", "gpu_model"], name="pool_unique_model_per_site")]
+        # fleet.approve_capacity: approve others' orders and power approvals, change team quotas.
+        permissions = [("approve_capacity", "Can approve orders and power approvals and change team quotas")]
 
     def __str__(self) -> str:
         return f"{self.site.name}/{self.name}"
 
 
 class ProcurementOrder(models.Model):
-    """GPUs bought for a pool. Undelivered, they count as future supply from the promised date,
-    unless late (promised date past): a late order counts nowhere until it is delivered."""
+    """GPUs bought for a pool. Approved and undelivered, they count as future supply from the
+    promised date, unless late (promised date past): a late order counts nowhere until it is
+    delivered. A requested or rejected order counts nowhere.
+
+    ``approval_status`` defaults to approved for code that creates orders directly (the simulator,
+    data imports, tests): the doors people use (API, admin) create them requested, and
+    fleet.capacity.approvals approves them."""
 
     pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="orders")
     count = models.PositiveIntegerField(validators=[MinValueValidator(1)])
@@ -90,6 +104,16 @@ class ProcurementOrder(models.Model):
     status = models.CharField(max_length=16, choices=OrderStatus.choices, default=OrderStatus.ORDERED)
     vendor = models.CharField(max_length=100, blank=True)
     reference = models.CharField(max_length=100, blank=True)
+    approval_status = models.CharField(max_length=16, choices=OrderApproval.choices, default=OrderApproval.APPROVED)
+    # Who asked and who approved (fleet.capacity.approvals records them).
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    approved_at = models.DateTimeField(null=True, blank=True)
+    self_approved = models.BooleanField(default=False, help_text="Approved by its own requester (an Admin)")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -128,6 +152,15 @@ class PowerApproval(models.Model):
     expected_on = models.DateField()
     status = models.CharField(max_length=16, choices=ApprovalStatus.choices, default=ApprovalStatus.REQUESTED)
     reference = models.CharField(max_length=100, blank=True)
+    # Who asked and who approved (fleet.capacity.approvals records them).
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    approved_at = models.DateTimeField(null=True, blank=True)
+    self_approved = models.BooleanField(default=False, help_text="Approved by its own requester (an Admin)")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -226,6 +259,7 @@ class Reservation(models.Model):
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", help_text="The reclaiming request"
     )
     preempted_reason = models.TextField(blank=True)
+    self_approved = models.BooleanField(default=False, help_text="Approved by its own requester (an Admin)")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -241,6 +275,15 @@ class Reservation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.team_id}: {self.gpus} x {self.pool} {self.start:%Y-%m-%d}..{self.end:%Y-%m-%d}"
+
+    @property
+    def requested_by(self) -> Any:
+        """The person who asked (None for an agent token's request: ``requested_via`` names it)."""
+        return self.created_by
+
+    @property
+    def requested_by_id(self) -> int | None:
+        return self.created_by_id
 
     @property
     def duration(self) -> timedelta:

@@ -18,7 +18,8 @@ Figures of a pool (all in GPUs):
 
 Future supply (supply_at): today's figures, plus
 
-1. procurement orders landing: an undelivered order that is not late counts from its promised
+1. procurement orders landing (approved ones only: fleet.capacity.approvals): an undelivered
+   order that is not late counts from its promised
    date; a late order (promised date past, not delivered) counts nowhere until it is delivered (its
    new date is unknown; counting it would promise capacity nobody can name a day for); a
    delivered order is in the inventory already, a cancelled one never counts;
@@ -55,6 +56,7 @@ from fleet.capacity import power_budget, quotas
 from fleet.capacity.models import (
     COMMITTED_STATES,
     ApprovalStatus,
+    OrderApproval,
     OrderStatus,
     Pool,
     PowerApproval,
@@ -363,6 +365,8 @@ def landing_orders(orders: Iterable[ProcurementOrder], today: date) -> list[tupl
     for o in orders:
         if o.status in (OrderStatus.CANCELLED, OrderStatus.DELIVERED) or o.delivered_on is not None:
             continue
+        if o.approval_status != OrderApproval.APPROVED:  # requested or rejected: no supply (approvals.py)
+            continue
         if o.promised_on < today:  # late: counts nowhere until it is delivered
             continue
         out.append((o.promised_on, o.count))
@@ -562,7 +566,8 @@ def approve(reservation: Reservation, *, actor: Any, now: datetime | None = None
 
     1. Lock the pool row: approvals on one pool run one at a time, so two that would each fit
        alone but not together cannot both pass.
-    2. Refuse a reservation that is no longer requested (someone else moved it first).
+    2. Refuse an approver the separation-of-duties rules refuse (fleet.capacity.approvals:
+       ApprovalRefused, HTTP 403), then a reservation that is no longer requested (409).
     3. Ask the team's quota (fleet.capacity.quotas, every tier counted): admitted, admitted after
        reclaiming borrowed quota (the reservations to preempt), or refused.
     4. Refuse when, at some moment of its window, committed reservations plus this one exceed
@@ -571,12 +576,19 @@ def approve(reservation: Reservation, *, actor: Any, now: datetime | None = None
        preemptible work), a preemptible one against installed GPUs and every committed one.
        Then refuse a quota refusal (field ``gpus``, with what would fit).
     5. Preempt the reclaimed reservations (each with its reason, an audit entry and, per borrower
-       team, a SEV4 capacity incident), move this one with a conditional UPDATE, write the audit entry.
+       team, a SEV4 capacity incident), move this one with a conditional UPDATE (recording a
+       self-approval), write the audit entry.
     """
     now = now or timezone.now()
     with transaction.atomic():
         pool = Pool.objects.select_for_update().select_related("site").get(pk=reservation.pool_id)
         current = Reservation.objects.get(pk=reservation.pk)
+        # Separation of duties (fleet.capacity.approvals): 403 before any state or supply check.
+        from fleet.capacity.approvals import APPROVE_RESERVATION, check_approver  # it imports this module
+
+        self_approved = check_approver(
+            actor, requester_id=current.created_by_id, permission=APPROVE_RESERVATION, what="reservation"
+        )
         if current.state != ReservationState.REQUESTED:
             raise ConflictError(f"The reservation is {current.state}; only a requested one can be approved.")
         decision = quota_decision(
@@ -620,7 +632,10 @@ def approve(reservation: Reservation, *, actor: Any, now: datetime | None = None
         if decision is not None and not decision.admitted:
             raise _quota_refusal(decision)
         moved = Reservation.objects.filter(pk=current.pk, state=ReservationState.REQUESTED).update(
-            state=ReservationState.APPROVED, approved_by=actor if getattr(actor, "pk", None) else None, approved_at=now
+            state=ReservationState.APPROVED,
+            approved_by=actor if getattr(actor, "pk", None) else None,
+            approved_at=now,
+            self_approved=self_approved,
         )
         if moved != 1:
             raise ConflictError("The reservation changed meanwhile; reload it.")
@@ -631,11 +646,18 @@ def approve(reservation: Reservation, *, actor: Any, now: datetime | None = None
         message = f"Approved: {current.gpus} GPUs {current.start:%Y-%m-%d}..{current.end:%Y-%m-%d}."
         if victims:
             message += f" Reclaimed by preempting {', '.join(f'#{v.id}' for v in victims)}."
+        if self_approved:
+            message += " Self-approved by an Admin, its own requester."
         _log(actor, current, CHANGE, message)
         row_changed.send(
             sender=Reservation,
             instance=current,
-            before={"state": ReservationState.REQUESTED, "approved_by": None, "approved_at": None},
+            before={
+                "state": ReservationState.REQUESTED,
+                "approved_by": None,
+                "approved_at": None,
+                "self_approved": False,
+            },
             message=message,
         )
     return current

@@ -21,10 +21,11 @@ from django.utils import timezone
 from django.views.generic import TemplateView
 
 from console.permissions import DashboardRequiredMixin
+from fleet.capacity import approvals
 from fleet.capacity import pages as capacity_pages
 from fleet.capacity import services as capacity
 from fleet.capacity.forms import ReservationForm
-from fleet.capacity.models import Pool, Reservation, ReservationState
+from fleet.capacity.models import Pool, PowerApproval, ProcurementOrder, Reservation, ReservationState
 from fleet.choices import PriorityTier
 
 ADD_PERMISSION = "fleet.add_reservation"
@@ -35,9 +36,40 @@ LIST_LIMIT = 500
 
 
 class CapacityPlanView(DashboardRequiredMixin, TemplateView):
-    """The plan over the next twelve months; the chart reads the same plan the API serves."""
+    """The plan over the next twelve months; the chart reads the same plan the API serves.
+
+    POST (an Admin or a Capacity approver, 403 for anyone else): the ``action`` approve-order,
+    reject-order, approve-power or reject-power of the order or power approval ``id``, through
+    fleet.capacity.approvals; a refusal is shown on the page (403 naming the rule, 409 on state).
+    """
 
     template_name = "capacity/plan.html"
+    decisions = {
+        "approve-order": (ProcurementOrder, approvals.approve_order, "approved"),
+        "reject-order": (ProcurementOrder, approvals.reject_order, "rejected"),
+        "approve-power": (PowerApproval, approvals.approve_power, "approved"),
+        "reject-power": (PowerApproval, approvals.reject_power, "rejected"),
+    }
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not approvals.may_approve_capacity(request.user):
+            raise PermissionDenied("Approving orders and power approvals needs an Admin or a Capacity approver.")
+        decision = self.decisions.get(request.POST.get("action", ""))
+        pk = request.POST.get("id", "")
+        if decision is None or not pk.isdigit():
+            return self.render_to_response(self.get_context_data(refusal={"detail": "Unknown action."}), status=400)
+        model, decide, verb = decision
+        obj = get_object_or_404(model, pk=int(pk))
+        try:
+            decide(obj, actor=request.user)
+        except approvals.ApprovalRefused as exc:
+            refusal = {"verb": verb, "what": str(obj), **exc.detail}
+            return self.render_to_response(self.get_context_data(refusal=refusal), status=403)
+        except capacity.ConflictError as exc:
+            refusal = {"verb": verb, "what": str(obj), **exc.detail}
+            return self.render_to_response(self.get_context_data(refusal=refusal), status=409)
+        messages.success(request, f"{verb.title()}: {obj}.")
+        return redirect("capacity:plan")
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
@@ -46,6 +78,7 @@ class CapacityPlanView(DashboardRequiredMixin, TemplateView):
         rows = capacity_pages.pool_rows(now=now)
         context["pool_rows"] = rows
         context["has_pools"] = bool(rows)
+        context["can_approve"] = approvals.may_approve_capacity(self.request.user)
         if not rows:
             return context
         plan = capacity.plan(months=capacity_pages.PLAN_MONTHS, now=now)
@@ -75,7 +108,8 @@ class ReservationListView(DashboardRequiredMixin, TemplateView):
     - ``request``: a new reservation from the form (fleet.add_reservation); bad values re-render
       the form with the error on the field, nothing written;
     - ``approve`` / ``cancel`` a reservation (fleet.change_reservation); a refusal (an over-commit,
-      a quota, a state moved meanwhile) is shown on the page with status 409, nothing changed.
+      a quota, a state moved meanwhile) is shown on the page with status 409, nothing changed;
+      approving one's own request is refused the same way with 403 (fleet.capacity.approvals).
 
     A user without the permission gets 403 whatever the page showed.
     """
@@ -97,6 +131,9 @@ class ReservationListView(DashboardRequiredMixin, TemplateView):
                 capacity.approve(reservation, actor=request.user)
             else:
                 capacity.cancel(reservation, actor=request.user)
+        except approvals.ApprovalRefused as exc:  # separation of duties: shown on the page, 403
+            refusal = {"reservation": reservation, "action": action, **exc.detail}
+            return self.render_to_response(self.get_context_data(refusal=refusal), status=403)
         except capacity.ConflictError as exc:
             refusal = {"reservation": reservation, "action": action, **exc.detail}
             if "conflict" in exc.detail:  # the first over-committed window, as dates to show

@@ -62,6 +62,7 @@ from tests.conftest import _make_user
 ADMIN = "admin"
 OPERATOR = "operator"
 COMPLIANCE = "compliance-officer"
+CAPACITY = "capacity-approver"
 VIEWER = "viewer"
 NO_ROLE = "no-role"
 ANONYMOUS = "anonymous"
@@ -69,9 +70,11 @@ AGENT = "agent-token(other site)"
 VIEWER_TOKEN = "personal-token(viewer)"
 OPERATOR_TOKEN = "personal-token(operator)"
 
-EVERY_ROLE = frozenset({ADMIN, OPERATOR, COMPLIANCE, VIEWER})
+EVERY_ROLE = frozenset({ADMIN, OPERATOR, COMPLIANCE, CAPACITY, VIEWER})
 OPERATORS = frozenset({ADMIN, OPERATOR})
 ADMINS = frozenset({ADMIN})
+# fleet.approve_capacity: approve others' orders and power approvals, change team quotas.
+APPROVERS = frozenset({ADMIN, CAPACITY})
 OFFICERS = frozenset({ADMIN, COMPLIANCE})  # compliance records: reads too
 
 
@@ -111,6 +114,7 @@ def personas(
         Persona(VIEWER_TOKEN, headers=_bearer(PersonalToken.issue(user=viewer_user, name="matrix")[1]), acts_as=VIEWER),
         Persona(VIEWER, viewer_user),
         Persona(COMPLIANCE, _make_user("cora", roles.COMPLIANCE_OFFICER)),
+        Persona(CAPACITY, _make_user("cappy", roles.CAPACITY_APPROVER)),
         Persona(
             OPERATOR_TOKEN, headers=_bearer(PersonalToken.issue(user=operator_user, name="matrix")[1]), acts_as=OPERATOR
         ),
@@ -285,7 +289,7 @@ RULES: dict[str, Rule] = {
     "training:job_detail": page(target="job"),
     "serving:dashboard": page(),
     "power:dashboard": page(),
-    "capacity:plan": page(),
+    "capacity:plan": page(post=APPROVERS),  # approve or reject orders and power approvals
     # request (fleet.add_reservation), approve and cancel (fleet.change_reservation)
     "capacity:reservations": page(post=OPERATORS),
     "serving:endpoint_detail": page(post=OPERATORS, target="endpoint"),  # the SLO form: fleet.change_endpoint
@@ -298,6 +302,8 @@ RULES: dict[str, Rule] = {
     # a person's own API tokens: any role makes and revokes its own (someone else's is a 404)
     "personal_tokens": page(post=EVERY_ROLE),
     "personal_token_revoke": page(read=None, post=EVERY_ROLE, target="personal_token"),
+    # people and their roles: the Admin's alone (create, role, deactivate, reactivate)
+    "people": page(read=ADMINS, post=ADMINS),
     # the console's own metrics
     "metrics": Rule(Kind.METRICS, {"GET": EVERY_ROLE}),
     # REST API, fleet: sites, racks and nodes are the Admin's inventory; operators change nodes and
@@ -371,8 +377,10 @@ RULES: dict[str, Rule] = {
     "api:training-api:overview": api(),
     "api:training-api:job-snapshot": api(target="job"),
     # REST API, capacity: any role reads pools, supply, quotas, reservations and the plan; operators
-    # write them and approve or cancel reservations. An agent token (a scheduler hook) may only
-    # request a reservation on its own site's pools: the list POST (an empty body: 400) is let through.
+    # write them and approve or cancel reservations (not their own: fleet.capacity.approvals). Orders
+    # and power approvals are requested by operators and approved by an Admin or a Capacity approver,
+    # who alone change team quotas. An agent token (a scheduler hook) may only request a reservation
+    # on its own site's pools: the list POST (an empty body: 400) is let through.
     "api:capacity-api:api-root": api(),
     "api:capacity-api:plan": api(),
     "api:capacity-api:plan-csv": api(),
@@ -380,11 +388,15 @@ RULES: dict[str, Rule] = {
     "api:capacity-api:pool-list": api(post=OPERATORS),
     "api:capacity-api:pool-detail": api(patch=OPERATORS, target="pool"),
     "api:capacity-api:procurementorder-list": api(post=OPERATORS),
-    "api:capacity-api:procurementorder-detail": api(patch=OPERATORS, target="procurement_order"),
+    "api:capacity-api:procurementorder-detail": api(patch=OPERATORS | APPROVERS, target="procurement_order"),
+    "api:capacity-api:procurementorder-approve": Rule(Kind.API, {"POST": APPROVERS}, "procurement_order"),
+    "api:capacity-api:procurementorder-reject": Rule(Kind.API, {"POST": APPROVERS}, "procurement_order"),
     "api:capacity-api:powerapproval-list": api(post=OPERATORS),
-    "api:capacity-api:powerapproval-detail": api(patch=OPERATORS, target="power_approval"),
-    "api:capacity-api:teamquota-list": api(post=OPERATORS),
-    "api:capacity-api:teamquota-detail": api(patch=OPERATORS, target="team_quota"),
+    "api:capacity-api:powerapproval-detail": api(patch=OPERATORS | APPROVERS, target="power_approval"),
+    "api:capacity-api:powerapproval-approve": Rule(Kind.API, {"POST": APPROVERS}, "power_approval"),
+    "api:capacity-api:powerapproval-reject": Rule(Kind.API, {"POST": APPROVERS}, "power_approval"),
+    "api:capacity-api:teamquota-list": api(post=APPROVERS),
+    "api:capacity-api:teamquota-detail": api(patch=APPROVERS, target="team_quota"),
     "api:capacity-api:reservation-list": Rule(Kind.API_AND_AGENT, {"GET": EVERY_ROLE, "POST": OPERATORS}),
     "api:capacity-api:reservation-detail": api(patch=OPERATORS, target="reservation"),
     "api:capacity-api:reservation-approve": Rule(Kind.API, {"POST": OPERATORS}, "reservation"),

@@ -769,22 +769,28 @@ def seed_capacity(w: World) -> list[dict[str, Any]]:
             "status": "shipped",
         },
     ]
+    # Separation of duties: the Operator requests orders and power, the Admin approves them and
+    # sets the quotas, and approves the Operator's reservations below.
     order_ids = [ok(send_json(w.operator, "post", "/api/v1/capacity/orders/", o), 201)["id"] for o in orders]
+    for order_id in order_ids:
+        ok(send_json(w.admin, "post", f"/api/v1/capacity/orders/{order_id}/approve/", {}))
     for site, kw, on, status in (("ams-1", "10", month(3), "approved"), ("ams-1", "500", month(1), "requested")):
-        ok(
+        grid = ok(
             send_json(
                 w.operator,
                 "post",
                 "/api/v1/capacity/approvals/",
-                {"site": site, "added_kw": kw, "expected_on": str(on), "status": status, "reference": f"GRID-{kw}"},
+                {"site": site, "added_kw": kw, "expected_on": str(on), "reference": f"GRID-{kw}"},
             ),
             201,
         )
+        if status == "approved":
+            ok(send_json(w.admin, "post", f"/api/v1/capacity/approvals/{grid['id']}/approve/", {}))
     quotas = (("alpha", h100, 16, 8), ("beta", h100, 12, 12), ("gamma", h100, 8, 0), ("search", a100, 8, 0))
     for team, pool, nominal, borrow in quotas:
         ok(
             send_json(
-                w.operator,
+                w.admin,
                 "post",
                 "/api/v1/capacity/quotas/",
                 {"team": team, "pool": pool, "nominal_gpus": nominal, "borrowing_limit_gpus": borrow},
@@ -824,7 +830,7 @@ def seed_capacity(w: World) -> list[dict[str, Any]]:
             continue
         r = ok(requested, 201)
         w.name("reservation", r["id"], f"{team}-{i}")
-        response = w.operator.post(f"/api/v1/capacity/reservations/{r['id']}/approve/")
+        response = w.admin.post(f"/api/v1/capacity/reservations/{r['id']}/approve/")
         assert response.status_code in (200, 409), response.content
         answers.append({"reservation": f"{team}-{i}", "status": response.status_code, "body": response.json()})
     # The first H100 order slips three months after the approvals counted on it.
