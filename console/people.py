@@ -34,13 +34,9 @@ class PeopleConflict(Exception):
 
 
 def teams_of(user: Any) -> list[str]:
-    """The names of the teams ``user`` belongs to.
-
-    A hook: teams are free text on quotas and reservations today, with no members. Once Team
-    records with members exist (issue 23, item 5), this returns the user's team names; the People
-    page and the capacity rules read teams through here only.
-    """
-    return []
+    """The names of the teams ``user`` is a member of (fleet.capacity Team records), in name order;
+    read from a ``teams`` prefetch when the caller made one."""
+    return sorted(team.name for team in user.teams.all())
 
 
 @dataclass
@@ -56,10 +52,10 @@ class PersonRow:
 
 
 def people() -> list[PersonRow]:
-    """Every user with their role, teams and active personal-token count (3 queries)."""
+    """Every user with their role, teams and active personal-token count (4 queries)."""
     users = (
         User.objects.order_by("username")
-        .prefetch_related("groups")
+        .prefetch_related("groups", "teams")
         .annotate(active_tokens=Count("personal_tokens", filter=Q(personal_tokens__revoked_at__isnull=True)))
     )
     return [PersonRow(u, roles.role_of(u), teams_of(u), u.active_tokens) for u in users]  # type: ignore[attr-defined]

@@ -14,6 +14,7 @@ from django.test import Client
 from compliance.models import AuditEntry
 from console import people, roles
 from console.models import PersonalToken
+from fleet.capacity.models import Team
 from tests.conftest import PASSWORD, _client_for, _make_user
 
 pytestmark = pytest.mark.django_db
@@ -62,7 +63,7 @@ def test_the_list_shows_role_teams_last_sign_in_tokens_and_status(
     assert re.search(r'data-field="tokens"[^>]*>2<', rows["oscar"])  # the revoked one not counted
     assert re.search(r'data-field="role">Admin<', rows["ada"])
     assert "never" in rows["oscar"] and "never" not in rows["vera"]
-    assert re.search(r'data-field="teams">–<', rows["vera"])  # teams_of: a hook, [] for now
+    assert re.search(r'data-field="teams">–<', rows["vera"])  # a member of no team
 
 
 def test_the_navigation_links_it_for_admins_only(admin_client: Client, operator_client: Client) -> None:
@@ -161,5 +162,13 @@ def test_unknown_actions_and_people_are_4xx(admin_client: Client) -> None:
     assert admin_client.post(URL, {"action": "deactivate", "id": "999999"}).status_code == 404
 
 
-def test_teams_of_is_a_hook_returning_no_teams_yet(operator_user: User) -> None:
-    assert people.teams_of(operator_user) == []
+def test_the_page_lists_the_teams_a_person_is_a_member_of(
+    admin_client: Client, operator_user: User, viewer_user: User
+) -> None:
+    for name in ("search", "alpha"):
+        Team.objects.create(name=name).members.add(operator_user)
+    assert people.teams_of(operator_user) == ["alpha", "search"]
+    assert people.teams_of(viewer_user) == []
+    html = admin_client.get(URL).content.decode()
+    rows = dict(re.findall(r'<tr data-person="(\w+)"[^>]*>(.*?)</tr>', html, re.S))
+    assert re.search(r'data-field="teams">alpha, search<', rows[operator_user.username])

@@ -17,7 +17,7 @@ from console import roles
 from fleet.capacity import services as capacity
 from fleet.models import Pool, PowerApproval, ProcurementOrder, Reservation, Site, TeamQuota
 from tests.conftest import _client_for, _make_user
-from tests.fleet.capacity import add_nodes, days_ahead, make_pool
+from tests.fleet.capacity import add_nodes, days_ahead, make_pool, team
 
 pytestmark = pytest.mark.django_db
 
@@ -27,6 +27,7 @@ API = "/api/v1/capacity"
 @pytest.fixture
 def pool(site_a: Site) -> Pool:
     add_nodes(site_a, 2)
+    team("alpha")  # teams are records an Admin adds
     return make_pool(site_a)
 
 
@@ -277,7 +278,7 @@ def test_quotas_in_the_admin_need_the_approving_permission(pool: Pool, admin_cli
     operator = _make_user("staffop", roles.OPERATOR, is_staff=True)
     # The model permissions alone, granted by hand: the rule wants fleet.approve_capacity too.
     operator.user_permissions.add(*Permission.objects.filter(codename__in=["change_teamquota", "add_teamquota"]))
-    quota = TeamQuota.objects.create(team="alpha", pool=pool, nominal_gpus=8)
+    quota = TeamQuota.objects.create(team=team("alpha"), pool=pool, nominal_gpus=8)
     staff_op = _client_for(operator)
     response = staff_op.post(
         f"/admin/fleet/teamquota/{quota.pk}/change/",

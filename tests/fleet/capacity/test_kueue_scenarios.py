@@ -16,10 +16,12 @@ import pytest
 from django.contrib.admin.models import LogEntry
 from django.test import Client
 
+from console import roles
 from fleet.capacity.models import ReclaimPolicy
 from fleet.choices import PriorityTier
 from fleet.models import Pool, Reservation, ReservationState, Site
 from incidents.models import Incident
+from tests.conftest import _client_for, _make_user
 from tests.fleet.capacity import add_nodes, days_ahead, make_pool, quota, team
 
 pytestmark = pytest.mark.django_db
@@ -91,10 +93,11 @@ def pool(site_a: Site) -> Pool:
 
 
 class Scenario:
-    """A pool, its quotas and an Operator driving the API; ``ask`` requests and approves."""
+    """A pool, its quotas and two Operators driving the API; ``ask`` has one request and the other
+    approve (separation of duties: nobody approves their own)."""
 
-    def __init__(self, pool: Pool, client: Client) -> None:
-        self.pool, self.client, self.names = pool, client, {}
+    def __init__(self, pool: Pool, client: Client, approver: Client) -> None:
+        self.pool, self.client, self.approver, self.names = pool, client, approver, {}
 
     def ask(self, name: str, team: str, gpus: int, *, tier: str = RES, priority: int = 0) -> dict[str, Any]:
         body = {
@@ -112,7 +115,7 @@ class Scenario:
         assert created.status_code == 201, created.json()
         pk = created.json()["id"]
         self.names[pk] = name
-        approved = self.client.post(f"{API}{pk}/approve/", content_type="application/json")
+        approved = self.approver.post(f"{API}{pk}/approve/", content_type="application/json")
         if approved.status_code == 409:
             return {"decision": "pending", "id": pk, **approved.json()}
         assert approved.status_code == 200, approved.json()
@@ -239,15 +242,22 @@ def test_every_case_has_kueues_decision() -> None:
     assert set(CASES) == set(KUEUE)
 
 
+@pytest.fixture
+def other_operator_client() -> Client:
+    return _client_for(_make_user("otto", roles.OPERATOR))
+
+
 @pytest.mark.parametrize("case", list(CASES))
-def test_the_console_decides_as_kueue(case: str, pool: Pool, operator_client: Client) -> None:
-    assert CASES[case](Scenario(pool, operator_client)) == KUEUE[case][0]
+def test_the_console_decides_as_kueue(
+    case: str, pool: Pool, operator_client: Client, other_operator_client: Client
+) -> None:
+    assert CASES[case](Scenario(pool, operator_client, other_operator_client)) == KUEUE[case][0]
 
 
 def test_a_reclaim_records_the_reason_audits_and_opens_one_sev4_incident_per_borrower(
-    pool: Pool, operator_client: Client
+    pool: Pool, operator_client: Client, other_operator_client: Client
 ) -> None:
-    s = Scenario(pool, operator_client)
+    s = Scenario(pool, operator_client, other_operator_client)
     _borrowers(s, ReclaimPolicy.ANY)
     result = s.ask("beta-6", "beta", 6)
     victims = list(Reservation.objects.filter(state=ReservationState.PREEMPTED).order_by("pk"))

@@ -28,8 +28,8 @@ def _post(client: Client, body: dict[str, Any]) -> Any:
     return client.post(QUOTAS, body, content_type="application/json")
 
 
-def test_a_quota_without_limits_borrows_and_lends_without_limit(pool: Pool, operator_client: Client) -> None:
-    response = _post(operator_client, {"team": "alpha", "pool": pool.pk, "nominal_gpus": 8})
+def test_a_quota_without_limits_borrows_and_lends_without_limit(pool: Pool, admin_client: Client) -> None:
+    response = _post(admin_client, {"team": "alpha", "pool": pool.pk, "nominal_gpus": 8})
     assert response.status_code == 201, response.json()
     assert (response.json()["borrowing_limit_gpus"], response.json()["lending_limit_gpus"]) == (None, None)
     assert TeamQuota.objects.get().team_id == "alpha"
@@ -45,9 +45,9 @@ def test_a_quota_without_limits_borrows_and_lends_without_limit(pool: Pool, oper
     ],
 )
 def test_bad_quotas_are_400_naming_the_field_and_write_nothing(
-    pool: Pool, operator_client: Client, body: dict[str, Any], field: str
+    pool: Pool, admin_client: Client, body: dict[str, Any], field: str
 ) -> None:
-    response = _post(operator_client, {"pool": pool.pk, **body})
+    response = _post(admin_client, {"pool": pool.pk, **body})
     assert response.status_code == 400 and field in response.json(), response.json()
     assert not TeamQuota.objects.exists()
 
