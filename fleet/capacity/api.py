@@ -26,6 +26,7 @@ from rest_framework.views import APIView
 from console.authentication import AgentOrPersonalTokenAuthentication
 from console.models import AgentToken
 from console.permissions import RolePermission
+from console.timebounds import BoundedDatesSerializerMixin, moment_problem
 from fleet.capacity import services as capacity
 from fleet.capacity.models import Pool, PowerApproval, ProcurementOrder, Reservation, ReservationState, TeamQuota
 from fleet.inventory.models import Site
@@ -128,7 +129,7 @@ class PoolViewSet(_NoDeleteViewSet):
 # --- supply ------------------------------------------------------------------------------------------
 
 
-class ProcurementOrderSerializer(serializers.ModelSerializer):
+class ProcurementOrderSerializer(BoundedDatesSerializerMixin, serializers.ModelSerializer):
     lead_time_days = serializers.IntegerField(read_only=True)
     actual_lead_time_days = serializers.IntegerField(read_only=True, allow_null=True)
     late = serializers.SerializerMethodField()
@@ -176,7 +177,7 @@ class ProcurementOrderViewSet(_NoDeleteViewSet):
     filterset_fields = ["pool", "status"]
 
 
-class PowerApprovalSerializer(serializers.ModelSerializer):
+class PowerApprovalSerializer(BoundedDatesSerializerMixin, serializers.ModelSerializer):
     site = serializers.SlugRelatedField(slug_field="name", queryset=Site.objects.all())
 
     class Meta:
@@ -213,7 +214,7 @@ class TeamQuotaViewSet(_NoDeleteViewSet):
 FIXED_ONCE_APPROVED = {"team", "pool", "gpus", "start", "end", "tier"}
 
 
-class ReservationSerializer(serializers.ModelSerializer):
+class ReservationSerializer(BoundedDatesSerializerMixin, serializers.ModelSerializer):
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
     approved_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
 
@@ -240,8 +241,22 @@ class ReservationSerializer(serializers.ModelSerializer):
         read_only_fields = ["state", "requested_via", "approved_at", "created_at"]
         extra_kwargs = {
             "gpus": {"min_value": 1, "max_value": 1_000_000},
-            "client_id": {"validators": [], "help_text": "The sender's id: a repeated create returns the first"},
+            "client_id": {
+                "validators": [],
+                "allow_blank": False,
+                "help_text": "The sender's id, unique among the sender's (its site's, or the person's): a repeated "
+                "create with the same fields returns the first, one with other fields is a 409",
+            },
         }
+
+    def validate_client_id(self, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise serializers.ValidationError("Must not be blank: send an id, or leave it out.")
+        if value is not None and self.instance is not None and value != self.instance.client_id:
+            taken = Reservation.objects.filter(client_scope=self.instance.client_scope, client_id=value)
+            if taken.exclude(pk=self.instance.pk).exists():
+                raise serializers.ValidationError("Is the id of another of this sender's reservations.")
+        return value
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         start = attrs.get("start", getattr(self.instance, "start", None))
@@ -271,7 +286,7 @@ class ReservationViewSet(_NoDeleteViewSet):
     ordering_fields = ["start", "end", "priority", "created_at"]
     agent_may_create = True
 
-    @extend_schema(responses={200: ReservationSerializer, 201: ReservationSerializer})
+    @extend_schema(responses={200: ReservationSerializer, 201: ReservationSerializer, 409: CONFLICT})
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -280,9 +295,14 @@ class ReservationViewSet(_NoDeleteViewSet):
             if values["pool"].site_id != request.auth.site_id:
                 raise PermissionDenied({"pool": "Is at another site than this agent token's."})
             actor, via = None, str(request.user)
+            scope = capacity.client_id_scope(site_id=request.auth.site_id)
         else:
             actor, via = request.user, request.user.get_username()
-        reservation, created = capacity.create_reservation(actor=actor, via=via, **values)
+            scope = capacity.client_id_scope(user_id=request.user.pk)
+        try:
+            reservation, created = capacity.create_reservation(actor=actor, via=via, scope=scope, **values)
+        except capacity.ConflictError as exc:
+            return Response(exc.detail, status=status.HTTP_409_CONFLICT)
         return Response(
             ReservationSerializer(reservation, context=self.get_serializer_context()).data,
             status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
@@ -336,9 +356,12 @@ def _plan_args(request: Request) -> tuple[int, date | None] | Response:
     if start is None:
         return int(raw), None
     try:
-        return int(raw), date.fromisoformat(start)
+        day = date.fromisoformat(start)
     except ValueError:
         return Response({"start": "Must be a date, YYYY-MM-DD."}, status=400)
+    if problem := moment_problem(day):
+        return Response({"start": problem}, status=400)
+    return int(raw), day
 
 
 PLAN_PARAMETERS = [

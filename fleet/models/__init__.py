@@ -8,7 +8,7 @@ from fleet.capacity.models import (
     ReservationState,
     TeamQuota,
 )
-from fleet.inventory.models import Gpu, Node, Rack, Site
+from fleet.inventory.models import ClaimConflict, Gpu, Node, Rack, Site
 from fleet.serving.models import (
     Endpoint,
     EndpointChange,
@@ -35,6 +35,7 @@ from fleet.training.models import Job, JobAccount, JobEvent
 
 __all__ = [
     "ApprovalStatus",
+    "ClaimConflict",
     "Endpoint",
     "EndpointChange",
     "EndpointChangeKind",
