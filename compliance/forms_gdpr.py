@@ -13,11 +13,12 @@ from compliance.choices import RequestStatus
 from compliance.models import DataAsset, ProcessorRecord, SubjectRequest
 from compliance.models.gdpr import PROCESSOR_FIELDS, RECORD_FIELDS, received_on_error
 from compliance.services import gdpr
+from console.timebounds import BoundedDatesFormMixin
 
 _DATE = forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d")
 
 
-class DataAssetForm(forms.ModelForm):
+class DataAssetForm(BoundedDatesFormMixin, forms.ModelForm):
     class Meta:
         model = DataAsset
         fields = list(RECORD_FIELDS)
@@ -42,7 +43,7 @@ class DataAssetForm(forms.ModelForm):
         return cleaned
 
 
-class ProcessorRecordForm(forms.ModelForm):
+class ProcessorRecordForm(BoundedDatesFormMixin, forms.ModelForm):
     class Meta:
         model = ProcessorRecord
         fields = list(PROCESSOR_FIELDS)
@@ -52,7 +53,7 @@ class ProcessorRecordForm(forms.ModelForm):
         }
 
 
-class SubjectRequestForm(forms.ModelForm):
+class SubjectRequestForm(BoundedDatesFormMixin, forms.ModelForm):
     class Meta:
         model = SubjectRequest
         fields = ["kind", "subject_reference", "received_on", "assets", "notes"]
@@ -70,7 +71,7 @@ class SubjectRequestForm(forms.ModelForm):
         return value
 
 
-class _RequestActionForm(forms.Form):
+class _RequestActionForm(BoundedDatesFormMixin, forms.Form):
     """A change to one logged request, checked whole with gdpr.request_errors."""
 
     request = forms.ModelChoiceField(queryset=SubjectRequest.objects.all(), widget=forms.HiddenInput)

@@ -9,11 +9,12 @@ from django import forms
 from django.utils import timezone
 
 from compliance.services.pack import period_error
+from console.timebounds import BoundedDatesFormMixin
 
 DEFAULT_PERIOD_DAYS = 90
 
 
-class PackForm(forms.Form):
+class PackForm(BoundedDatesFormMixin, forms.Form):
     period_start = forms.DateField(label="From", widget=forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d"))
     period_end = forms.DateField(
         label="To (included)", widget=forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d")

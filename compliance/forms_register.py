@@ -10,6 +10,7 @@ from django import forms
 from compliance.choices import Modality
 from compliance.models.register import Dataset, GpaiModel
 from compliance.services.register import MAX_CSV_BYTES, scratch_error
+from console.timebounds import BoundedDatesFormMixin
 from fleet.models import Job
 
 _DATE = forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d")
@@ -25,7 +26,7 @@ SOURCE_COMMENT_FIELDS = (
 )
 
 
-class GpaiModelForm(forms.ModelForm):
+class GpaiModelForm(BoundedDatesFormMixin, forms.ModelForm):
     modalities = forms.MultipleChoiceField(
         choices=Modality.choices, required=False, widget=forms.CheckboxSelectMultiple
     )
@@ -182,7 +183,7 @@ class DatasetForm(forms.ModelForm):
         return cleaned
 
 
-class LineageForm(forms.Form):
+class LineageForm(BoundedDatesFormMixin, forms.Form):
     dataset = forms.ModelChoiceField(queryset=Dataset.objects.all())
     job = forms.ModelChoiceField(
         queryset=Job.objects.order_by("-created_at"), required=False, empty_label="(no job recorded)"

@@ -9,9 +9,10 @@ from django import forms
 
 from compliance.models import LegalHold, RetentionPolicy
 from compliance.services import retention
+from console.timebounds import BoundedDatesFormMixin
 
 
-class RetentionPolicyForm(forms.ModelForm):
+class RetentionPolicyForm(BoundedDatesFormMixin, forms.ModelForm):
     class Meta:
         model = RetentionPolicy
         fields = ["data_class", "tenant", "days", "action", "owner", "review_due", "notes"]
@@ -33,7 +34,7 @@ class RetentionPolicyForm(forms.ModelForm):
         return cleaned
 
 
-class LegalHoldForm(forms.ModelForm):
+class LegalHoldForm(BoundedDatesFormMixin, forms.ModelForm):
     incident_ids = forms.CharField(
         required=False, help_text="Incident numbers, comma-separated; empty holds them all", label="Incidents"
     )

@@ -74,6 +74,7 @@ AUDITED: dict[str, AuditSpec] = {
     "fleet.Rack": _PLAIN,
     "fleet.Node": _PLAIN,
     "fleet.Gpu": _PLAIN,
+    "fleet.ClaimConflict": AuditSpec(ignored=frozenset({"last_seen", "count", "claimant_hostname"})),
     "fleet.ScrapeTarget": AuditSpec(ignored=_SCRAPE_STATE),
     "fleet.Endpoint": _PLAIN,
     # people, roles and credentials

@@ -3,7 +3,6 @@ its CSV export, streamed so that a large extract never sits in memory."""
 
 from __future__ import annotations
 
-import csv
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -80,12 +79,11 @@ class _Echo:
 
 
 def _csv_lines(entries: Any) -> Iterator[str]:
-    writer = csv.writer(_Echo())
+    writer = spreadsheet.writer(_Echo())
     yield writer.writerow(CSV_COLUMNS)
     for e in entries.iterator(chunk_size=2000):
         yield writer.writerow(
-            spreadsheet.cell(v)
-            for v in [
+            [
                 e.at.isoformat(),
                 e.actor,
                 e.actor_id if e.actor_id is not None else "",

@@ -1,19 +1,46 @@
-"""CSV cells that a spreadsheet opens as text, never as a formula.
+"""CSV cells that a spreadsheet opens as text, never as a formula, and the one CSV writer the
+console uses.
 
 A cell starting with ``=``, ``+``, ``-``, ``@`` (or a tab or carriage return) is run as a formula by
-Excel, LibreOffice and Sheets ("CSV injection"): a team or dataset name typed by one user would run
-on the machine of whoever opens the export. Such a cell gets a leading apostrophe, which the
-spreadsheet shows as text. Numbers stay numbers (a negative count is written as it is).
+Excel, LibreOffice and Sheets ("CSV injection", OWASP): a team or dataset name typed by one user
+would run on the machine of whoever opens the export. Such a cell gets a leading apostrophe, which
+the spreadsheet shows as text. Numbers stay numbers (a negative count is written as it is): only
+text cells are escaped, so a writer must hand numbers over as numbers, not as their text.
+
+Every CSV the console writes goes through ``writer``, so no export can forget a column.
 """
 
 from __future__ import annotations
 
+import csv
+from collections.abc import Iterable
 from typing import Any
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 def cell(value: Any) -> Any:
+    """The value as a spreadsheet should read it: text that would start a formula, escaped."""
     if isinstance(value, str) and value.startswith(FORMULA_STARTS):
         return "'" + value
     return value
+
+
+class SafeWriter:
+    """``csv.writer`` with every text cell passed through ``cell``; ``writerow`` returns what the
+    file's ``write`` returned (the line, for a streaming response's echo file)."""
+
+    def __init__(self, file: Any, **kwargs: Any) -> None:
+        self._writer = csv.writer(file, **kwargs)
+
+    def writerow(self, row: Iterable[Any]) -> Any:
+        return self._writer.writerow([cell(v) for v in row])
+
+    def writerows(self, rows: Iterable[Iterable[Any]]) -> None:
+        for row in rows:
+            self.writerow(row)
+
+
+def writer(file: Any, **kwargs: Any) -> SafeWriter:
+    """The console's CSV writer (csv.writer's arguments): formula starts in text cells escaped."""
+    return SafeWriter(file, **kwargs)

@@ -14,6 +14,9 @@ from fleet.capacity.models import (
     TeamQuota,
 )
 from fleet.capacity.services import ConflictError
+from fleet.choices import ClaimResolution
+from fleet.inventory import claims
+from fleet.inventory.models import ClaimConflict
 from fleet.models import Endpoint, Gpu, IngestBatch, Node, PartitionDrop, Rack, ScrapeTarget, Site
 from fleet.serving.models import EndpointChange, EndpointEval
 
@@ -286,3 +289,57 @@ class ReservationAdmin(admin.ModelAdmin):
         "preempted_by",
         "preempted_reason",
     ]
+
+
+@admin.register(ClaimConflict)
+class ClaimConflictAdmin(admin.ModelAdmin):
+    """Another site's GPU UUID or hostname sent by a site's token: an Admin keeps it with its
+    owner or moves it to the claimant (fleet.inventory.claims; both audited). Nothing else here
+    changes a claim: it is recorded by the ingest doors."""
+
+    list_display = [
+        "kind",
+        "value",
+        "owner_site",
+        "claimant_site",
+        "claimant_hostname",
+        "count",
+        "first_seen",
+        "last_seen",
+        "resolution",
+        "resolved_by",
+        "resolved_at",
+    ]
+    list_filter = ["resolution", "kind", "claimant_site", "owner_site"]
+    search_fields = ["value", "claimant_hostname"]
+    list_select_related = ["owner_site", "claimant_site", "resolved_by"]
+    actions = ["keep_with_owner", "move_to_claimant"]
+
+    def has_add_permission(self, request):  # type: ignore[no-untyped-def]
+        return False
+
+    def has_delete_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
+        return False
+
+    def get_readonly_fields(self, request, obj=None):  # type: ignore[no-untyped-def]
+        return [f.name for f in ClaimConflict._meta.fields]
+
+    def _resolve(self, request, queryset, resolution: str) -> None:  # type: ignore[no-untyped-def]
+        done = 0
+        for conflict in queryset.order_by("pk"):
+            try:
+                claims.resolve(conflict, resolution=resolution, actor=request.user)
+            except claims.ClaimError as exc:
+                self.message_user(request, f"{conflict}: {exc}", level=messages.ERROR)
+            else:
+                done += 1
+        if done:
+            self.message_user(request, f"{done} claim(s) resolved.", level=messages.SUCCESS)
+
+    @admin.action(description="Keep with the owning site", permissions=["change"])
+    def keep_with_owner(self, request, queryset):  # type: ignore[no-untyped-def]
+        self._resolve(request, queryset, ClaimResolution.KEPT)
+
+    @admin.action(description="Move to the claiming site", permissions=["change"])
+    def move_to_claimant(self, request, queryset):  # type: ignore[no-untyped-def]
+        self._resolve(request, queryset, ClaimResolution.MOVED)

@@ -84,3 +84,14 @@ class JobEventKind(models.TextChoices):
     RESUMED = "resumed", "Resumed"
     RELEASED = "released", "GPUs released"
     COMPLETED = "completed", "Completed"
+
+
+class ClaimKind(models.TextChoices):
+    UUID = "uuid", "GPU UUID"
+    HOSTNAME = "hostname", "Hostname"
+
+
+class ClaimResolution(models.TextChoices):
+    PENDING = "", "Pending"
+    KEPT = "kept", "Kept with the owning site"
+    MOVED = "moved", "Moved to the claiming site"

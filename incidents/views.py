@@ -17,6 +17,7 @@ from django.utils.dateparse import parse_datetime
 from django.views.generic import TemplateView
 
 from console.permissions import DashboardRequiredMixin
+from console.timebounds import moment_problem
 from incidents.choices import ActionItemState, IncidentRole, IncidentState, MaintenanceScope, Severity
 from incidents.filtersets import IncidentFilterSet
 from incidents.models import ActionItem, Finding, Incident, MaintenanceWindow, RunbookLink, Silence
@@ -174,6 +175,8 @@ class IncidentActionView(DashboardRequiredMixin, TemplateView):
                     return redirect(incident)
                 owner = User.objects.filter(username=data.get("owner", ""), is_active=True).first()
                 due = date.fromisoformat(data["due_date"]) if data.get("due_date") else None
+                if due is not None and (problem := moment_problem(due)):
+                    raise ValueError(f"due date: {problem}")
                 engine.add_action_item(incident, title=title[:300], owner=owner, due_date=due, actor=actor)
             elif action == "item_state":
                 item = get_object_or_404(ActionItem, pk=data.get("item"), incident=incident)

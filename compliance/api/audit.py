@@ -15,6 +15,7 @@ from rest_framework import serializers, viewsets
 from compliance.choices import AuditAction
 from compliance.models import AuditEntry
 from compliance.permissions import CompliancePermission
+from console.timebounds import validate_moment
 
 
 def _start_of(day: date) -> datetime:
@@ -30,8 +31,8 @@ class AuditEntryFilterSet(django_filters.FilterSet):
     app_label = django_filters.CharFilter()
     model = django_filters.CharFilter()
     object_id = django_filters.CharFilter()
-    since = django_filters.DateFilter(method="filter_since", label="From (date)")
-    until = django_filters.DateFilter(method="filter_until", label="To (date, inclusive)")
+    since = django_filters.DateFilter(method="filter_since", label="From (date)", validators=[validate_moment])
+    until = django_filters.DateFilter(method="filter_until", label="To (date, inclusive)", validators=[validate_moment])
 
     class Meta:
         model = AuditEntry

@@ -19,9 +19,10 @@ from compliance.models import DataAsset, ProcessorRecord, SubjectRequest
 from compliance.models.gdpr import PROCESSOR_FIELDS, RECORD_FIELDS
 from compliance.permissions import CompliancePermission
 from compliance.services import gdpr
+from console.timebounds import BoundedDatesSerializerMixin
 
 
-class DataAssetSerializer(KnownFieldsOnly, serializers.ModelSerializer):
+class DataAssetSerializer(BoundedDatesSerializerMixin, KnownFieldsOnly, serializers.ModelSerializer):
     class Meta:
         model = DataAsset
         fields = [
@@ -49,7 +50,7 @@ class DataAssetViewSet(viewsets.ModelViewSet):
     permission_classes = [CompliancePermission]
 
 
-class ProcessorRecordSerializer(KnownFieldsOnly, serializers.ModelSerializer):
+class ProcessorRecordSerializer(BoundedDatesSerializerMixin, KnownFieldsOnly, serializers.ModelSerializer):
     class Meta:
         model = ProcessorRecord
         fields = ["id", *PROCESSOR_FIELDS, "created_at", "updated_at"]
@@ -63,7 +64,7 @@ class ProcessorRecordViewSet(viewsets.ModelViewSet):
     permission_classes = [CompliancePermission]
 
 
-class SubjectRequestSerializer(KnownFieldsOnly, serializers.ModelSerializer):
+class SubjectRequestSerializer(BoundedDatesSerializerMixin, KnownFieldsOnly, serializers.ModelSerializer):
     overdue = serializers.SerializerMethodField(help_text="Open or in progress after its due date")
     late = serializers.SerializerMethodField(help_text="Completed or refused after its due date")
     extended = serializers.BooleanField(read_only=True, help_text="Extended by two further months (Art. 12(3))")

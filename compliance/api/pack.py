@@ -24,9 +24,10 @@ from compliance.models import CompliancePack
 from compliance.permissions import CompliancePermission
 from compliance.services import audit
 from compliance.services.pack import azip_chunks, period_error, request_pack, zip_chunks
+from console.timebounds import BoundedDatesSerializerMixin
 
 
-class CompliancePackSerializer(serializers.ModelSerializer):
+class CompliancePackSerializer(BoundedDatesSerializerMixin, serializers.ModelSerializer):
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
     download_url = serializers.SerializerMethodField()
 

@@ -24,6 +24,7 @@ from compliance.models.register import CrawledDomain, Dataset, GpaiModel, Lineag
 from compliance.permissions import CompliancePermission
 from compliance.services import register
 from console.parsers import StrictJSONParser
+from console.timebounds import BoundedDatesSerializerMixin
 from fleet.models import Job
 
 
@@ -34,7 +35,7 @@ class CompliancePermissionMixin:
 # --- models ------------------------------------------------------------------------------------
 
 
-class GpaiModelSerializer(KnownFieldsOnly, serializers.ModelSerializer):
+class GpaiModelSerializer(BoundedDatesSerializerMixin, KnownFieldsOnly, serializers.ModelSerializer):
     systemic_risk = serializers.BooleanField(read_only=True, help_text="Training compute above 10^25 FLOP")
     export_control_due = serializers.SerializerMethodField(help_text="When the export-control check is next due")
     export_control_overdue = serializers.SerializerMethodField(help_text="Never checked, or the check is past due")
@@ -204,7 +205,7 @@ class DatasetViewSet(CompliancePermissionMixin, viewsets.ModelViewSet):
 # --- lineage -----------------------------------------------------------------------------------
 
 
-class LineageSerializer(serializers.ModelSerializer):
+class LineageSerializer(BoundedDatesSerializerMixin, serializers.ModelSerializer):
     job = serializers.PrimaryKeyRelatedField(
         queryset=Job.objects.all(), required=False, allow_null=True, help_text="The fleet training job, when known"
     )

@@ -17,9 +17,10 @@ from rest_framework.views import APIView
 from compliance.models import LegalHold, RetentionPolicy, RetentionRun
 from compliance.permissions import CompliancePermission
 from compliance.services import retention
+from console.timebounds import BoundedDatesSerializerMixin
 
 
-class RetentionPolicySerializer(serializers.ModelSerializer):
+class RetentionPolicySerializer(BoundedDatesSerializerMixin, serializers.ModelSerializer):
     enforced = serializers.BooleanField(read_only=True, help_text="The console holds this data and deletes it")
     review_overdue = serializers.SerializerMethodField(help_text="An attestation whose review date has passed")
 
@@ -66,7 +67,7 @@ class RetentionPolicyViewSet(viewsets.ModelViewSet):
     permission_classes = [CompliancePermission]
 
 
-class LegalHoldSerializer(serializers.ModelSerializer):
+class LegalHoldSerializer(BoundedDatesSerializerMixin, serializers.ModelSerializer):
     placed_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
     released_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
     release_requested_by = serializers.SlugRelatedField(

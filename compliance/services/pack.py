@@ -23,7 +23,6 @@ A year's audit extract runs to a million entries, so nothing holds the pack whol
 from __future__ import annotations
 
 import contextlib
-import csv
 import hashlib
 import io
 import json
@@ -467,6 +466,14 @@ def _audit(start: datetime, end: datetime) -> Iterator[dict[str, Any]]:
 # --- writing the files --------------------------------------------------------------------------
 
 
+def _csv_value(value: Any) -> Any:
+    """A CSV cell: a number stays a number (console.spreadsheet escapes text only, and a negative
+    number written as text would be escaped); the rest as ``_cell`` writes it."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value
+    return _cell(value)
+
+
 def _cell(value: Any) -> str:
     if isinstance(value, str):
         return value
@@ -509,12 +516,12 @@ class _CsvFile(_Sink):
         super().__init__(tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES))  # noqa: SIM115 (closed by close())
         self.columns = columns
         self._text = io.StringIO()
-        self._writer = csv.writer(self._text, lineterminator="\r\n")
+        self._writer = spreadsheet.writer(self._text, lineterminator="\r\n")
         self._pending = 0
         self._writer.writerow(columns)
 
     def row(self, record: dict[str, Any]) -> None:
-        self._writer.writerow([spreadsheet.cell(_cell(record[c])) for c in self.columns])
+        self._writer.writerow([_csv_value(record[c]) for c in self.columns])
         self._pending += 1
         if self._pending >= self.FLUSH_ROWS:
             self.flush()

@@ -29,6 +29,7 @@ from rest_framework.views import APIView
 from console.authentication import AgentOrPersonalTokenAuthentication
 from console.models import AgentToken
 from console.permissions import RolePermission
+from console.timebounds import BoundedDatesSerializerMixin, moment_problem
 from fleet.capacity import approvals
 from fleet.capacity import services as capacity
 from fleet.capacity.models import (
@@ -158,7 +159,7 @@ class PoolViewSet(_NoDeleteViewSet):
 # --- supply ------------------------------------------------------------------------------------------
 
 
-class _ApprovalFields(serializers.ModelSerializer):
+class _ApprovalFields(BoundedDatesSerializerMixin, serializers.ModelSerializer):
     requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
     approved_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
 
@@ -368,7 +369,7 @@ class TeamQuotaViewSet(_NoDeleteViewSet):
 FIXED_ONCE_APPROVED = {"team", "pool", "gpus", "start", "end", "tier"}
 
 
-class ReservationSerializer(serializers.ModelSerializer):
+class ReservationSerializer(BoundedDatesSerializerMixin, serializers.ModelSerializer):
     team = serializers.SlugRelatedField(slug_field="name", queryset=Team.objects.all())
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
     approved_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
@@ -409,8 +410,22 @@ class ReservationSerializer(serializers.ModelSerializer):
         ]
         extra_kwargs = {
             "gpus": {"min_value": 1, "max_value": 1_000_000},
-            "client_id": {"validators": [], "help_text": "The sender's id: a repeated create returns the first"},
+            "client_id": {
+                "validators": [],
+                "allow_blank": False,
+                "help_text": "The sender's id, unique among the sender's (its site's, or the person's): a repeated "
+                "create with the same fields returns the first, one with other fields is a 409",
+            },
         }
+
+    def validate_client_id(self, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise serializers.ValidationError("Must not be blank: send an id, or leave it out.")
+        if value is not None and self.instance is not None and value != self.instance.client_id:
+            taken = Reservation.objects.filter(client_scope=self.instance.client_scope, client_id=value)
+            if taken.exclude(pk=self.instance.pk).exists():
+                raise serializers.ValidationError("Is the id of another of this sender's reservations.")
+        return value
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         start = attrs.get("start", getattr(self.instance, "start", None))
@@ -451,10 +466,12 @@ class ReservationViewSet(_NoDeleteViewSet):
             if values["pool"].site_id != request.auth.site_id:
                 raise PermissionDenied({"pool": "Is at another site than this agent token's."})
             actor, via = None, str(request.user)
+            scope = capacity.client_id_scope(site_id=request.auth.site_id)
         else:
             actor, via = request.user, request.user.get_username()
+            scope = capacity.client_id_scope(user_id=request.user.pk)
         try:
-            reservation, created = capacity.create_reservation(actor=actor, via=via, **values)
+            reservation, created = capacity.create_reservation(actor=actor, via=via, scope=scope, **values)
         except capacity.ConflictError as exc:
             return Response(exc.detail, status=status.HTTP_409_CONFLICT)
         return Response(
@@ -512,9 +529,12 @@ def _plan_args(request: Request) -> tuple[int, date | None] | Response:
     if start is None:
         return int(raw), None
     try:
-        return int(raw), date.fromisoformat(start)
+        day = date.fromisoformat(start)
     except ValueError:
         return Response({"start": "Must be a date, YYYY-MM-DD."}, status=400)
+    if problem := moment_problem(day):
+        return Response({"start": problem}, status=400)
+    return int(raw), day
 
 
 PLAN_PARAMETERS = [

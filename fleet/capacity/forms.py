@@ -4,10 +4,11 @@ from typing import Any
 
 from django import forms
 
+from console.timebounds import BoundedDatesFormMixin
 from fleet.capacity.models import Pool, Reservation
 
 
-class ReservationForm(forms.ModelForm):
+class ReservationForm(BoundedDatesFormMixin, forms.ModelForm):
     """An Operator's request for GPUs on a pool for one of the teams (an Admin adds teams). The
     model's validators judge the count (at least one GPU); the window is checked here so that an
     end before the start is an error on ``end``; the team's quota is checked by the service when

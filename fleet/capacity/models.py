@@ -244,8 +244,11 @@ class Reservation(models.Model):
     )
     note = models.TextField(blank=True)
     client_id = models.CharField(
-        max_length=128, null=True, blank=True, unique=True, help_text="The sender's id: a repeated create is a no-op"
+        max_length=128, null=True, blank=True, help_text="The sender's id: a repeated create is a no-op"
     )
+    # Whose ids client_id is among, set by the server: "site:<id>" for an agent token (a site's
+    # scheduler), "user:<id>" for a person. Another sender's id is out of reach, never squatted.
+    client_scope = models.CharField(max_length=64, blank=True, default="", editable=False)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -270,6 +273,12 @@ class Reservation(models.Model):
         constraints = [
             models.CheckConstraint(condition=Q(gpus__gt=0), name="reservation_gpus_positive"),
             models.CheckConstraint(condition=Q(end__gt=F("start")), name="reservation_end_after_start"),
+            models.UniqueConstraint(
+                fields=["client_scope", "client_id"],
+                condition=Q(client_id__isnull=False),
+                name="reservation_client_id_unique_in_scope",
+            ),
+            models.CheckConstraint(condition=~Q(client_id=""), name="reservation_client_id_not_blank"),
         ]
         indexes = [models.Index(fields=["pool", "state", "start", "end"], name="reservation_pool_window")]
 

@@ -37,7 +37,6 @@ Only energised supply counts for commitments. Supply moves on dates (midnight UT
 from __future__ import annotations
 
 import bisect
-import csv
 import io
 from collections import defaultdict
 from collections.abc import Iterable
@@ -46,7 +45,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, TypeVar
 
 from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import BigIntegerField, Count, F, Func
 from django.utils import timezone
 
@@ -531,34 +530,65 @@ def _log(actor: Any, reservation: Reservation, flag: int, message: str) -> None:
     )
 
 
-def create_reservation(*, actor: Any, via: str, **values: Any) -> tuple[Reservation, bool]:
-    """Record a reservation request (state requested). A repeated client id returns the first one
-    unchanged: (reservation, created). A request the team's quota refuses now (fleet.capacity.quotas:
-    it would not fit even by reclaiming) raises ConflictError naming what would fit; approval checks
-    again, with supply, since others may commit meanwhile."""
+# What a repeat of a create must match to be the same request (client_id_scope's idempotency).
+REPEAT_FIELDS = ("team", "pool", "gpus", "start", "end", "tier", "priority", "note")
+
+
+def client_id_scope(*, site_id: int | None = None, user_id: int | None = None) -> str:
+    """Whose client ids a sender's are among: an agent token's site's, or the person's."""
+    return f"site:{site_id}" if site_id is not None else f"user:{user_id}"
+
+
+def create_reservation(*, actor: Any, via: str, scope: str = "", **values: Any) -> tuple[Reservation, bool]:
+    """Record a reservation request (state requested): (reservation, created).
+
+    A client id is unique within ``scope`` (client_id_scope: the token's site, or the person), so
+    no sender reaches or squats another's. A repeat with the same fields returns the first one
+    unchanged; a repeat that differs is a ConflictError naming the fields that differ. A request
+    the team's quota refuses now (fleet.capacity.quotas: it would not fit even by reclaiming) raises
+    ConflictError naming what would fit; approval checks again, with supply, since others may
+    commit meanwhile.
+    """
     client_id = values.get("client_id")
-    with transaction.atomic():
-        if client_id:
-            existing = Reservation.objects.filter(client_id=client_id).first()
-            if existing is not None:
-                return existing, False
-        team = values["team"]
-        decision = quota_decision(
-            values["pool"],
-            team=getattr(team, "name", team),
-            gpus=values["gpus"],
-            start=values["start"],
-            end=values["end"],
-            tier=values.get("tier", PriorityTier.RESERVED),
-            priority=values.get("priority", 0),
+    if client_id is None:
+        with transaction.atomic():
+            return _create(actor, via, "", values), True
+    try:
+        with transaction.atomic():
+            existing = Reservation.objects.filter(client_scope=scope, client_id=client_id).first()
+            if existing is None:
+                return _create(actor, via, scope, values), True
+    except IntegrityError:  # a twin request committed the id meanwhile: compare with it
+        existing = Reservation.objects.get(client_scope=scope, client_id=client_id)
+    differing = [f for f in REPEAT_FIELDS if f in values and values[f] != getattr(existing, f)]
+    if differing:
+        raise ConflictError(
+            f"client_id {client_id!r} was used for another request; {', '.join(differing)} differ.",
+            client_id=client_id,
+            fields=differing,
+            reservation=existing.pk,
         )
-        if decision is not None and not decision.admitted:
-            raise _quota_refusal(decision)
-        reservation = Reservation.objects.create(
-            created_by=actor if getattr(actor, "pk", None) else None, requested_via=via, **values
-        )
-        _log(actor, reservation, ADDITION, f"Requested {reservation.gpus} GPUs ({reservation.tier}).")
-    return reservation, True
+    return existing, False
+
+
+def _create(actor: Any, via: str, scope: str, values: dict[str, Any]) -> Reservation:
+    team = values["team"]
+    decision = quota_decision(
+        values["pool"],
+        team=getattr(team, "name", team),
+        gpus=values["gpus"],
+        start=values["start"],
+        end=values["end"],
+        tier=values.get("tier", PriorityTier.RESERVED),
+        priority=values.get("priority", 0),
+    )
+    if decision is not None and not decision.admitted:
+        raise _quota_refusal(decision)
+    reservation = Reservation.objects.create(
+        created_by=actor if getattr(actor, "pk", None) else None, requested_via=via, client_scope=scope, **values
+    )
+    _log(actor, reservation, ADDITION, f"Requested {reservation.gpus} GPUs ({reservation.tier}).")
+    return reservation
 
 
 def approve(reservation: Reservation, *, actor: Any, now: datetime | None = None) -> Reservation:
@@ -921,15 +951,14 @@ PLAN_CSV_COLUMNS = (
 def plan_csv(data: dict[str, Any]) -> str:
     """The plan as monthly rows, one per pool and month, then the totals (pool "total")."""
     buf = io.StringIO()
-    w = csv.writer(buf)
+    w = spreadsheet.writer(buf)
     w.writerow(PLAN_CSV_COLUMNS)
     tiers = [t.value for t in PriorityTier]
 
     def write(row: dict[str, Any], site: str, pool: str, model: str) -> None:
         healthy = "" if row["healthy"] is None else row["healthy"]
-        names = [spreadsheet.cell(site), spreadsheet.cell(pool), model]
         w.writerow(
-            [row["month"], *names, row["installed"], row["energised"], healthy]
+            [row["month"], site, pool, model, row["installed"], row["energised"], healthy]
             + [row["reserved"][t] for t in tiers]
             + [int(row["conflict"]), row["curtailed"], spreadsheet.cell(row["curtailed_why"] or "")]
         )
@@ -947,15 +976,15 @@ RESERVATION_CSV_COLUMNS = ["id", "team", "site", "pool", "gpus", "start", "end",
 
 def reservations_csv(reservations: Iterable[Reservation]) -> str:
     buf = io.StringIO()
-    w = csv.writer(buf)
+    w = spreadsheet.writer(buf)
     w.writerow(RESERVATION_CSV_COLUMNS)
     for r in reservations:
         w.writerow(
             [
                 r.pk,
-                spreadsheet.cell(r.team_id),
-                spreadsheet.cell(r.pool.site.name),
-                spreadsheet.cell(r.pool.name),
+                r.team_id,
+                r.pool.site.name,
+                r.pool.name,
                 r.gpus,
                 r.start.isoformat(),
                 r.end.isoformat(),

@@ -24,7 +24,7 @@ from console.permissions import IsAgent
 from console.queues import queue_depth, stash_payload
 from fleet.ingest import push_queue
 from fleet.ingest import stream as ingest_stream
-from fleet.ingest.batches import batch_key, check_site_scope, parse_gpu_batch
+from fleet.ingest.batches import ScopeCheck, batch_key, check_site_scope, parse_gpu_batch
 from fleet.ingest.prometheus import IGNORED_NAMES_SHOWN, KINDS, check_scope, exposition_key, parse_exposition
 from fleet.ingest.tasks import ingest_prometheus_batch
 from fleet.telemetry.store import store_gpu_samples
@@ -35,7 +35,11 @@ QUEUE_FULL_RETRY_AFTER = 2
 COMMON_RESPONSES = {
     400: OpenApiResponse(description="Invalid input; the body names the item (or line) and field"),
     401: OpenApiResponse(description="Missing or invalid agent token"),
-    403: OpenApiResponse(description="The request writes another site's GPUs or nodes"),
+    403: OpenApiResponse(description="The request writes GPUs or nodes an Admin kept with another site"),
+    409: OpenApiResponse(
+        description="Samples of another site's GPUs or nodes held back while an Admin resolves the claim; "
+        "the rest of the request was accepted (see held_back)"
+    ),
     413: OpenApiResponse(description="Too many samples or too many bytes"),
     415: OpenApiResponse(description="The body is not in the format this door takes"),
     429: OpenApiResponse(description="The ingest queue is full; retry after Retry-After seconds"),
@@ -115,6 +119,16 @@ def queue_gpu_batch(site_id: int, key: str, samples: list) -> Response | None:
     return None
 
 
+def held_back(scope: ScopeCheck, accepted: dict[str, Any], batch: str | None) -> Response:
+    """The answer when claims held samples back (fleet.inventory.claims): 409 while a claim is
+    pending (403 once kept with its owner), naming each value; the rest of the request, counted
+    in ``accepted``, was queued under ``batch``."""
+    refusal = scope.refusal()
+    counters.increment("goodput_ingest_rejected_total", reason="claim_conflict")
+    body = {**refusal.as_dict(), **accepted, "batch": batch, "held_back": [h.as_dict() for h in scope.held]}
+    return Response(body, status=refusal.status)
+
+
 class GpuSampleIngestView(APIView):
     """Accept a JSON batch of GPU samples from an agent; 202 once it is queued."""
 
@@ -139,15 +153,18 @@ class GpuSampleIngestView(APIView):
         try:
             body = read_body(request)
             batch = parse_gpu_batch(body)
-            check_site_scope(batch, site_id=token.site_id)
+            scope = check_site_scope(batch, site_id=token.site_id)
             key = batch_key(site_id=token.site_id, body=body, idempotency_key=request.headers.get("Idempotency-Key"))
         except IngestError as exc:
             return rejected(exc)
-        refused = queue_gpu_batch(token.site_id, key, batch.samples)
-        if refused is not None:
-            return refused
-        counters.increment("goodput_ingest_accepted_total", kind="gpu_samples")
-        return Response({"accepted": len(batch.samples), "batch": key}, status=202)
+        if scope.samples:
+            refused = queue_gpu_batch(token.site_id, key, scope.samples)
+            if refused is not None:
+                return refused
+            counters.increment("goodput_ingest_accepted_total", kind="gpu_samples")
+        if scope.held:
+            return held_back(scope, {"accepted": len(scope.samples)}, key if scope.samples else None)
+        return Response({"accepted": len(scope.samples), "batch": key}, status=202)
 
 
 class PrometheusIngestView(APIView):
@@ -204,7 +221,9 @@ class PrometheusIngestView(APIView):
             exposition = parse_exposition(text, **options)
             if not exposition.count:
                 raise IngestError(400, "No GPU or serving metrics found in the exposition.")
-            check_scope(exposition, site_id=token.site_id)
+            scope = check_scope(exposition, site_id=token.site_id)
+            if scope is not None and not exposition.count:
+                return held_back(scope, {"gpu_samples": 0, "serving_samples": 0}, None)
             key = exposition_key(
                 site_id=token.site_id,
                 body=text,
@@ -218,13 +237,12 @@ class PrometheusIngestView(APIView):
         if refused is not None:
             return refused
         counters.increment("goodput_ingest_accepted_total", kind="prometheus")
-        return Response(
-            {
-                "gpu_samples": len(exposition.gpu_samples),
-                "serving_samples": len(exposition.serving),
-                "ignored": exposition.ignored,
-                "ignored_metrics": dict(exposition.ignored_metrics.most_common(IGNORED_NAMES_SHOWN)),
-                "batch": key,
-            },
-            status=202,
-        )
+        accepted = {
+            "gpu_samples": len(exposition.gpu_samples),
+            "serving_samples": len(exposition.serving),
+            "ignored": exposition.ignored,
+            "ignored_metrics": dict(exposition.ignored_metrics.most_common(IGNORED_NAMES_SHOWN)),
+        }
+        if scope is not None:
+            return held_back(scope, accepted, key)
+        return Response({**accepted, "batch": key}, status=202)

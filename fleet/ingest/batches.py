@@ -6,6 +6,7 @@ console; a bad batch is rejected whole with the index and field of the first fau
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import operator
 import re
@@ -17,6 +18,7 @@ from django.conf import settings
 from django.utils import timezone
 from msgspec.structs import astuple
 
+from fleet.choices import ClaimKind
 from fleet.telemetry.fields import GPU_SAMPLE_FIELDS, MIG_INSTANCE_FIELDS, GpuSampleIn, GpuSampleRow
 from fleet.validation import HOSTNAME_PATTERN, UUID_PATTERN, IngestError
 
@@ -159,39 +161,52 @@ def check_idempotency_key(key: str) -> None:
         raise IngestError(400, "Idempotency-Key must be at most 200 printable characters.", field="Idempotency-Key")
 
 
-def check_site_scope(batch: GpuBatchIn, *, site_id: int) -> None:
-    """Refuse (403) a batch that writes GPUs or nodes registered under another site, or MIG
-    instances of another site's GPU; refuse (400) a MIG instance whose physical GPU is neither
-    registered nor in the batch (it would be stored as a physical GPU of its own)."""
-    from fleet.inventory import directory
+@dataclasses.dataclass
+class ScopeCheck:
+    """What a site's batch may write: its samples less those held back by claims (claims.Held)."""
+
+    samples: list[Any]
+    held: list[Any] = dataclasses.field(default_factory=list)  # one claims.Held per value, in batch order
+    first_held: int | None = None  # the index of the first sample held back
+    first_field: str = ""  # and its field that named another site's GPU or node
+
+    def refusal(self) -> IngestError:
+        """The answer for the held samples: 409 while a claim is pending, 403 once kept elsewhere."""
+        first = self.held[0]
+        pending = any(h.pending for h in self.held)
+        return IngestError(
+            409 if pending else 403,
+            f"samples[{self.first_held}]: {first.as_dict()['detail']}",
+            item=self.first_held,
+            field=self.first_field,
+        )
+
+
+def check_site_scope(batch: GpuBatchIn, *, site_id: int) -> ScopeCheck:
+    """Split a batch into what its site may write and what it may not.
+
+    A GPU UUID (or a MIG instance's parent) or a hostname registered under another site is a
+    claim (fleet.inventory.claims): recorded, and the samples that carry it held back, not
+    written; the rest of the batch goes on. A MIG instance whose physical GPU is neither
+    registered nor in the batch is refused (400: it would be stored as a physical GPU)."""
+    from fleet.inventory import claims, directory
 
     samples = batch.samples
     parents = {s.parent_uuid for s in samples if s.parent_uuid} if any(map(_parent_of, samples)) else set()
-    gpus = directory.gpus({s.gpu_uuid for s in samples} | parents)
-    nodes = directory.nodes({s.hostname for s in samples})
+    uuids = {s.gpu_uuid for s in samples} | parents
+    hostnames = {s.hostname for s in samples}
+    gpus = directory.gpus(uuids)
+    nodes = directory.nodes(hostnames)
     foreign_gpus = {uuid for uuid, (_, site) in gpus.items() if site != site_id}
     foreign_nodes = {hostname for hostname, (_, site) in nodes.items() if site != site_id}
+    if foreign_gpus or foreign_nodes:  # cached: read them again, in case they moved here since
+        directory.forget(uuids=foreign_gpus, hostnames=foreign_nodes)
+        gpus.update(directory.gpus(foreign_gpus))
+        nodes.update(directory.nodes(foreign_nodes))
+        foreign_gpus = {uuid for uuid in foreign_gpus if uuid in gpus and gpus[uuid][1] != site_id}
+        foreign_nodes = {host for host in foreign_nodes if host in nodes and nodes[host][1] != site_id}
     orphans = (parents - set(gpus) - {s.gpu_uuid for s in samples if not s.parent_uuid}) if parents else set()
-    if not foreign_gpus and not foreign_nodes and not orphans:
-        return
     for index, sample in enumerate(samples):  # name the first offending sample
-        if sample.gpu_uuid in foreign_gpus or sample.parent_uuid in foreign_gpus:
-            field = "gpu_uuid" if sample.gpu_uuid in foreign_gpus else "parent_uuid"
-            raise IngestError(
-                403,
-                f"samples[{index}]: GPU {getattr(sample, field)} belongs to another site; this token may only "
-                "write its own site's GPUs.",
-                item=index,
-                field=field,
-            )
-        if sample.hostname in foreign_nodes:
-            raise IngestError(
-                403,
-                f"samples[{index}]: node {sample.hostname} belongs to another site; this token may only "
-                "write its own site's nodes.",
-                item=index,
-                field="hostname",
-            )
         if sample.parent_uuid in orphans:
             raise IngestError(
                 400,
@@ -200,6 +215,32 @@ def check_site_scope(batch: GpuBatchIn, *, site_id: int) -> None:
                 item=index,
                 field="parent_uuid",
             )
+    if not foreign_gpus and not foreign_nodes:
+        return ScopeCheck(samples=samples)
+    sightings: dict[tuple[str, str], claims.Sighting] = {}
+    first_held, first_field = None, ""
+    kept = []
+    for index, sample in enumerate(samples):
+        found = [
+            (name, ClaimKind.UUID, value)
+            for name, value in (("gpu_uuid", sample.gpu_uuid), ("parent_uuid", sample.parent_uuid))
+            if value in foreign_gpus
+        ]
+        if sample.hostname in foreign_nodes:
+            found.append(("hostname", ClaimKind.HOSTNAME, sample.hostname))
+        if not found:
+            kept.append(sample)
+            continue
+        if first_held is None:
+            first_held, first_field = index, found[0][0]
+        for _, kind, value in found:
+            owner = gpus[value][1] if kind == ClaimKind.UUID else nodes[value][1]
+            hostname = sample.hostname if kind == ClaimKind.UUID else ""
+            sightings.setdefault((kind, value), claims.Sighting(kind, value, owner, hostname))
+    held = claims.sighted(site_id, sightings.values())
+    return ScopeCheck(
+        samples=kept, held=[held[key] for key in sightings], first_held=first_held, first_field=first_field
+    )
 
 
 _row_encoder = msgspec.msgpack.Encoder()

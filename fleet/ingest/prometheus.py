@@ -25,7 +25,14 @@ from prometheus_client.openmetrics.parser import text_fd_to_metric_families as t
 from prometheus_client.parser import text_fd_to_metric_families
 
 from fleet.choices import ServingFramework
-from fleet.ingest.batches import GpuBatchIn, GpuSampleIn, check_idempotency_key, check_site_scope, invalid_identity
+from fleet.ingest.batches import (
+    GpuBatchIn,
+    GpuSampleIn,
+    ScopeCheck,
+    check_idempotency_key,
+    check_site_scope,
+    invalid_identity,
+)
 from fleet.serving import metrics as sm
 from fleet.serving.store import ServingPoint, store_serving_points
 from fleet.telemetry.fields import COUNTER_FIELDS, FIELDS_BY_NAME, GPU_SAMPLE_FIELDS, MIG_INSTANCE_FIELDS
@@ -523,9 +530,16 @@ def exposition_key(
     return f"{site_id}:p:{digest.hexdigest()}"
 
 
-def check_scope(exposition: Exposition, *, site_id: int) -> None:
-    if exposition.gpu_samples:
-        check_site_scope(GpuBatchIn(samples=exposition.gpu_samples), site_id=site_id)
+def check_scope(exposition: Exposition, *, site_id: int) -> ScopeCheck | None:
+    """The site scope of the exposition's GPU samples (batches.check_site_scope): the samples held
+    back by claims are taken out of it; the check is returned when some were (else None)."""
+    if not exposition.gpu_samples:
+        return None
+    scope = check_site_scope(GpuBatchIn(samples=exposition.gpu_samples), site_id=site_id)
+    if not scope.held:
+        return None
+    exposition.gpu_samples = scope.samples
+    return scope
 
 
 def store_exposition(

@@ -72,3 +72,12 @@ def nodes(hostnames: Iterable[str], *, remember: bool = True) -> dict[str, tuple
             _remember(_nodes, rows)
         hits.update({h: (i, s) for h, i, s in rows})
     return hits
+
+
+def forget(*, uuids: Iterable[str] = (), hostnames: Iterable[str] = ()) -> None:
+    """Drop these entries, so the next lookup reads them from the database (a GPU or node that
+    seems to be another site's may have been moved there since it was cached)."""
+    for uuid in uuids:
+        _gpus.pop(uuid, None)
+    for hostname in hostnames:
+        _nodes.pop(hostname, None)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
+from django.db.models import Q
 from django.urls import reverse
 
-from fleet.choices import Interconnect
+from fleet.choices import ClaimKind, ClaimResolution, Interconnect
 
 
 class Site(models.Model):
@@ -107,3 +109,51 @@ class Gpu(models.Model):
             return f"gpu{self.index}"
         instance = f" #{self.mig_instance_id}" if self.mig_instance_id is not None else ""
         return f"gpu{self.index} · MIG {self.mig_profile or '?'}{instance}"
+
+
+class ClaimConflictQuerySet(models.QuerySet["ClaimConflict"]):
+    def pending(self) -> ClaimConflictQuerySet:
+        """Not resolved yet: the claimant's samples for the value are held back."""
+        return self.filter(resolved_at__isnull=True)
+
+
+class ClaimConflict(models.Model):
+    """A site's token sent a GPU UUID or hostname that belongs to another site. The samples that
+    carry it are held back (not written) until an Admin resolves the claim: keep the GPU or node
+    with its owner, or move it to the claimant (fleet.inventory.claims)."""
+
+    kind = models.CharField(max_length=16, choices=ClaimKind.choices)
+    value = models.CharField(max_length=253, help_text="The GPU UUID or hostname claimed")
+    owner_site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="+", help_text="Whose it is")
+    claimant_site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="+", help_text="Who sent it")
+    claimant_hostname = models.CharField(
+        max_length=253, blank=True, help_text="For a GPU: the hostname the claimant last sent it under"
+    )
+    first_seen = models.DateTimeField()
+    last_seen = models.DateTimeField()
+    count = models.PositiveBigIntegerField(default=1, help_text="Requests that carried it")
+    resolution = models.CharField(max_length=16, choices=ClaimResolution.choices, blank=True, default="")
+    resolved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ClaimConflictQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-last_seen", "pk"]
+        constraints = [
+            # One open claim per value and claimant; a sighting adds to its count (claims.sighted).
+            models.UniqueConstraint(
+                fields=["kind", "value", "claimant_site"],
+                condition=Q(resolved_at__isnull=True),
+                name="claimconflict_one_pending_per_claimant",
+            ),
+            models.CheckConstraint(
+                condition=Q(resolved_at__isnull=True, resolution="") | Q(resolved_at__isnull=False) & ~Q(resolution=""),
+                name="claimconflict_resolved_with_a_resolution",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} {self.value}: {self.owner_site} vs {self.claimant_site}"

@@ -10,7 +10,7 @@ from fleet.capacity.models import (
     Team,
     TeamQuota,
 )
-from fleet.inventory.models import Gpu, Node, Rack, Site
+from fleet.inventory.models import ClaimConflict, Gpu, Node, Rack, Site
 from fleet.serving.models import (
     Endpoint,
     EndpointChange,
@@ -37,6 +37,7 @@ from fleet.training.models import Job, JobAccount, JobEvent
 
 __all__ = [
     "ApprovalStatus",
+    "ClaimConflict",
     "Endpoint",
     "EndpointChange",
     "EndpointChangeKind",

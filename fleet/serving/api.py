@@ -26,6 +26,7 @@ from rest_framework.views import APIView
 
 from console.authentication import AgentOrPersonalTokenAuthentication
 from console.permissions import RoleOrSiteAgentWritePermission
+from console.timebounds import BoundedDatesSerializerMixin
 from fleet.serving import slo as serving
 from fleet.serving.models import Endpoint, EndpointChange, EndpointChangeKind, EndpointEval
 
@@ -51,7 +52,7 @@ class ChangeKindField(serializers.ChoiceField):
         super().__init__(choices=EndpointChangeKind.choices, **kwargs)
 
 
-class _ItemSerializer(serializers.Serializer):
+class _ItemSerializer(BoundedDatesSerializerMixin, serializers.Serializer):
     """Common to both item kinds: the sender's id and the time, never in the future."""
 
     id = serializers.CharField(max_length=128, required=False, allow_blank=False, source="client_id")

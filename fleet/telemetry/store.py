@@ -5,6 +5,7 @@ insides can change without touching the doors.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -75,7 +76,7 @@ def _store(batches: list[PendingBatch]) -> int:
     """1. claim the batch keys, 2. register new GPUs, 3. COPY, 4. latest state, 5. dirty rollup buckets."""
     with transaction.atomic():
         fresh = _claim_batches(batches)
-        batches = [b for b in batches if b.key in fresh]
+        batches = _own_samples([b for b in batches if b.key in fresh])
         if not batches:
             return 0
         gpu_ids = _resolve_gpus(batches)
@@ -87,6 +88,47 @@ def _store(batches: list[PendingBatch]) -> int:
         topics = ["fleet", *live.watched(["power"])]  # the power page too, while one follows it
         transaction.on_commit(lambda: live.request_push(*topics, *dashboard.watched_topics(gpu_ids.values())))
     return len(samples)
+
+
+def _own_samples(batches: list[PendingBatch]) -> list[PendingBatch]:
+    """Each batch with only the samples its site may write. The doors hold back another site's
+    GPUs and nodes (fleet.inventory.claims); this catches what they cannot: a Prometheus push
+    parsed again by the worker, and a node or GPU moved between the check and the write."""
+    gpus: dict[str, tuple[int, int]] = {}
+    nodes: dict[str, tuple[int, int]] = {}
+
+    def foreign(batch: PendingBatch) -> tuple[set[str], set[str]]:
+        site = batch.site_id
+        uuids = {u for s in batch.samples for u in (s.gpu_uuid, s.parent_uuid) if u}
+        hostnames = {s.hostname for s in batch.samples}
+        gpus.update(directory.gpus(uuids - gpus.keys()))
+        nodes.update(directory.nodes(hostnames - nodes.keys()))
+        return {u for u in uuids if u in gpus and gpus[u][1] != site}, {
+            h for h in hostnames if h in nodes and nodes[h][1] != site
+        }
+
+    found = [foreign(b) for b in batches]
+    if not any(u or h for u, h in found):
+        return batches
+    # Cached entries may predate a move: read the foreign ones again before dropping anything.
+    stale_uuids = set().union(*(u for u, _ in found))
+    stale_hosts = set().union(*(h for _, h in found))
+    directory.forget(uuids=stale_uuids, hostnames=stale_hosts)
+    for key in stale_uuids:
+        gpus.pop(key, None)
+    for key in stale_hosts:
+        nodes.pop(key, None)
+    out = []
+    for batch in batches:
+        uuids, hostnames = foreign(batch)
+        kept = [
+            s
+            for s in batch.samples
+            if s.gpu_uuid not in uuids and s.parent_uuid not in uuids and s.hostname not in hostnames
+        ]
+        if kept:
+            out.append(batch if len(kept) == len(batch.samples) else dataclasses.replace(batch, samples=kept))
+    return out
 
 
 def _claim_batches(batches: Sequence[PendingBatch]) -> set[str]:

@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.views.generic import TemplateView
 
 from console.permissions import DashboardRequiredMixin
-from fleet.inventory.models import Gpu, Node
+from fleet.inventory.models import ClaimConflict, Gpu, Node
 from fleet.telemetry import dashboard
 from fleet.telemetry.fields import GPU_SAMPLE_FIELDS, MIG_INSTANCE_FIELDS, Field
 from fleet.telemetry.forms import ScrapeTargetForm
@@ -45,6 +45,8 @@ class FleetDashboardView(DashboardRequiredMixin, TemplateView):
         context["ranges"] = list(dashboard.RANGES)
         context["default_range"] = dashboard.DEFAULT_RANGE
         context["stale_seconds"] = settings.FLEET_STALE_SECONDS
+        # Samples held back until an Admin resolves who owns a GPU or node (fleet.inventory.claims).
+        context["pending_claims"] = ClaimConflict.objects.pending().count()
         return context
 
 

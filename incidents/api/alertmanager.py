@@ -28,6 +28,7 @@ from rest_framework.views import APIView
 
 from console.authentication import AgentTokenAuthentication
 from console.models import AgentToken
+from console.parsers import MAX_DEPTH, too_deep
 from console.permissions import IsAgent
 from incidents.models import Finding, Incident
 from incidents.services.engine import Actor, clear_finding, raise_finding
@@ -104,6 +105,8 @@ def parse(body: bytes, *, now: datetime | None = None) -> WebhookIn:
     After this, every alert's times lie in the ingest window (endsAt is None for "no end"), and
     every string bound for a column fits it and holds no NUL (PostgreSQL refuses those).
     """
+    if too_deep(body):  # before msgspec, which recurses into fields it skips (RecursionError near 1,000)
+        raise PayloadError(f"Malformed JSON: nested deeper than {MAX_DEPTH} levels.")
     try:
         payload = _decoder.decode(body)
     except msgspec.ValidationError as exc:

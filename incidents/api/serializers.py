@@ -5,6 +5,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from rest_framework import serializers
 
+from console.timebounds import BoundedDatesSerializerMixin
 from incidents.choices import IncidentRole, Severity
 from incidents.models import (
     ActionItem,
@@ -182,7 +183,7 @@ class TimelineEntrySerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class ActionItemSerializer(serializers.ModelSerializer):
+class ActionItemSerializer(BoundedDatesSerializerMixin, serializers.ModelSerializer):
     owner = UsernameField(allow_null=True, required=False)
 
     class Meta:
@@ -201,7 +202,7 @@ class MatchersField(serializers.JSONField):
             raise serializers.ValidationError(str(exc)) from None
 
 
-class SilenceSerializer(serializers.ModelSerializer):
+class SilenceSerializer(BoundedDatesSerializerMixin, serializers.ModelSerializer):
     matchers = MatchersField()
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
 
@@ -218,7 +219,7 @@ class SilenceSerializer(serializers.ModelSerializer):
         return attrs
 
 
-class MaintenanceWindowSerializer(serializers.ModelSerializer):
+class MaintenanceWindowSerializer(BoundedDatesSerializerMixin, serializers.ModelSerializer):
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
 
     class Meta:

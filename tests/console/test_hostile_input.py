@@ -18,8 +18,9 @@ def post_json(client, url: str, body: str):  # type: ignore[no-untyped-def]
     return client.post(url, data=body, content_type="application/json")
 
 
-def test_json_nested_100000_deep_is_a_400(admin_client) -> None:
-    body = '{"name": ' + "[" * 100_000 + "]" * 100_000 + "}"
+@pytest.mark.parametrize("depth", [900, 1_000, 100_000])
+def test_json_nested_deep_is_a_400(admin_client, depth: int) -> None:
+    body = '{"name": ' + "[" * depth + "]" * depth + "}"
     response = post_json(admin_client, API_WRITE, body)
     assert response.status_code == 400 and "nested" in response.json()["detail"]
     assert not Site.objects.exists()

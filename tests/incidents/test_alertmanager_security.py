@@ -247,3 +247,27 @@ def test_a_long_group_key_still_groups_and_a_long_summary_is_cut(token_a) -> Non
     assert post(token_a, fresh(long_key[:-2] + 'x"}', "b")).status_code == 200
     assert post(token_a, fresh(long_key, "c")).status_code == 200
     assert sorted(i.findings.count() for i in Incident.objects.all()) == [2, 4]
+
+
+@pytest.mark.parametrize("depth", [900, 1_000, 100_000])
+@pytest.mark.parametrize("where", ["receiver_extra", "alert_labels"])
+def test_a_payload_nested_past_the_limit_is_a_400_at_any_depth(token_a, depth, where) -> None:
+    """msgspec skips an unknown field by recursing into it: past about 1,000 levels that was a
+    RecursionError (500). The depth is refused before any decoding (console.parsers.too_deep)."""
+    body = json.dumps(payload())
+    nested = "[" * depth + "]" * depth
+    if where == "receiver_extra":  # an unknown top-level field, which msgspec skips
+        data = body[:-1] + f', "extra": {nested}}}'
+    else:
+        data = body.replace('"labels": {', f'"labels": {{"deep": {nested}, ', 1)
+    response = post(token_a, data)
+    assert response.status_code == 400, response.content[:200]
+    assert "nested deeper than" in response.json()["error"]
+    assert counts() == (0, 0, 0)
+
+
+def test_a_payload_with_brackets_inside_its_strings_is_not_too_deep(token_a) -> None:
+    body = payload()
+    body["alerts"][0]["annotations"]["description"] = "[" * 5_000 + '\\"{' * 100
+    response = post(token_a, body)
+    assert response.status_code == 200, response.content[:300]

@@ -51,3 +51,38 @@ def test_two_conflicting_approvals_at_once_one_wins_the_other_gets_409(site_a: S
     assert loser["conflict"]["teams"] == ["alpha", "beta"]
     assert Reservation.objects.filter(state="approved").count() == 1
     assert Reservation.objects.filter(state="requested").count() == 1
+
+
+def test_twin_creates_with_one_client_id_store_one_reservation(site_a: Site) -> None:
+    """A scheduler retrying at once: the (scope, client_id) unique index decides, the loser reads
+    the winner's row (services.create_reservation), and every answer names the same reservation."""
+    from console.models import AgentToken
+
+    add_nodes(site_a, 1)
+    pool = make_pool(site_a)
+    token = AgentToken.issue(site=site_a, name="scheduler")[1]
+    body = {"team": "alpha", "pool": pool.pk, "gpus": 2, "client_id": "twin", "start": days_ahead(1).isoformat()}
+    body["end"] = days_ahead(2).isoformat()
+    barrier = threading.Barrier(4)
+    results: dict[int, Any] = {}
+
+    def create(i: int) -> None:
+        try:
+            barrier.wait(timeout=10)
+            response = Client().post(
+                "/api/v1/capacity/reservations/",
+                body,
+                content_type="application/json",
+                HTTP_AUTHORIZATION=f"Bearer {token}",
+            )
+            results[i] = (response.status_code, response.json()["id"])
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=create, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert sorted(code for code, _ in results.values()) == [200, 200, 200, 201]
+    assert len({pk for _, pk in results.values()}) == 1 and Reservation.objects.count() == 1

@@ -138,7 +138,7 @@ def test_a_mig_instance_needs_its_physical_gpu_registered_or_in_the_batch(client
     assert Gpu.objects.get(uuid=instance["gpu_uuid"]).parent.uuid == MIG_GPU
 
 
-def test_a_token_cannot_register_a_mig_instance_of_another_sites_gpu(client, token_a, site_b) -> None:
+def test_a_mig_instance_of_another_sites_gpu_is_held_back_as_a_claim(client, token_a, site_b) -> None:
     from console.models import AgentToken
     from tests.conftest import make_sample, post_batch
 
@@ -150,7 +150,7 @@ def test_a_token_cannot_register_a_mig_instance_of_another_sites_gpu(client, tok
     instance = make_sample(gpu_uuid=f"MIG-{MIG_GPU[4:]}-gi7", hostname="gpu-a-050", parent_uuid=MIG_GPU)
     instance = {k: v for k, v in instance.items() if k in ("gpu_uuid", "hostname", "ts", "parent_uuid", "gpu_util")}
     response = post_batch(client, token_a, {"samples": [instance]})
-    assert response.status_code == 403 and response.json()["field"] == "parent_uuid", response.content
+    assert response.status_code == 409 and response.json()["field"] == "parent_uuid", response.content
     assert not Gpu.objects.filter(parent__uuid=MIG_GPU).exists()
 
 

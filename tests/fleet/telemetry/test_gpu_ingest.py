@@ -187,21 +187,25 @@ def test_a_browser_session_cannot_push_telemetry(viewer_client, admin_client) ->
     assert GpuSample.objects.count() == 0
 
 
-def test_a_site_a_token_writing_a_site_b_gpu_gets_403(client, token_a: str, site_b: Site) -> None:
+def test_a_site_a_token_sending_a_site_b_gpu_is_held_back_and_the_rest_written(
+    client, token_a: str, site_b: Site
+) -> None:
+    """A claim, not a refusal of the batch (fleet.inventory.claims; tests/fleet/inventory/test_claims.py)."""
     node_b = Node.objects.create(site=site_b, hostname="gpu-b-001")
     gpu_b = Gpu.objects.create(node=node_b, index=0, uuid="GPU-bbbbbbbb-0000-0000-0000-000000000001")
     batch = {"samples": [make_sample(), make_sample(gpu_uuid=gpu_b.uuid, hostname="gpu-a-009")]}
     response = post_batch(client, token_a, batch)
-    assert response.status_code == 403
+    assert response.status_code == 409
     assert response.json()["item"] == 1 and response.json()["field"] == "gpu_uuid"
-    assert GpuSample.objects.count() == 0
+    assert response.json()["accepted"] == 1 and response.json()["held_back"][0]["value"] == gpu_b.uuid
+    assert GpuSample.objects.count() == 1 and not GpuSample.objects.filter(gpu=gpu_b).exists()
 
 
-def test_a_site_a_token_cannot_report_a_site_b_node(client, token_a: str, site_b: Site) -> None:
+def test_a_site_a_token_sending_a_site_b_node_is_held_back(client, token_a: str, site_b: Site) -> None:
     Node.objects.create(site=site_b, hostname="gpu-b-001")
     response = post_batch(client, token_a, {"samples": [make_sample(hostname="gpu-b-001")]})
-    assert response.status_code == 403
-    assert response.json()["field"] == "hostname"
+    assert response.status_code == 409
+    assert response.json()["field"] == "hostname" and response.json()["accepted"] == 0
     assert Gpu.objects.count() == 0
 
 

@@ -206,7 +206,9 @@ def test_when_every_batch_of_a_fold_fails_they_stay_pending(client, token_a, bro
 
 def test_dead_letters_can_be_listed_and_replayed_once_fixed(client, token_a, site_a, broker_mode) -> None:
     _queue(client, token_a, 1, key="first")
-    [(_, fields)] = broker_mode.xrange(ingest_stream.STREAM, count=1)
+    _queue(client, token_a, 1, key="orphan")  # its own GPUs: another site's would be held back by the writer
+    [_, (entry, fields)] = broker_mode.xrange(ingest_stream.STREAM, count=2)
+    broker_mode.xdel(ingest_stream.STREAM, entry)
     broker_mode.xadd(ingest_stream.STREAM, {**fields, b"k": b"424242:k:orphan", b"s": b"424242"})
     assert _run_drain(broker_mode) == 3
     out = StringIO()

@@ -147,8 +147,9 @@ def test_a_push_needs_an_agent_token_and_its_site(client, token_a, site_b) -> No
     from fleet.models import Node
 
     Node.objects.create(site=site_b, hostname="gpu-a-001")
-    response = push(client, token_a, DCGM)
-    assert response.status_code == 403 and response.json()["field"] == "hostname"
+    response = push(client, token_a, DCGM)  # held back as a claim (fleet.inventory.claims), nothing written
+    assert response.status_code == 409 and response.json()["field"] == "hostname"
+    assert response.json()["batch"] is None and not Node.objects.filter(site__name="ams-1").exists()
 
 
 def test_triton_counters_keep_their_exposed_names() -> None:

@@ -1,0 +1,163 @@
+"""Every CSV the console writes escapes cells a spreadsheet would run as a formula (OWASP "CSV
+injection"): one writer, console.spreadsheet, tested here for every export through its real URL.
+
+Each export is fed records whose every free-text field holds a formula (``=HYPERLINK(...)``,
+``+1``, ``-1``, ``@SUM(1)``); no cell of any export may start with a formula character unless it
+is a number the console wrote as one (a negative priority stays ``-3``)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import zipfile
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from django.db import models
+from django.test import Client
+from django.utils import timezone
+
+from compliance.choices import DataClass, LawfulBasis, Modality, RequestKind, SizeUnit, SourceCategory
+from compliance.models import (
+    CrawledDomain,
+    DataAsset,
+    Dataset,
+    GpaiModel,
+    LegalHold,
+    Lineage,
+    ProcessorRecord,
+    RetentionPolicy,
+    RetentionRun,
+    SubjectRequest,
+)
+from compliance.services.audit import record
+from console.spreadsheet import FORMULA_STARTS
+from fleet.models import Pool, Reservation, Site
+from tests.fleet.capacity import days_ahead
+
+pytestmark = pytest.mark.django_db
+
+PAYLOADS = ['=HYPERLINK("http://x")', "+1", "-1", "@SUM(1)"]
+
+
+def planted(model: type[models.Model], **given: Any) -> Any:
+    """A saved ``model`` whose every free-text field (text without choices) holds a formula."""
+    payloads = itertools.cycle(PAYLOADS)
+    values = dict(given)
+    for f in model._meta.concrete_fields:
+        if f.name in values or f.primary_key or f.choices or not isinstance(f, models.CharField | models.TextField):
+            continue
+        values[f.name] = next(payloads)[: f.max_length or None]
+    return model.objects.create(**values)
+
+
+def _rows(text: str) -> list[list[str]]:
+    return list(csv.reader(io.StringIO(text)))
+
+
+def _unescaped(rows: list[list[str]]) -> list[str]:
+    """Cells a spreadsheet would run: a formula start that is not a number written as one."""
+    bad = []
+    for cell in itertools.chain.from_iterable(rows):
+        if cell.startswith(FORMULA_STARTS):
+            try:
+                float(cell)
+            except ValueError:
+                bad.append(cell)
+            else:
+                if cell in PAYLOADS:  # "+1" and "-1" were planted as text: they must be escaped
+                    bad.append(cell)
+    return bad
+
+
+def _escaped(rows: list[list[str]]) -> set[str]:
+    return {cell[1:] for cell in itertools.chain.from_iterable(rows) if cell[1:] in PAYLOADS and cell[0] == "'"}
+
+
+@pytest.fixture
+def hostile_records(db: None) -> dict[str, Any]:
+    site = planted(Site)
+    pool = planted(Pool, site=site)
+    reservation = planted(
+        Reservation,
+        pool=pool,
+        gpus=4,
+        start=days_ahead(-1),
+        end=days_ahead(20),
+        state="active",
+        priority=-3,
+        client_id=None,
+    )
+    model = planted(GpaiModel, modalities=[Modality.TEXT], training_compute_flop=Decimal("1e24"))
+    dataset = planted(
+        Dataset,
+        source_category=SourceCategory.CRAWLED,
+        modality=Modality.TEXT,
+        size=Decimal(10),
+        size_unit=SizeUnit.TOKENS,
+    )
+    Lineage.objects.create(model=model, dataset=dataset)
+    planted(CrawledDomain, dataset=dataset, bytes=5)
+    planted(DataAsset, data_class=DataClass.TRAINING_CORPUS, lawful_basis=LawfulBasis.CONSENT)
+    planted(ProcessorRecord)
+    planted(SubjectRequest, kind=RequestKind.ACCESS, received_on=timezone.localdate(), extension_reason="")
+    policy = planted(RetentionPolicy, data_class=DataClass.TELEMETRY, days=30)
+    now = timezone.now()
+    planted(
+        RetentionRun,
+        data_class=DataClass.TELEMETRY,
+        policy=policy,
+        cutoff=now,
+        started_at=now,
+        finished_at=now,
+        affected=1,
+    )
+    planted(LegalHold, data_class=DataClass.INCIDENTS)
+    for payload in PAYLOADS:
+        record("update", obj=reservation, actor=payload, message=payload)
+    return {"reservation": reservation}
+
+
+def test_every_csv_export_escapes_formulas_in_text_and_keeps_numbers(
+    hostile_records: dict[str, Any], viewer_client: Client, admin_client: Client, django_capture_on_commit_callbacks
+) -> None:
+    exports: dict[str, list[list[str]]] = {}
+    for url in ("/api/v1/capacity/plan.csv?months=2", "/api/v1/capacity/reservations.csv"):
+        response = viewer_client.get(url)
+        assert response.status_code == 200 and response["Content-Type"].startswith("text/csv"), url
+        exports[url] = _rows(response.content.decode())
+    response = admin_client.get("/compliance/audit.csv")
+    assert response.status_code == 200
+    exports["/compliance/audit.csv"] = _rows(b"".join(response.streaming_content).decode())
+
+    today = timezone.localdate()
+    with django_capture_on_commit_callbacks(execute=True):
+        response = admin_client.post(
+            "/api/v1/compliance/packs/",
+            {"period_start": (today - timedelta(days=1)).isoformat(), "period_end": today.isoformat()},
+            content_type="application/json",
+        )
+    assert response.status_code == 202, response.content
+    status = admin_client.get(f"/api/v1/compliance/packs/{response.json()['id']}/").json()
+    assert status["status"] == "done", status
+    download = admin_client.get(status["download_url"])
+    with zipfile.ZipFile(io.BytesIO(b"".join(download.streaming_content))) as archive:
+        names = [n for n in archive.namelist() if n.endswith(".csv")]
+        assert len(names) >= 10
+        for name in names:
+            exports[f"pack:{name}"] = _rows(archive.read(name).decode("utf-8-sig"))
+
+    for where, rows in exports.items():
+        assert _unescaped(rows) == [], where
+        if len(rows) > 1:  # every export with rows carried some planted text, escaped
+            assert _escaped(rows), where
+    assert set().union(*(_escaped(rows) for rows in exports.values())) == set(PAYLOADS)
+
+    reservations = exports["/api/v1/capacity/reservations.csv"]
+    row = dict(zip(reservations[0], reservations[1], strict=True))
+    assert row["priority"] == "-3" and row["gpus"] == "4"  # numbers stay numbers
+    plan = exports["/api/v1/capacity/plan.csv?months=2"]
+    assert plan[1][3] == "'" + Pool.objects.get().gpu_model  # the plan's gpu_model column, escaped
