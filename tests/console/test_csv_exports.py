@@ -35,6 +35,7 @@ from compliance.models import (
 )
 from compliance.services.audit import record
 from console.spreadsheet import FORMULA_STARTS
+from fleet.capacity.models import Team
 from fleet.models import Pool, Reservation, Site
 from tests.fleet.capacity import days_ahead
 
@@ -84,6 +85,7 @@ def hostile_records(db: None) -> dict[str, Any]:
     reservation = planted(
         Reservation,
         pool=pool,
+        team=planted(Team),
         gpus=4,
         start=days_ahead(-1),
         end=days_ahead(20),

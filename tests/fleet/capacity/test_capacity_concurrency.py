@@ -12,7 +12,7 @@ from django.test import Client
 
 from fleet.models import Reservation, Site
 from tests.conftest import _make_user
-from tests.fleet.capacity import add_nodes, days_ahead, make_pool, reserve
+from tests.fleet.capacity import add_nodes, days_ahead, make_pool, reserve, team
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -61,6 +61,7 @@ def test_twin_creates_with_one_client_id_store_one_reservation(site_a: Site) -> 
     add_nodes(site_a, 1)
     pool = make_pool(site_a)
     token = AgentToken.issue(site=site_a, name="scheduler")[1]
+    team("alpha")
     body = {"team": "alpha", "pool": pool.pk, "gpus": 2, "client_id": "twin", "start": days_ahead(1).isoformat()}
     body["end"] = days_ahead(2).isoformat()
     barrier = threading.Barrier(4)

@@ -12,7 +12,7 @@ from django.test import Client
 
 from console.models import AgentToken
 from fleet.models import Pool, Reservation, Site
-from tests.fleet.capacity import add_nodes, days_ahead, make_pool
+from tests.fleet.capacity import add_nodes, days_ahead, make_pool, team
 
 pytestmark = pytest.mark.django_db
 
@@ -23,6 +23,7 @@ URL = "/api/v1/capacity/reservations/"
 def pools(site_a: Site, site_b: Site) -> tuple[Pool, Pool]:
     add_nodes(site_a, 1)
     add_nodes(site_b, 1)
+    team("alpha"), team("beta")  # teams are records an Admin adds
     return make_pool(site_a), make_pool(site_b)
 
 
