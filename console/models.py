@@ -45,16 +45,20 @@ def agent_tokens_changed() -> None:
     """After commit, tell every process's verified-token cache that an agent token changed.
 
     After commit, so a process that sees the new generation and reads the database again finds
-    the change. A cache that cannot take it fails the change: a revocation that some process
-    might not see for TOKEN_CACHE_SECONDS must not look done.
+    the change. While Redis cannot be reached no process trusts its cache (``token_generation``
+    is None, so every request reads the database); a bump lost in the moment it comes back is
+    logged, and the caches then hold the token for at most TOKEN_CACHE_SECONDS.
     """
 
     def bump() -> None:
         try:
-            cache.incr(TOKEN_GENERATION_KEY)
-        except ValueError:  # no generation yet (or the cache lost it): any new value moves it
-            if not cache.add(TOKEN_GENERATION_KEY, 1, timeout=None):
+            try:
                 cache.incr(TOKEN_GENERATION_KEY)
+            except ValueError:  # no generation yet (or the cache lost it): any new value moves it
+                if not cache.add(TOKEN_GENERATION_KEY, 1, timeout=None):
+                    cache.incr(TOKEN_GENERATION_KEY)
+        except Exception:
+            logger.error("could not tell other processes that an agent token changed", exc_info=True)
 
     transaction.on_commit(bump)
 

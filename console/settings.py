@@ -306,7 +306,7 @@ AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_VERBOSE = True
 # The client's address is REMOTE_ADDR: behind a trusted proxy the ASGI app has already put the
-# X-Forwarded-For client there (TRUSTED_PROXIES above), and a forged header from anyone else is ignored.
+# X-Forwarded-For client there (BEHIND_PROXY, TRUSTED_PROXIES), and a forged header from anyone else is ignored.
 AXES_IPWARE_PROXY_COUNT = None
 AXES_IPWARE_META_PRECEDENCE_ORDER = ["REMOTE_ADDR"]
 LOGIN_URL = "login"

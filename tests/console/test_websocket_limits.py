@@ -12,6 +12,7 @@ from contextlib import ExitStack
 from typing import Any
 
 import pytest
+import requests
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client
@@ -78,8 +79,18 @@ def servers(tmp_path) -> Iterator[list[Stack]]:  # type: ignore[no-untyped-def]
 
 
 def test_sigterm_stops_a_web_process_with_five_sockets_open_in_under_two_seconds(viewer_user, tmp_path) -> None:
+    """The slot bookkeeping adds no task that shutdown waits for (an earlier per-socket renewal
+    loop made every stop take the whole grace period). Typically the process is gone in about
+    0.2 s, as before the caps; the 1 s grace period, as production sets one, bounds a rarer stall
+    that predates them (channels-redis cancelling a receive on the way out; README, Reliability)."""
+    from console.processes import uvicorn_command
+    from tests.stack import free_port
+
     stack = Stack(redis_url(), tmp_path)
-    proc = stack.start_server()
+    port = free_port()
+    stack.base_url = f"http://127.0.0.1:{port}"
+    proc = stack._spawn("uvicorn", uvicorn_command(port, graceful_shutdown_s=1))
+    stack._wait(lambda: requests.get(f"{stack.base_url}/healthz", timeout=1).ok, "uvicorn", proc)
     cookie = _cookie(viewer_user)
     try:
         with ExitStack() as opened:
@@ -89,9 +100,9 @@ def test_sigterm_stops_a_web_process_with_five_sockets_open_in_under_two_seconds
             started = time.monotonic()
             proc.send_signal(signal.SIGTERM)
             try:
-                proc.wait(timeout=10)
+                proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                pytest.fail("still running 10 s after SIGTERM:\n" + (tmp_path / "uvicorn.log").read_text()[-3000:])
+                pytest.fail("still running 30 s after SIGTERM:\n" + (tmp_path / "uvicorn.log").read_text()[-3000:])
             elapsed = time.monotonic() - started
     finally:
         stack.stop()
@@ -146,9 +157,10 @@ def test_a_lapsed_slot_no_longer_counts(viewer_user) -> None:
     """A web process killed without closing its sockets: their slots lapse after the TTL."""
     from asgiref.sync import async_to_sync
 
+    lapses = time.monotonic() + 3
     for n in range(settings.WS_MAX_PER_USER):
-        assert async_to_sync(socket_slots.take)(viewer_user.pk, f"dead.{n}", 0.2)
+        assert async_to_sync(socket_slots.take)(viewer_user.pk, f"dead.{n}", 3)
     assert not async_to_sync(socket_slots.take)(viewer_user.pk, "alive", 60)
-    time.sleep(0.3)
+    time.sleep(max(0, lapses - time.monotonic()) + 0.2)
     assert async_to_sync(socket_slots.take)(viewer_user.pk, "alive", 60)
     assert socket_slots.held(viewer_user.pk) == 1
