@@ -83,6 +83,8 @@ class Stack:
             # A task on a SIGKILLed worker comes back after this long (production: 300 s).
             GOODPUT_TASK_VISIBILITY_TIMEOUT="60",
             GOODPUT_SHUTDOWN_GRACE_SECONDS=str(WEB_GRACE_S),
+            # The soak's ~50 clients are one user; a killed web process's slots also linger a while.
+            GOODPUT_WS_MAX_PER_USER="1000",
             LOG_LEVEL="INFO",
             PYTHONUNBUFFERED="1",
         )

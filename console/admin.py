@@ -39,7 +39,7 @@ class AgentTokenAdmin(admin.ModelAdmin):
         count = 0
         for token in queryset.filter(revoked_at__isnull=True):
             # One conditional UPDATE per token, each in the audit log (a bulk update sends nothing).
-            if AgentToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=now):
+            if AgentToken.objects.filter(pk=token.pk).revoke():
                 token.revoked_at = now
                 row_changed.send(sender=AgentToken, instance=token, before={"revoked_at": None}, message="Revoked.")
                 count += 1

@@ -14,8 +14,10 @@ django_asgi_app = get_asgi_application()
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from channels.sessions import SessionMiddlewareStack  # noqa: E402
+from django.conf import settings  # noqa: E402
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware  # noqa: E402
 
-from console import live  # noqa: E402
+from console import limits, live  # noqa: E402
 from console.routing import websocket_urlpatterns  # noqa: E402
 from console.runtime import announce_mode  # noqa: E402
 from console.sockets import SameOriginValidator  # noqa: E402
@@ -34,7 +36,18 @@ router = ProtocolTypeRouter(
 )
 
 
-async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
+async def _serve(scope: dict[str, Any], receive: Any, send: Any) -> None:
     # Tell the live hub which loop serves this process's websockets (see console.live).
     live.bind_event_loop(asyncio.get_running_loop())
     await router(scope, receive, send)
+
+
+# X-Forwarded-For / -Proto become the request's client and scheme only behind a proxy, and only
+# when the peer is one of TRUSTED_PROXIES (uvicorn's own middleware, given our list; uvicorn itself
+# runs with --no-proxy-headers, console.processes). Everything after reads REMOTE_ADDR.
+_served: Any = (
+    ProxyHeadersMiddleware(_serve, trusted_hosts=settings.TRUSTED_PROXIES) if settings.BEHIND_PROXY else _serve
+)
+
+# Outermost: a body past its route's limit is refused before anything reads it (console.limits).
+application = limits.RequestBodyLimit(_served)

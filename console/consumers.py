@@ -13,15 +13,15 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 from django.contrib.sessions.backends.base import SessionBase
 from django.db import DataError
 
-from console import live, sockets
+from console import live, socket_slots, sockets
 from console.permissions import DASHBOARD_PERMISSION
 
 logger = logging.getLogger(__name__)
 
-MAX_TOPICS = 50
 ACTIONS = ("subscribe", "unsubscribe")
 USAGE = 'Send {"action": "subscribe", "topics": [...]}.'
 
@@ -33,6 +33,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         self.session_key: str | None = None
         self.session_tag = ""
         self.watcher: asyncio.Task[None] | None = None
+        self.slot_held = False
         try:
             user, code = await self._check(self.scope["session"])
         except DataError:  # a session cookie no session can have (a NUL, say)
@@ -53,7 +54,17 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         if (await self._check(sockets.load_session(self.session_key)))[0] is None:
             await self.close(code=sockets.CLOSE_SIGNED_OUT)
             return
+        try:
+            self.slot_held = await socket_slots.take(user.pk, self.channel_name, sockets.slot_ttl())
+        except Exception:
+            logger.warning("websocket refused: its slot cannot be counted", exc_info=True)
+            await self.close(code=sockets.CLOSE_TRY_AGAIN_LATER)
+            return
         await self.accept()
+        if not self.slot_held:
+            # Accepted, then closed: a refused handshake reaches the page without its close code.
+            await self.close(code=sockets.CLOSE_TOO_MANY_SOCKETS, reason=f"At most {settings.WS_MAX_PER_USER} sockets")
+            return
         self.watcher = asyncio.create_task(self._watch_session())
 
     @database_sync_to_async
@@ -90,6 +101,15 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
                 await self.close(code=code)
                 return
             await self._renew_watches(self.topics)
+            await self._refresh_slot()
+
+    async def _refresh_slot(self) -> None:
+        """Keep this socket's slot from lapsing (console.socket_slots): here, on the session check
+        that already runs, rather than in a task of its own that shutdown would wait for."""
+        try:
+            await socket_slots.refresh(self.user_id, self.channel_name, sockets.slot_ttl())
+        except Exception:  # the slot lapses a few checks later; the next refresh puts it back
+            logger.warning("could not refresh a websocket's slot", exc_info=True)
 
     async def _renew_watches(self, topics: set[str]) -> None:
         """Keep the page's watched topics (gpu.<id>, node.<id>) pushed while this socket follows them;
@@ -102,6 +122,12 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         if getattr(self, "watcher", None) is not None:
             self.watcher.cancel()
+        if getattr(self, "slot_held", False):
+            self.slot_held = False
+            try:
+                await socket_slots.release(self.user_id, self.channel_name)
+            except Exception:  # it lapses on its own
+                logger.warning("could not release a websocket's slot", exc_info=True)
         if getattr(self, "user_id", None) is not None:
             await self.channel_layer.group_discard(sockets.user_group(self.user_id), self.channel_name)
         for topic in getattr(self, "topics", set()):
@@ -147,8 +173,11 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             await self._error(f"Unknown topics: {', '.join(bad[:5])}.")
             return
         if action == "subscribe":
-            if len(self.topics | set(topics)) > MAX_TOPICS:
-                await self._error(f"At most {MAX_TOPICS} topics per connection.")
+            if len(self.topics | set(topics)) > settings.WS_MAX_TOPICS:
+                # Closed, not just refused: the page subscribes the same list again on every
+                # reconnect, so it stops and says why (static/js/live.js).
+                await self._error(f"At most {settings.WS_MAX_TOPICS} topics per connection.")
+                await self.close(code=sockets.CLOSE_TOO_MANY_TOPICS, reason=f"At most {settings.WS_MAX_TOPICS} topics")
                 return
             for topic in topics:
                 await self.channel_layer.group_add(live.group_name(topic), self.channel_name)

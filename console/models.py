@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
+from django.core.cache import cache
 from django.db import models, transaction
 from django.utils import timezone
 
@@ -18,12 +19,53 @@ from console.signals import row_changed
 
 TOKEN_PREFIX = "gp"
 TOKEN_CACHE_SECONDS = 30
+# Bumped (in the shared cache: Redis in production) after any agent token changes: every web
+# process compares it on each authentication and drops its verified tokens when it moved.
+TOKEN_GENERATION_KEY = "console:agent-tokens:generation"
 _verified: dict[str, tuple[AgentToken, float]] = {}
+_verified_generation: list[int | None] = [None]  # the generation _verified was filled under
 logger = logging.getLogger(__name__)
 
 
 def forget_verified_tokens() -> None:
     _verified.clear()
+    _verified_generation[0] = None
+
+
+def token_generation() -> int | None:
+    """The agent tokens' current generation, or None when the shared cache cannot be read."""
+    try:
+        return int(cache.get(TOKEN_GENERATION_KEY, 0))
+    except Exception:
+        logger.warning("cannot read the agent tokens' generation: checking tokens in the database", exc_info=True)
+        return None
+
+
+def agent_tokens_changed() -> None:
+    """After commit, tell every process's verified-token cache that an agent token changed.
+
+    After commit, so a process that sees the new generation and reads the database again finds
+    the change. While Redis cannot be reached no process trusts its cache (``token_generation``
+    is None, so every request reads the database); a bump lost in the moment it comes back is
+    logged, and the caches then hold the token for at most TOKEN_CACHE_SECONDS.
+    """
+
+    def bump() -> None:
+        try:
+            try:
+                cache.incr(TOKEN_GENERATION_KEY)
+            except ValueError:  # no generation yet (or the cache lost it): any new value moves it
+                if not cache.add(TOKEN_GENERATION_KEY, 1, timeout=None):
+                    cache.incr(TOKEN_GENERATION_KEY)
+        except Exception:
+            logger.error("could not tell other processes that an agent token changed", exc_info=True)
+
+    transaction.on_commit(bump)
+
+
+def agent_token_saved_or_deleted(sender: Any, **kwargs: Any) -> None:
+    """``post_save`` / ``post_delete`` of AgentToken (ConsoleConfig.ready)."""
+    agent_tokens_changed()
 
 
 def hash_secret(secret: str) -> str:
@@ -35,6 +77,13 @@ def hash_secret(secret: str) -> str:
 class AgentTokenQuerySet(models.QuerySet["AgentToken"]):
     def active(self) -> AgentTokenQuerySet:
         return self.filter(revoked_at__isnull=True)
+
+    def revoke(self) -> int:
+        """Revoke the active tokens of this queryset, in every process at once; how many."""
+        count = self.active().update(revoked_at=timezone.now())
+        if count:
+            agent_tokens_changed()
+        return count
 
 
 class AgentToken(models.Model):
@@ -77,13 +126,20 @@ class AgentToken(models.Model):
         """Return the active token matching ``plain``, or None.
 
         Verified tokens are remembered in this process for TOKEN_CACHE_SECONDS: an agent posts
-        many times a second fleet-wide, and a database read per request was measurable. So a
-        revocation takes effect within that time, not at once.
+        many times a second fleet-wide, and a database read per request was measurable. Each
+        call first reads the tokens' generation from the shared cache (one Redis GET), which any
+        change bumps (``agent_tokens_changed``): a revocation takes effect at once in every
+        process. The generation is read before the database, so a revocation committed between
+        the two leaves a newer generation behind, and the next call drops what this one kept.
         """
         parts = plain.split("_", 2)
         if len(parts) != 3 or parts[0] != TOKEN_PREFIX:
             return None
-        cached = _verified.get(parts[1])
+        generation = token_generation()
+        if generation is None or generation != _verified_generation[0]:
+            _verified.clear()
+            _verified_generation[0] = generation
+        cached = _verified.get(parts[1]) if generation is not None else None
         if cached is not None and cached[1] > time.monotonic():
             token = cached[0]
         else:
@@ -92,7 +148,7 @@ class AgentToken(models.Model):
                 return None
         if not hmac.compare_digest(token.secret_hash, hash_secret(parts[2])):
             return None
-        if cached is None or cached[0] is not token:
+        if generation is not None and (cached is None or cached[0] is not token):
             _verified[parts[1]] = (token, time.monotonic() + TOKEN_CACHE_SECONDS)
         return token
 

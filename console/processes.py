@@ -20,11 +20,13 @@ def uvicorn_command(
     ws_ping_interval_s: int | None = None,
 ) -> list[str]:
     """The argv of one uvicorn web process on 127.0.0.1:``port`` (lifespan off: the console has no
-    start-up hooks; warnings only in its log)."""
+    start-up hooks; warnings only in its log; forwarded headers left to the app)."""
     command = [sys.executable, "-m", "uvicorn", ASGI_APP, "--host", "127.0.0.1", "--port", str(port)]
     if workers is not None:
         command += ["--workers", str(workers)]
-    command += ["--lifespan", "off", "--log-level", "warning"]
+    # --no-proxy-headers: uvicorn would otherwise take X-Forwarded-For from any loopback peer; the
+    # app applies it itself, from GOODPUT_TRUSTED_PROXIES only (console.asgi).
+    command += ["--lifespan", "off", "--log-level", "warning", "--no-proxy-headers"]
     if not access_log:
         command.append("--no-access-log")
     if ws_ping_interval_s is not None:

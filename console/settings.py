@@ -66,7 +66,12 @@ SECURE_COOKIES = envbool("GOODPUT_SECURE_COOKIES", not EMBEDDED_DATABASE and not
 SESSION_COOKIE_SECURE = SECURE_COOKIES
 CSRF_COOKIE_SECURE = SECURE_COOKIES
 SESSION_COOKIE_HTTPONLY = True
-SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if envbool("GOODPUT_BEHIND_PROXY", False) else None
+# X-Forwarded-For and X-Forwarded-Proto count only behind a proxy, and only from the proxies listed
+# (addresses or networks; default: a proxy on this host). The ASGI app applies them to the
+# request's client and scheme (console.asgi) and uvicorn is started with --no-proxy-headers, so
+# REMOTE_ADDR and the scheme are already the client's: nothing below reads those headers itself.
+BEHIND_PROXY = envbool("GOODPUT_BEHIND_PROXY", False)
+SECURE_PROXY_SSL_HEADER = None
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 # HSTS: on by default wherever cookies are secure (the console is served over HTTPS); a console
@@ -300,11 +305,10 @@ AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # either one alone locks
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_VERBOSE = True
-# Behind the TLS proxy the client's address is the proxy's X-Forwarded-For entry.
-AXES_IPWARE_PROXY_COUNT = 1 if envbool("GOODPUT_BEHIND_PROXY", False) else None
-AXES_IPWARE_META_PRECEDENCE_ORDER = (
-    ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"] if envbool("GOODPUT_BEHIND_PROXY", False) else ["REMOTE_ADDR"]
-)
+# The client's address is REMOTE_ADDR: behind a trusted proxy the ASGI app has already put the
+# X-Forwarded-For client there (BEHIND_PROXY, TRUSTED_PROXIES), and a forged header from anyone else is ignored.
+AXES_IPWARE_PROXY_COUNT = None
+AXES_IPWARE_META_PRECEDENCE_ORDER = ["REMOTE_ADDR"]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
@@ -386,7 +390,20 @@ INGEST_MAX_ITEMS = envint("GOODPUT_INGEST_MAX_ITEMS", 10_000, minimum=1)
 INGEST_MAX_BYTES = envint("GOODPUT_INGEST_MAX_BYTES", 5 * 1024 * 1024, minimum=1024)
 INGEST_MAX_FUTURE_SECONDS = envint("GOODPUT_INGEST_MAX_FUTURE_SECONDS", 300, minimum=0)
 INGEST_MAX_AGE_SECONDS = envint("GOODPUT_INGEST_MAX_AGE_SECONDS", 7 * 86400, minimum=60)
-DATA_UPLOAD_MAX_MEMORY_SIZE = INGEST_MAX_BYTES + 1024
+# Request bodies: the ASGI door (console.limits) refuses a body past its route's limit with 413
+# before anything reads it; first matching path pattern wins, the rest get REQUEST_MAX_BYTES.
+# The proxy in front should refuse the same sizes (README, Production: client_max_body_size).
+REQUEST_MAX_BYTES = envint("GOODPUT_REQUEST_MAX_BYTES", 1024 * 1024, minimum=1024)
+CSV_IMPORT_MAX_BYTES = envint("GOODPUT_CSV_IMPORT_MAX_BYTES", 20 * 1024 * 1024, minimum=1024)
+REQUEST_BODY_LIMITS = [
+    (r"^/api/v1/ingest/", INGEST_MAX_BYTES),
+    (r"^/api/v1/training/jobs/[0-9]+/events$", INGEST_MAX_BYTES),
+    (r"^/api/v1/alertmanager$", INGEST_MAX_BYTES),
+    (r"^/api/v1/compliance/datasets/[0-9]+/domains/?$", CSV_IMPORT_MAX_BYTES),
+    (r"^/compliance/datasets/[0-9]+/$", CSV_IMPORT_MAX_BYTES),
+]
+# Django's own cap (a bare 400 from request.body) must never refuse what the door let through.
+DATA_UPLOAD_MAX_MEMORY_SIZE = max([REQUEST_MAX_BYTES, *(limit for _, limit in REQUEST_BODY_LIMITS)])
 # Retention: raw samples (GPU and serving) and rollups are kept this many days; expiry drops
 # whole partitions.
 RAW_RETENTION_DAYS = envint("GOODPUT_RAW_RETENTION_DAYS", 7, minimum=1)
@@ -417,6 +434,10 @@ INGEST_DRAIN_SECONDS = envint("GOODPUT_INGEST_DRAIN_SECONDS", 60, minimum=1)
 FLEET_STALE_SECONDS = envint("GOODPUT_FLEET_STALE_SECONDS", 120, minimum=5)
 # 500 ms: with a push a second, waiting for the next push alone put delivery p99 near 1 s (bench/soak.py).
 LIVE_MIN_INTERVAL_MS = envint("GOODPUT_LIVE_MIN_INTERVAL_MS", 500, minimum=50)
+# Live sockets: at most this many per user, counted across every web process (console.socket_slots;
+# close code 4429 past it), and this many topics per socket (close code 4413).
+WS_MAX_PER_USER = envint("GOODPUT_WS_MAX_PER_USER", 20, minimum=1)
+WS_MAX_TOPICS = envint("GOODPUT_WS_MAX_TOPICS", 50, minimum=1)
 # Power a GPU node draws besides its GPUs (CPUs, memory, NICs, fans), for energised capacity and
 # rack draw: a DGX H100 draws about 10.2 kW at full load, 5.6 kW of it in its eight GPUs.
 NODE_OVERHEAD_W = envint("GOODPUT_NODE_OVERHEAD_W", 2000, minimum=0)
@@ -442,6 +463,8 @@ def _networks(name: str, default: str) -> list[str]:
 # (console.outbound). Loopback, link-local and unspecified addresses stay refused unless an
 # entry lies within them (127.0.0.0/8 does; 0.0.0.0/0 does not).
 OUTBOUND_ALLOWED_NETWORKS = _networks("GOODPUT_OUTBOUND_ALLOWED_NETWORKS", "0.0.0.0/0,::/0")
+# The proxies whose X-Forwarded-For / -Proto count when BEHIND_PROXY (above, with the security settings).
+TRUSTED_PROXIES = _networks("GOODPUT_TRUSTED_PROXIES", "127.0.0.1/32,::1/128") if BEHIND_PROXY else []
 # On SIGTERM the web server waits this long for requests in flight, then cancels them and exits.
 SHUTDOWN_GRACE_SECONDS = envint("GOODPUT_SHUTDOWN_GRACE_SECONDS", 10, minimum=1)
 

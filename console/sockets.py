@@ -37,9 +37,12 @@ logger = logging.getLogger(__name__)
 # How often an open socket re-reads its session. Module-level so tests can shorten it.
 SESSION_RECHECK_SECONDS: float = 60.0
 
-# Close codes the page understands (static/js/live.js): 4401 and 4403 stop the reconnect loop.
+# Close codes the page understands (static/js/live.js): 4401, 4403 and 4413 stop the reconnect
+# loop; after 4429 the page waits a minute before it tries again.
 CLOSE_SIGNED_OUT = 4401
 CLOSE_FORBIDDEN = 4403
+CLOSE_TOO_MANY_TOPICS = 4413  # more than WS_MAX_TOPICS topics on one socket
+CLOSE_TOO_MANY_SOCKETS = 4429  # the user already holds WS_MAX_PER_USER sockets (console.socket_slots)
 CLOSE_TRY_AGAIN_LATER = 1013  # RFC 6455 registry: the server cannot check the session right now
 
 # What a database outage looks like from Django (a pool timeout arrives as OperationalError).
@@ -48,6 +51,11 @@ DATABASE_DOWN = (OperationalError, InterfaceError)
 SESSION_ENDED = "session.ended"  # channel-layer message type, handled by LiveConsumer.session_ended
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _HTTP_RESPONSE_EXTENSION = "websocket.http.response"
+
+
+def slot_ttl() -> float:
+    """How long a socket's slot lasts unrefreshed: a few session checks (each refreshes it)."""
+    return 2.5 * SESSION_RECHECK_SECONDS
 
 
 def user_group(user_id: int) -> str:

@@ -5,13 +5,19 @@
 // The page says plainly what state it is in (#live-banner, above the content):
 // - socket down: "Live updates paused since HH:MM:SS UTC", while it reconnects with backoff;
 // - session gone (close 4401, or a refused handshake whose page now answers 401/403 or a redirect
-//   to sign in): it stops reconnecting and links to the sign-in page.
+//   to sign in): it stops reconnecting and links to the sign-in page;
+// - too many live pages open for this user (close 4429): it says so and tries again in about a
+//   minute, not in a tight loop;
+// - more topics than a socket may follow (close 4413): it says so and stops.
 (function () {
   "use strict";
 
   var LOGIN_URL = "/accounts/login/";
   var SIGNED_OUT = 4401;
   var FORBIDDEN = 4403;
+  var TOO_MANY_TOPICS = 4413;
+  var TOO_MANY_SOCKETS = 4429;
+  var SOCKETS_RETRY_MS = 60000;
 
   function LiveClient(opts) {
     this.topics = opts.topics;
@@ -80,6 +86,24 @@
     el.hidden = false;
   };
 
+  // Refused by a limit: say which, and either wait a while (sockets free up as tabs close) or stop.
+  LiveClient.prototype.limited = function (code, reason) {
+    var text;
+    if (code === TOO_MANY_SOCKETS) {
+      text = "Live updates paused: you have too many live pages open (" + (reason || "a limit per user") +
+        "). Close some tabs; this page tries again in about a minute.";
+    } else {
+      this.stopped = true;
+      text = "This page follows more live topics than the server allows (" + (reason || "a limit per page") +
+        "), so it has stopped updating. Reload it to see the current state.";
+    }
+    this.setStatus("off", text);
+    var el = banner();
+    el.className = "live-banner limited";
+    el.textContent = text;
+    el.hidden = false;
+  };
+
   // A refused handshake reaches the page as a bare failed connect: ask the page itself over
   // HTTP whether the session still holds. Anything else (server down, 5xx) is a pause.
   LiveClient.prototype.checkSession = function () {
@@ -124,6 +148,14 @@
     ws.onclose = function (event) {
       if (event.code === SIGNED_OUT || event.code === FORBIDDEN) {
         self.signedOut(event.code);
+        return;
+      }
+      if (event.code === TOO_MANY_TOPICS || event.code === TOO_MANY_SOCKETS) {
+        self.limited(event.code, event.reason);
+        if (!self.stopped) {
+          var delay = SOCKETS_RETRY_MS * (0.75 + Math.random() / 2);
+          setTimeout(function () { if (!self.stopped) self.connect(); }, delay);
+        }
         return;
       }
       self.paused();

@@ -116,3 +116,34 @@ def test_a_restart_pauses_the_page_and_a_lost_session_says_sign_in(stack: Stack,
             assert page.url.startswith(stack.base_url + "/accounts/login/")
         finally:
             browser.close()
+
+
+def test_a_page_past_the_socket_limit_says_so_and_waits_rather_than_knocking(stack: Stack, viewer_user: User) -> None:
+    """The user already holds their 20 sockets (other tabs, other web processes): the page's
+    socket is closed with 4429, the banner says why, and it does not reconnect at once."""
+    from django.conf import settings
+
+    from console import socket_slots
+
+    for n in range(settings.WS_MAX_PER_USER):
+        socket_slots._take(viewer_user.pk, f"another-tab.{n}", 600)
+
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = launch(pw)
+        try:
+            page, log = sign_in(browser, stack, viewer_user.username, "/fleet/", "/api/v1/fleet/overview/")
+            wait_until(page, f"{JS_BANNER} && {JS_BANNER}.className.includes('limited')")
+            banner = _banner(page)
+            assert banner["hidden"] is False
+            assert banner["text"].startswith("Live updates paused: you have too many live pages open (At most 20"), (
+                banner
+            )
+            assert "tries again in about a minute" in banner["text"]
+            assert page.evaluate(JS_DOT) == "live-dot off"
+            opened = log.sockets_opened
+            page.wait_for_timeout(4_000)  # several of the usual backoff steps
+            assert log.sockets_opened == opened, "the page kept knocking past the socket limit"
+        finally:
+            browser.close()

@@ -32,7 +32,7 @@ MARGIN_SECONDS = 5
 # forwards the signal to each worker, which then behaves the same).
 PRODUCTION = [
     sys.executable, "-m", "uvicorn", "console.asgi:application", "--host", "127.0.0.1", "--port", "{port}",
-    "--timeout-graceful-shutdown", "{grace}",
+    "--timeout-graceful-shutdown", "{grace}", "--no-proxy-headers",
 ]  # fmt: skip
 # The demo command's server: its config, built by the command's own code.
 DEMO = [

@@ -37,6 +37,7 @@ def server_config(host: str, port: int) -> uvicorn.Config:
         log_level="warning",
         lifespan="off",
         ws_ping_interval=20,
+        proxy_headers=False,  # the app applies forwarded headers, from trusted proxies only (console.asgi)
         timeout_graceful_shutdown=getattr(settings, "SHUTDOWN_GRACE_SECONDS", 10),
     )
 

@@ -12,7 +12,6 @@ import requests
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import ProgrammingError, close_old_connections, transaction
-from django.utils import timezone
 
 from console.models import AgentToken, hash_secret
 from fleet.capacity.simulator import seed_capacity
@@ -293,11 +292,9 @@ class Command(BaseCommand):
         if len(parts) == 3:
             token = AgentToken.objects.active().filter(site=site, name=name, key_id=parts[1]).first()
             if token is not None and hmac.compare_digest(token.secret_hash, hash_secret(parts[2])):
-                AgentToken.objects.active().filter(site=site, name=name).exclude(pk=token.pk).update(
-                    revoked_at=timezone.now()
-                )
+                AgentToken.objects.filter(site=site, name=name).exclude(pk=token.pk).revoke()
                 return saved
-        AgentToken.objects.active().filter(site=site, name=name).update(revoked_at=timezone.now())
+        AgentToken.objects.filter(site=site, name=name).revoke()
         return AgentToken.issue(site=site, name=name)[1]
 
     def _wait_for_console(self, url: str, timeout: float) -> None:
