@@ -29,6 +29,7 @@ class ScrapeKind(models.TextChoices):
     VLLM = "vllm", "vLLM"
     TRITON = "triton", "Triton"
     TGI = "tgi", "TGI"
+    NODE = "node", "node_exporter"
 
 
 class ScrapeHealth(models.TextChoices):
@@ -95,3 +96,21 @@ class ClaimResolution(models.TextChoices):
     PENDING = "", "Pending"
     KEPT = "kept", "Kept with the owning site"
     MOVED = "moved", "Moved to the claiming site"
+
+
+class InterfaceKind(models.TextChoices):
+    IB = "ib", "InfiniBand"
+    ROCE = "roce", "RoCE"
+    ETHERNET = "ethernet", "Ethernet"
+
+
+class Fabric(models.TextChoices):
+    COMPUTE = "compute", "Compute"
+    STORAGE = "storage", "Storage"
+    MANAGEMENT = "management", "Management"
+
+
+class MountPurpose(models.TextChoices):
+    DATASETS = "datasets", "Datasets"
+    CHECKPOINTS = "checkpoints", "Checkpoints"
+    OTHER = "other", "Other"

@@ -1,10 +1,13 @@
-"""Prometheus text exposition in: dcgm-exporter, vLLM, Triton and TGI scrapes, as pushed or scraped.
+"""Prometheus text exposition in: dcgm-exporter, vLLM, Triton, TGI and node_exporter scrapes, as
+pushed or scraped.
 
 Parsing uses prometheus_client's parser. DCGM fields become GPU samples (the same schema and
 writer as the JSON door); serving metrics (gauges, counters, histogram buckets) are stored per
 endpoint as raw series for the serving SLO work. A malformed exposition is refused whole with
 the line at fault; nothing is written. A serving series whose values no read could use (NaN, ±Inf,
-beyond ``MAX_MAGNITUDE``, a negative count) is ignored whole and counted.
+beyond ``MAX_MAGNITUDE``, a negative count) is ignored whole and counted. node_exporter's port,
+file system and disk series (NODE_SERIES) become node series (fleet.fabric, fleet.storage); the
+node is named as for dcgm-exporter: a ``hostname`` label or ``?hostname=`` (a target's hostname).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from prometheus_client.openmetrics.parser import text_fd_to_metric_families as t
 from prometheus_client.parser import text_fd_to_metric_families
 
 from fleet.choices import ServingFramework
+from fleet.fabric.store import store_port_points
 from fleet.ingest.batches import (
     GpuBatchIn,
     GpuSampleIn,
@@ -35,7 +39,9 @@ from fleet.ingest.batches import (
 )
 from fleet.serving import metrics as sm
 from fleet.serving.store import ServingPoint, store_serving_points
+from fleet.storage.store import store_storage_points
 from fleet.telemetry.fields import COUNTER_FIELDS, FIELDS_BY_NAME, GPU_SAMPLE_FIELDS, MIG_INSTANCE_FIELDS
+from fleet.telemetry.series import NodePoint
 from fleet.telemetry.store import store_gpu_samples
 from fleet.validation import HOSTNAME_PATTERN, IngestError
 
@@ -56,7 +62,54 @@ SERVING_PREFIXES = {
 # The label that names the served model, per framework: it identifies the endpoint.
 MODEL_LABELS = {ServingFramework.VLLM: "model_name", ServingFramework.TRITON: "model", ServingFramework.TGI: ""}
 MAX_LINES = 200_000
-KINDS = ("auto", "dcgm", "vllm", "triton", "tgi")
+KINDS = ("auto", "dcgm", "vllm", "triton", "tgi", "node")
+
+# node_exporter series, as its collectors name them (collector/infiniband_linux.go,
+# netclass_linux.go and netdev_common.go, diskstats_linux.go, filesystem_common.go):
+# name -> (collector, quantity stored, is a counter).
+NODE_SERIES: dict[str, tuple[str, str, bool]] = {
+    "node_infiniband_link_downed_total": ("infiniband", "link_downed", True),
+    "node_infiniband_link_error_recovery_total": ("infiniband", "link_error_recovery", True),
+    "node_infiniband_symbol_error_total": ("infiniband", "symbol_errors", True),
+    "node_infiniband_port_errors_received_total": ("infiniband", "receive_errors", True),
+    "node_infiniband_port_discards_transmitted_total": ("infiniband", "transmit_discards", True),
+    "node_infiniband_port_transmit_wait_total": ("infiniband", "transmit_wait", True),
+    "node_infiniband_port_data_received_bytes_total": ("infiniband", "receive_bytes", True),
+    "node_infiniband_port_data_transmitted_bytes_total": ("infiniband", "transmit_bytes", True),
+    "node_infiniband_state_id": ("infiniband", "state", False),
+    "node_infiniband_physical_state_id": ("infiniband", "physical_state", False),
+    "node_infiniband_rate_bytes_per_second": ("infiniband", "rate", False),
+    "node_network_carrier_changes_total": ("netdev", "carrier_changes", True),
+    "node_network_receive_errs_total": ("netdev", "receive_errors", True),
+    "node_network_transmit_errs_total": ("netdev", "transmit_errors", True),
+    "node_network_receive_drop_total": ("netdev", "receive_drops", True),
+    "node_network_transmit_drop_total": ("netdev", "transmit_drops", True),
+    "node_network_receive_bytes_total": ("netdev", "receive_bytes", True),
+    "node_network_transmit_bytes_total": ("netdev", "transmit_bytes", True),
+    "node_network_speed_bytes": ("netdev", "rate", False),
+    "node_disk_io_time_seconds_total": ("disk", "io_time_seconds", True),
+    "node_disk_read_bytes_total": ("disk", "read_bytes", True),
+    "node_disk_written_bytes_total": ("disk", "written_bytes", True),
+    "node_disk_reads_completed_total": ("disk", "reads", True),
+    "node_disk_writes_completed_total": ("disk", "writes", True),
+    "node_filesystem_avail_bytes": ("filesystem", "avail_bytes", False),
+    "node_filesystem_size_bytes": ("filesystem", "size_bytes", False),
+}
+# The labels that name what a node series measures, per collector; each must be there.
+NODE_LABELS = {
+    "infiniband": ("device", "port"),
+    "netdev": ("device",),
+    "disk": ("device",),
+    "filesystem": ("device", "mountpoint", "fstype"),
+}
+# Where a label becomes a column (an interface's name is ``device/port``: 120 + 1 + 7 <= 128).
+NODE_LABEL_LIMITS = {
+    "infiniband": {"device": 120, "port": 7, "hostname": 253, "Hostname": 253},
+    "netdev": {"device": 128, "hostname": 253, "Hostname": 253},
+    "disk": {"device": 128, "hostname": 253, "Hostname": 253},
+    "filesystem": {"device": 255, "mountpoint": 512, "fstype": 32, "hostname": 253, "Hostname": 253},
+}
+NODE_IGNORED_DEVICES = frozenset({"lo"})  # the loopback interface: no fabric
 
 # Label values are bounded where they become a column, and everywhere else by LABEL_MAX: a value
 # past its column would otherwise be cut, and two series that differ only past the cut collide.
@@ -80,13 +133,14 @@ IGNORED_NAMES_SHOWN = 20
 class Exposition:
     gpu_samples: list[Any] = field(default_factory=list)
     serving: list[ServingPoint] = field(default_factory=list)
+    node: list[NodePoint] = field(default_factory=list)  # node_exporter ports, mounts, disks
     ignored: int = 0  # samples not stored: metrics this console does not use, or series it cannot read
     ignored_metrics: Counter[str] = field(default_factory=Counter)  # how many of each were ignored
     timestamped: bool = True  # every stored sample carried its own timestamp
 
     @property
     def count(self) -> int:
-        return len(self.gpu_samples) + len(self.serving)
+        return len(self.gpu_samples) + len(self.serving) + len(self.node)
 
     def ignore(self, name: str) -> None:
         self.ignored += 1
@@ -288,6 +342,15 @@ def parse_exposition(
                 if not _readable(name, sample.labels, sample.value):
                     unreadable.add(group)
                 serving.append((group, name, point))
+                continue
+            node_series = NODE_SERIES.get(name)
+            if node_series is not None and kind in ("auto", "node"):
+                point = _node_point(line, name, node_series, sample.labels, sample.value, hostname, window, timestamp)
+                if point is None:
+                    out.ignore(name)
+                else:
+                    out.timestamped &= timestamp is not None
+                    out.node.append(point)
                 continue
             out.ignore(name)
     # A series with a value no read can use (NaN, ±Inf, past MAX_MAGNITUDE, a negative count) is
@@ -507,6 +570,50 @@ def _serving_point(
     )
 
 
+def _node_point(
+    line: int,
+    name: str,
+    series: tuple[str, str, bool],
+    labels: dict[str, str],
+    value: float,
+    hostname: str | None,
+    window: _Window,
+    timestamp: float | None,
+) -> NodePoint | None:
+    """One node_exporter value, or None when it is not stored (the loopback interface; a value no
+    read can use: NaN, ±Inf, past MAX_MAGNITUDE, a negative counter). A series without the labels
+    its collector always exports, or without a node, is refused naming the line."""
+    source, quantity, counter = series
+    _check_labels(line, name, labels, NODE_LABEL_LIMITS[source])
+    for label in (*NODE_LABELS[source], "hostname", "Hostname"):
+        if label in labels and not _IDENTITY_TEXT.fullmatch(labels[label]):
+            raise _bad(line, f"label {label} must be printable text.", field=label)
+    for label in NODE_LABELS[source]:
+        if not labels.get(label):
+            raise _bad(line, f"{name} without a {label} label (node_exporter always exports one).", field=label)
+    host = labels.get("hostname") or labels.get("Hostname") or hostname
+    if not host:
+        raise _bad(line, "no hostname or Hostname label; pass ?hostname= for this exporter.", field="hostname")
+    if not HOSTNAME_RE.fullmatch(host):
+        raise _bad(line, f"malformed hostname {host[:80]!r} (a label).", field="hostname")
+    ts = window.time_of(timestamp, line)
+    if source in ("infiniband", "netdev") and labels["device"] in NODE_IGNORED_DEVICES:
+        return None
+    if not sm.readable(value) or (counter and value < 0):
+        return None
+    return NodePoint(
+        hostname=host,
+        source=source,
+        quantity=quantity,
+        ts=ts,
+        value=value,
+        device=labels["device"],
+        port=labels.get("port", ""),
+        mountpoint=labels.get("mountpoint", ""),
+        fstype=labels.get("fstype", ""),
+    )
+
+
 # --- storing --------------------------------------------------------------------------------
 
 
@@ -545,7 +652,8 @@ def check_scope(exposition: Exposition, *, site_id: int) -> ScopeCheck | None:
 def store_exposition(
     exposition: Exposition, *, site_id: int, batch_key: str, enqueued_at: datetime | None = None
 ) -> int:
-    """Store the GPU samples and the serving series; each part is idempotent under its own key."""
+    """Store the GPU samples, the serving series and the node series; each part is idempotent under
+    its own key."""
     stored = 0
     if exposition.gpu_samples:
         stored += store_gpu_samples(
@@ -553,4 +661,10 @@ def store_exposition(
         )
     if exposition.serving:
         stored += store_serving_points(site_id=site_id, batch_key=f"{batch_key}:serving", points=exposition.serving)
+    ports = [p for p in exposition.node if p.source in ("infiniband", "netdev")]
+    if ports:
+        stored += store_port_points(site_id=site_id, batch_key=f"{batch_key}:port", points=ports)
+    storage = [p for p in exposition.node if p.source in ("filesystem", "disk")]
+    if storage:
+        stored += store_storage_points(site_id=site_id, batch_key=f"{batch_key}:storage", points=storage)
     return stored

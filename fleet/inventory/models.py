@@ -1,4 +1,4 @@
-"""Inventory: Site > Rack > Node > GPU."""
+"""Inventory: Site > Rack > Node > GPU, and a node's network interfaces and mounts."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from django.db import models
 from django.db.models import Q
 from django.urls import reverse
 
-from fleet.choices import ClaimKind, ClaimResolution, Interconnect
+from fleet.choices import ClaimKind, ClaimResolution, Fabric, Interconnect, InterfaceKind, MountPurpose
 
 
 class Site(models.Model):
@@ -157,3 +157,56 @@ class ClaimConflict(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} {self.value}: {self.owner_site} vs {self.claimant_site}"
+
+
+# The fabric an interface serves unless an Operator sets another: RDMA ports (InfiniBand, RoCE)
+# carry the collectives, plain Ethernet the management traffic.
+DEFAULT_FABRIC = {
+    InterfaceKind.IB: Fabric.COMPUTE,
+    InterfaceKind.ROCE: Fabric.COMPUTE,
+    InterfaceKind.ETHERNET: Fabric.MANAGEMENT,
+}
+
+
+class NodeInterface(models.Model):
+    """A node's network port, created when node_exporter first reports it: an InfiniBand port
+    (``mlx5_0/1``: device and port) or a network interface (``eth0``)."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="interfaces")
+    name = models.CharField(max_length=128)
+    kind = models.CharField(max_length=16, choices=InterfaceKind.choices)
+    rate_bytes_per_second = models.FloatField(null=True, blank=True, help_text="The port's rated speed")
+    fabric = models.CharField(
+        max_length=16, choices=Fabric.choices, blank=True, help_text="Defaults from the kind (IB, RoCE: compute)"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["node__hostname", "name"]
+        constraints = [models.UniqueConstraint(fields=["node", "name"], name="interface_unique_per_node")]
+
+    def __str__(self) -> str:
+        return f"{self.node.hostname}:{self.name}"
+
+    def save(self, *args: object, **kwargs: object) -> None:
+        if not self.fabric:
+            self.fabric = DEFAULT_FABRIC[InterfaceKind(self.kind)]
+        super().save(*args, **kwargs)
+
+
+class NodeMount(models.Model):
+    """A file system mounted on a node, created when node_exporter first reports it."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="mounts")
+    mountpoint = models.CharField(max_length=512)
+    fstype = models.CharField(max_length=32)
+    device = models.CharField(max_length=255, blank=True)
+    purpose = models.CharField(max_length=16, choices=MountPurpose.choices, default=MountPurpose.OTHER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["node__hostname", "mountpoint"]
+        constraints = [models.UniqueConstraint(fields=["node", "mountpoint"], name="mount_unique_per_node")]
+
+    def __str__(self) -> str:
+        return f"{self.node.hostname}:{self.mountpoint}"

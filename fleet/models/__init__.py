@@ -10,7 +10,8 @@ from fleet.capacity.models import (
     Team,
     TeamQuota,
 )
-from fleet.inventory.models import ClaimConflict, Gpu, Node, Rack, Site
+from fleet.fabric.models import PortRollup1m, PortSample
+from fleet.inventory.models import ClaimConflict, Gpu, Node, NodeInterface, NodeMount, Rack, Site
 from fleet.serving.models import (
     Endpoint,
     EndpointChange,
@@ -21,6 +22,7 @@ from fleet.serving.models import (
     ServingRollupDirty,
     ServingSample,
 )
+from fleet.storage.models import DiskRollup1m, DiskSample, MountRollup1m, MountSample
 from fleet.telemetry.models import (
     GpuRollup1h,
     GpuRollup1m,
@@ -38,6 +40,8 @@ from fleet.training.models import Job, JobAccount, JobEvent
 __all__ = [
     "ApprovalStatus",
     "ClaimConflict",
+    "DiskRollup1m",
+    "DiskSample",
     "Endpoint",
     "EndpointChange",
     "EndpointChangeKind",
@@ -53,10 +57,16 @@ __all__ = [
     "Job",
     "JobAccount",
     "JobEvent",
+    "MountRollup1m",
+    "MountSample",
     "Node",
+    "NodeInterface",
+    "NodeMount",
     "OrderStatus",
     "PartitionDrop",
     "Pool",
+    "PortRollup1m",
+    "PortSample",
     "PowerApproval",
     "ProcurementOrder",
     "Rack",

@@ -54,6 +54,13 @@ GPU_ROLLUP_1H = PartitionedTable("fleet_gpurollup_1h", "month", "ROLLUP_1H_RETEN
 GROUP_ROLLUP_1H = PartitionedTable("fleet_grouprollup_1h", "month", "ROLLUP_1H_RETENTION_DAYS")
 SERVING_ROLLUP_1M = PartitionedTable("fleet_servingrollup_1m", "day", "ROLLUP_1M_RETENTION_DAYS")
 SERVING_ROLLUP_1H = PartitionedTable("fleet_servingrollup_1h", "month", "ROLLUP_1H_RETENTION_DAYS")
+# node_exporter series: ports (fleet.fabric), mounts and disks (fleet.storage); see fleet.telemetry.series.
+PORT_SAMPLES = PartitionedTable("fleet_portsample", "day", "RAW_RETENTION_DAYS")
+PORT_ROLLUP_1M = PartitionedTable("fleet_portrollup_1m", "day", "ROLLUP_1M_RETENTION_DAYS")
+MOUNT_SAMPLES = PartitionedTable("fleet_mountsample", "day", "RAW_RETENTION_DAYS")
+MOUNT_ROLLUP_1M = PartitionedTable("fleet_mountrollup_1m", "day", "ROLLUP_1M_RETENTION_DAYS")
+DISK_SAMPLES = PartitionedTable("fleet_disksample", "day", "RAW_RETENTION_DAYS")
+DISK_ROLLUP_1M = PartitionedTable("fleet_diskrollup_1m", "day", "ROLLUP_1M_RETENTION_DAYS")
 # More than any valid write needs at once: a week of days ahead of the beat's three, plus late
 # samples within the ingest window and rollups within their retention are made day by day.
 MAX_NEW_PARTITIONS = 45
@@ -66,6 +73,12 @@ TABLES = (
     GROUP_ROLLUP_1H,
     SERVING_ROLLUP_1M,
     SERVING_ROLLUP_1H,
+    PORT_SAMPLES,
+    PORT_ROLLUP_1M,
+    MOUNT_SAMPLES,
+    MOUNT_ROLLUP_1M,
+    DISK_SAMPLES,
+    DISK_ROLLUP_1M,
 )
 
 # Partitions this process has seen exist. Only a hint: a writer that hits a missing partition

@@ -23,10 +23,12 @@ BELOW: dict[str, set[str]] = {
     "serving": {"inventory", "telemetry"},
     "capacity": {"inventory", "telemetry"},
     "power": {"inventory", "telemetry", "capacity"},
-    "ingest": {"inventory", "telemetry", "training", "serving", "capacity", "power"},
+    "fabric": {"inventory", "telemetry"},
+    "storage": {"inventory", "telemetry"},
+    "ingest": {"inventory", "telemetry", "training", "serving", "capacity", "power", "fabric", "storage"},
 }
 SHARED = {"fleet.choices", "fleet.validation"}
-DOMAIN_WORDS = ("training", "serving", "capacity", "power")
+DOMAIN_WORDS = ("training", "serving", "capacity", "power", "fabric", "storage")
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:

@@ -1,0 +1,1 @@
+"""The storage room: file system and disk series from node_exporter."""
