@@ -145,6 +145,10 @@ def scrape(target_id: int) -> int:
             error = (
                 "the scrape does not say which endpoint it belongs to (no model label); set this target's endpoint name"
             )
+        elif exc.field == "hostname" and "no hostname" in exc.message:
+            # Likewise ?hostname=: node_exporter (and a dcgm-exporter without a Hostname label) names
+            # no host; the target's hostname does.
+            error = "the scrape does not say which node it comes from (no hostname label); set this target's hostname"
     duration_ms = (time.monotonic() - started) * 1000
     ScrapeTarget.objects.filter(pk=target.pk).update(
         last_scrape_at=scraped_at,

@@ -57,5 +57,6 @@ def test_a_node_target_without_a_hostname_is_down_saying_so(site_a, node_exporte
     target = ScrapeTarget.objects.create(site=site_a, name="node-x", url=node_exporter_url, kind="node")
     schedule_scrapes()
     target.refresh_from_db()
-    assert target.health == "down" and "hostname" in target.last_error
+    assert target.health == "down" and "set this target's hostname" in target.last_error
+    assert "?hostname" not in target.last_error
     assert not PortSample.objects.exists() and not NodeInterface.objects.exists()
