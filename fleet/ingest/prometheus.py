@@ -48,6 +48,21 @@ from fleet.validation import HOSTNAME_PATTERN, IngestError
 DCGM_FIELDS = {f.dcgm: f.name for f in GPU_SAMPLE_FIELDS}
 # Older releases name the clocks-event bitmask after throttling.
 DCGM_FIELDS["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"] = "throttle_reasons"
+# dcgm-exporter's NVLink series (etc/default-counters.csv; the throughput pair are DCGM profiling
+# fields 1011/1012) that the console knows but does not store yet: a GPU sample has no column for
+# them (storing them takes new GpuSample / rollup columns and a migration). They are ignored and
+# counted in ``ignored`` / ``ignored_metrics`` like any series this console does not use. The CRC
+# flit errors are stored (nvlink_crc_errors_total).
+DCGM_KNOWN_UNSTORED = frozenset(
+    {
+        "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+        "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+        "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+        "DCGM_FI_PROF_NVLINK_TX_BYTES",
+        "DCGM_FI_PROF_NVLINK_RX_BYTES",
+    }
+)
 # Fields DCGM reports as 64-bit integers (counters); the rest are 32-bit integers or doubles.
 INT64_FIELDS = COUNTER_FIELDS
 # DCGM's "blank" sentinels (dcgm_structs.h): values at or above these mean "no value", never data.

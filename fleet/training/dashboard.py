@@ -33,6 +33,7 @@ from fleet.choices import JobEventKind
 from fleet.inventory.models import Gpu
 from fleet.training.accounts import accounts_by_hour, last_hours_window
 from fleet.training.advisor import advise_job
+from fleet.training.failures import failure_fields
 from fleet.training.goodput import (
     BADPUT_CATEGORIES,
     CATEGORIES,
@@ -385,6 +386,7 @@ def _event_row(e: JobEvent) -> dict[str, Any]:
         "duration_s": _round(e.duration_s, 2),
         "bytes": e.bytes,
         "reason": e.reason,
+        **failure_fields(e.kind, e.reason),
         "node": e.node,
     }
 
@@ -577,6 +579,7 @@ def loss_row(loss: FailureLoss) -> dict[str, Any]:
         "ts": loss.ts.isoformat(),
         "kind": loss.kind,
         "reason": loss.reason,
+        **failure_fields(loss.kind, loss.reason),
         "cost_gpu_h": round(sum(parts.values()), 2),
         **parts,
         "lost_gpu_s": round(loss.lost_gpu_s, 3),

@@ -52,6 +52,7 @@ from fleet.choices import JobEventKind, JobState
 from fleet.telemetry import detectors as gpu_health
 from fleet.training import goodput
 from fleet.training.accounts import job_rows
+from fleet.training.failures import classify
 from fleet.training.goodput import hang_threshold_s
 from fleet.training.models import HOLDING_STATES, Job
 from incidents.choices import Severity
@@ -793,6 +794,9 @@ def training_job_failed(now: datetime) -> list[FindingSpec]:
                     checkpoint_step=checkpoint,
                     growing=chain[-1].growing,
                     reason=job.recovering_reason[:200],
+                    # What the reason says caused it (failures.classify): the fabric correlation
+                    # reads it (an NCCL timeout on nodes whose links flapped).
+                    failure_class=classify(job.recovering_reason).value,
                 ),
                 category="training",
                 started_at=chain[0].ts,

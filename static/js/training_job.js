@@ -104,6 +104,12 @@
       fmt(c.reinit_gpu_h, 2) + " re-initialisation + " + fmt(c.restore_gpu_h, 2) + " restore";
   }
 
+  function failureClass(e) {
+    // What the reason says caused it (fleet/training/failures.py), ahead of the reason itself.
+    return e.failure_class ? "<span class='badge badge-unknown' data-failure-class='" + esc(e.failure_class) + "'>" +
+      esc(e.failure_class_label) + "</span> " : "";
+  }
+
   function renderLosses(losses, total) {
     // One figure per disruption (and for all of them), the parts beside it.
     setStat("failure_cost_gpu_h", fmt(total.cost_gpu_h, 2));
@@ -113,7 +119,7 @@
       var back = l.checkpoint_step === null ? "<span class='bad-text'>no checkpoint: everything since the start</span>"
         : "step " + fmt(l.checkpoint_step) + " saved " + fmtStamp(l.checkpoint_ts);
       var growing = l.growing ? " <span class='muted small'>(" + (l.growing === "waiting" ? "still waiting" : "restarting") + ")</span>" : "";
-      return "<tr data-kind='" + esc(l.kind) + "'><td>" + fmtStamp(l.ts) + "</td><td>" + esc(l.kind) + "</td><td class='wrap'>" + esc(l.reason || "–") + "</td>" +
+      return "<tr data-kind='" + esc(l.kind) + "'><td>" + fmtStamp(l.ts) + "</td><td>" + esc(l.kind) + "</td><td class='wrap'>" + failureClass(l) + esc(l.reason || "–") + "</td>" +
         "<td class='num' data-col='cost'>" + fmt(l.cost_gpu_h, 2) + growing + "</td>" +
         "<td class='num'>" + fmt(l.lost_gpu_h, 2) + "</td><td class='num'>" + fmt(l.waiting_gpu_h, 2) + "</td>" +
         "<td class='num'>" + fmt(l.reinit_gpu_h, 2) + "</td><td class='num'>" + fmt(l.restore_gpu_h, 2) + "</td><td>" + back + "</td></tr>";
@@ -167,6 +173,7 @@
     if (e.duration_s !== null) parts.push(dur(e.duration_s));
     if (e.bytes !== null) parts.push(fmt(e.bytes / 1e9, 1) + " GB");
     if (e.node) parts.push(e.node);
+    if (e.failure_class_label) parts.push(e.failure_class_label);
     if (e.reason) parts.push(e.reason);
     return parts.join(" · ");
   }

@@ -12,7 +12,7 @@ from django.core import signals
 from django.core.asgi import get_asgi_application
 from django.db import close_old_connections
 
-from fleet.ingest.prometheus import parse_exposition
+from fleet.ingest.prometheus import DCGM_FIELDS, DCGM_KNOWN_UNSTORED, parse_exposition
 from fleet.models import Endpoint, Gpu, GpuSample, GpuState, IngestBatch, ServingSample
 
 # Copies of ../shared/fixtures (the real formats), kept in the repository so the suite runs anywhere.
@@ -228,3 +228,35 @@ def test_a_chunked_body_over_the_limit_gets_413_naming_the_limit(site_a, token_a
     status, body = _asgi_post("/api/v1/ingest/prometheus", token_a, [VLLM.encode()[:500], VLLM.encode()[500:]])
     assert status == 202, body
     assert ServingSample.objects.count() == 76
+
+
+# --- dcgm-exporter's NVLink counters --------------------------------------------------------------
+
+NVLINK = (FIXTURES / "dcgm-exporter-nvlink.prom").read_text()
+
+
+def test_nvlink_crc_flit_errors_are_stored_and_the_other_nvlink_series_counted_as_ignored(client, token_a) -> None:
+    """The CRC flit errors have a column; replays, recoveries, data CRC errors and bandwidth do not
+    yet (a GPU sample column each, and a migration): they are ignored and counted, never a 400."""
+    response = push(client, token_a, NVLINK)
+    assert response.status_code == 202, response.content
+    body = response.json()
+    assert body["gpu_samples"] == 2
+    # Six known series, one per GPU each: twelve samples not stored, each name counted.
+    assert body["ignored"] == 12
+    assert body["ignored_metrics"] == {name: 2 for name in sorted(DCGM_KNOWN_UNSTORED)}
+    gpu1 = Gpu.objects.select_related("state").get(uuid=GPU1)
+    assert gpu1.state.nvlink_crc_errors_total == 1843 and gpu1.state.gpu_util == 41
+    assert GpuSample.objects.get(gpu=gpu1).nvlink_crc_errors_total == 1843
+    assert GpuSample.objects.get(gpu__uuid=GPU0).nvlink_crc_errors_total == 0
+
+
+def test_the_known_unstored_nvlink_names_are_dcgm_exporters_and_not_mapped() -> None:
+    """Every name the fixture (written from dcgm-exporter's counters CSV) exports is either mapped
+    to a GPU sample field or listed as known but unstored; none is both."""
+    exposition = parse_exposition(NVLINK)
+    assert set(exposition.ignored_metrics) == DCGM_KNOWN_UNSTORED
+    assert not DCGM_KNOWN_UNSTORED & set(DCGM_FIELDS)
+    assert DCGM_FIELDS["DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"] == "nvlink_crc_errors_total"
+    exported = {line.split("{")[0] for line in NVLINK.splitlines() if line and not line.startswith("#")}
+    assert exported == DCGM_KNOWN_UNSTORED | {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"}

@@ -380,6 +380,8 @@ def test_a_failed_job_and_the_xid_79_on_its_node_are_one_incident_with_the_jobs_
     assert failed.impact["progress_lost_gpu_h"] == round(8 * 600 / 3600, 3)
     assert failed.impact["waiting_gpu_h"] == round(8 * 20 / 3600, 3) and failed.impact["growing"] == "waiting"
     assert failed.started_at == at(t0, 1210)
+    # "CUDA error: GPU has fallen off the bus" names XID 79's text: the cause, not the CUDA error.
+    assert failed.impact["failure_class"] == "xid"
     assert "GPU-hours" not in failed.summary  # the incident's title names no figure to go stale
     assert gpu_fault.labels["job"] == str(job_id) and gpu_fault.labels["job_name"] == "llama-70b-pretrain"
     # The fault's cost to the job is the failure finding's: none of its own, nothing at risk.
@@ -403,6 +405,7 @@ def test_a_failed_job_and_the_xid_79_on_its_node_are_one_incident_with_the_jobs_
     # The job page's failure row says the same.
     [row] = training_dashboard.job_snapshot(Job.objects.get(pk=job_id), now=at(t0, 1340))["losses"]
     assert row["cost_gpu_s"] == 8 * (600 + 90 + 30) and row["cost_gpu_h"] == round(final, 2)
+    assert (row["failure_class"], row["failure_class_label"]) == ("xid", "GPU XID error")
 
 
 def test_a_job_released_after_failing_stays_failed_for_30_minutes(site_a: Site, token_a: str, t0: datetime) -> None:
@@ -418,6 +421,7 @@ def test_a_job_released_after_failing_stays_failed_for_30_minutes(site_a: Site, 
     # at 100 s to the release at 160 s: (10 + 60) s x 8 GPUs, fixed at the release.
     cost = round(8 * (10 + 60) / 3600, 3)
     assert finding.impact["gpu_hours_lost"] == cost and finding.impact["growing"] is None
+    assert finding.impact["failure_class"] == "oom"
     run_detectors(now=at(t0, 1500), only=TRAINING)
     finding.refresh_from_db()
     assert finding.impact["gpu_hours_lost"] == cost and finding.incident.gpu_hours_lost == pytest.approx(cost)
