@@ -482,6 +482,13 @@ DETECTOR_INTERVAL_SECONDS = envint("GOODPUT_DETECTOR_INTERVAL_SECONDS", 15, mini
 # The checkpoint advisor's per-GPU mean time between failures while a cluster has no failures of
 # its own on record: Meta's ~7.9 h for a 1,024-GPU job, i.e. about 8,090 GPU-hours per failure.
 ASSUMED_GPU_MTBF_HOURS = envfloat("GOODPUT_ASSUMED_GPU_MTBF_HOURS", 7.9 * 1024, minimum=1.0)
+# Fabric detectors (fleet.fabric.detectors): a port degrades when its symbol errors or link error
+# recoveries rise faster than these per hour; RDMA congestion when its transmit wait (ticks) or
+# transmit discards rise more than these over the detectors' 10-minute window.
+FABRIC_SYMBOL_ERRORS_PER_HOUR = envfloat("GOODPUT_FABRIC_SYMBOL_ERRORS_PER_HOUR", 60.0, minimum=0.0)
+FABRIC_LINK_RECOVERIES_PER_HOUR = envfloat("GOODPUT_FABRIC_LINK_RECOVERIES_PER_HOUR", 6.0, minimum=0.0)
+FABRIC_TRANSMIT_WAIT_PER_WINDOW = envfloat("GOODPUT_FABRIC_TRANSMIT_WAIT_PER_WINDOW", 1e8, minimum=0.0)
+FABRIC_TRANSMIT_DISCARDS_PER_WINDOW = envfloat("GOODPUT_FABRIC_TRANSMIT_DISCARDS_PER_WINDOW", 100.0, minimum=0.0)
 # How often agents and scrapes report; a GPU silent for 3 intervals is a finding.
 FLEET_SAMPLE_INTERVAL_SECONDS = envint("GOODPUT_FLEET_SAMPLE_INTERVAL_SECONDS", 15, minimum=1)
 NOTIFICATION_TIMEOUT_SECONDS = envint("GOODPUT_NOTIFICATION_TIMEOUT_SECONDS", 5, minimum=1)

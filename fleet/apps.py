@@ -9,6 +9,7 @@ class FleetConfig(AppConfig):
         from console import live, metrics, overview, queues
         from fleet import metrics as fleet_metrics
         from fleet.capacity import pages as capacity_pages
+        from fleet.correlation import causes  # noqa: F401  (registers the fabric detectors' lookups and cause hooks)
         from fleet.ingest import stream as ingest_stream
         from fleet.power import detectors as power_detectors  # noqa: F401  (registers its detectors)
         from fleet.power import services as power

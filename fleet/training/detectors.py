@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -89,6 +89,24 @@ _NOT_PROGRESS = frozenset(
         JobEventKind.CHECKPOINT_STARTED,
     }
 )
+
+
+# What rooms above this one add to a job's hang or failure findings (fleet.correlation: the fabric
+# fault under them, so they join its incident). Each hook takes (now, findings) and returns them.
+JobFindingHook = Callable[[datetime, list[FindingSpec]], list[FindingSpec]]
+_job_finding_hooks: list[JobFindingHook] = []
+
+
+def register_job_finding_hook(hook: JobFindingHook) -> None:
+    """Add to the hang and failure findings (called once, at import, by a room above this one)."""
+    if hook not in _job_finding_hooks:
+        _job_finding_hooks.append(hook)
+
+
+def _with_hooks(now: datetime, specs: list[FindingSpec]) -> list[FindingSpec]:
+    for hook in _job_finding_hooks:
+        specs = hook(now, specs)
+    return specs
 
 
 @dataclass
@@ -543,7 +561,7 @@ def training_hang(now: datetime) -> list[FindingSpec]:
                 started_at=since,
             )
         )
-    return specs
+    return _with_hooks(now, specs)
 
 
 @register("training-data-stall")
@@ -806,7 +824,7 @@ def training_job_failed(now: datetime) -> list[FindingSpec]:
     seen = {job.pk for job in jobs}
     for pk in [pk for pk in _losses_cache if pk not in seen]:
         del _losses_cache[pk]
-    return specs
+    return _with_hooks(now, specs)
 
 
 def jobs_on(now: datetime, hostnames: Iterable[str], gpu_uuids: Iterable[str] = ()) -> dict[str, list[JobRow]]:

@@ -7,6 +7,16 @@
   count check, so two operators (or two workers) cannot both move the same incident.
 * Every change writes a timeline entry with actor and time; notifications and live pushes are
   scheduled after commit.
+* Cause and effect: one cause, one incident, every job it hit. A finding may name the finding that
+  caused it, by fingerprint, in ``impact["caused_by"]`` (a hung job's finding names the link flap
+  under it; a data stall could name the starving mount's finding the same way). The engine knows
+  nothing of fabrics or jobs: an effect joins the open incident holding its cause, or gathers with
+  the cause's other effects under the group key ``cause=<fingerprint>`` until the cause is raised
+  and joins them (whichever the detectors report first). ``impact["effect"]`` ({"headline",
+  "name", "detail"}) titles the incident after its effects ("Fabric fault → job hang: job-a,
+  job-b (link flap on ...)"), and each effect's GPU-hours add to it like any joining finding's.
+  Who names the cause is the room that knows both sides (fleet.correlation); a finding already
+  in an incident when its cause is first named stays there.
 """
 
 from __future__ import annotations
@@ -216,10 +226,11 @@ def _open_or_join(finding: Finding, *, group_key: str | None, category: str, now
     finding's row lock, by a first raise and by a repeat whose silence or window has ended."""
     labels, fingerprint, severity, summary = finding.labels, finding.fingerprint, finding.severity, finding.summary
     impact = finding.impact or {}
-    key = group_key or default_group_key(labels, fingerprint)
-    _lock_group(key)
     window = now - timedelta(seconds=settings.INCIDENT_GROUP_WINDOW_SECONDS)
-    incident = (
+    incident, key = _cause_incident(finding, window)
+    key = key or group_key or default_group_key(labels, fingerprint)
+    _lock_group(key)
+    incident = incident or (
         Incident.objects.select_for_update()
         .filter(group_key=key, state__in=OPEN_STATES, detected_at__gte=window)
         .order_by("-detected_at")
@@ -256,6 +267,57 @@ def _open_or_join(finding: Finding, *, group_key: str | None, category: str, now
     _join(incident, finding, actor=actor, now=now)
 
 
+def caused_by(finding: Finding) -> str:
+    """The fingerprint of the finding this one names as its cause (``impact["caused_by"]``)."""
+    return str((finding.impact or {}).get("caused_by") or "")
+
+
+def _cause_incident(finding: Finding, window: datetime) -> tuple[Incident | None, str]:
+    """Cause and effect, one incident (see the module's docstring on ``caused_by``): the open
+    incident this finding must join, and the group key it opens one under when there is none.
+
+    * an effect (it names its cause) joins the open incident holding its cause; with none yet, it
+      opens or joins one keyed ``cause=<the cause's fingerprint>``, where the other effects of that
+      cause gather and where the cause joins them when it is raised;
+    * any other finding first joins the open incident its own effects opened (``cause=<its
+      fingerprint>``); else (None, "") and it groups as usual.
+    """
+    cause = caused_by(finding)
+    key = f"cause={cause or finding.fingerprint}"
+    _lock_group(key)
+    if cause:
+        holding = (
+            Incident.objects.select_for_update()
+            .filter(findings__fingerprint=cause, state__in=OPEN_STATES)
+            .order_by("-detected_at")
+            .first()
+        )
+        return holding, key
+    waiting = (
+        Incident.objects.select_for_update()
+        .filter(group_key=key, state__in=OPEN_STATES, detected_at__gte=window)
+        .order_by("-detected_at")
+        .first()
+    )
+    return waiting, ""
+
+
+def effect_title(incident: Incident) -> str:
+    """The title of an incident whose effects joined their cause: the effects' headline and every
+    effect's name (``impact["effect"]``: {"headline", "name", "detail"}), "Fabric fault → job hang:
+    job-a, job-b (link flap on gpu-a-017 mlx5_0/1)". Empty when no finding of it is an effect."""
+    effects = [
+        e
+        for e in incident.findings.order_by("started_at", "pk").values_list("impact__effect", flat=True)
+        if isinstance(e, dict) and e.get("headline")
+    ]
+    if not effects:
+        return ""
+    names = list(dict.fromkeys(str(e.get("name", "")) for e in effects if e.get("name")))
+    detail = f" ({effects[0]['detail']})" if effects[0].get("detail") else ""
+    return f"{effects[0]['headline']}: {', '.join(names)}{detail}"
+
+
 def _join(incident: Incident, finding: Finding, *, actor: Actor, now: datetime) -> None:
     updates: dict[str, Any] = {}
     if incident.auto_resolve_at is not None:
@@ -278,10 +340,16 @@ def _join(incident: Incident, finding: Finding, *, actor: Actor, now: datetime) 
     others = incident.findings.exclude(pk=finding.pk)
     if not is_symptom(finding) and not others.exclude(impact__has_key="symptom", impact__symptom=True).exists():
         updates["title"] = finding.summary[:300]
+    # An effect joining its cause (or a cause its effects) names the cause and every effect hit.
+    retitled_as_cause = "title" in updates
+    if title := effect_title(incident):
+        updates["title"] = title[:300]
     Incident.objects.filter(pk=incident.pk).update(**updates)
     text = f"Finding joined: {finding.summary}"
-    if "title" in updates:
+    if retitled_as_cause:
         text += "; the incident is retitled after it (it opened on a symptom, this names a cause)"
+    elif "title" in updates:
+        text += f"; the incident is retitled {updates['title']}"
     if "severity" in updates:
         text += f" (severity raised to {new_severity})"
     if "auto_resolve_at" in updates:

@@ -1,6 +1,7 @@
 """The fleet app's rooms and the one rule between them: imports run down, never sideways or up.
 
-inventory <- telemetry <- {training | serving | capacity <- power} <- ingest. A room imports its own
+inventory <- telemetry <- {training | serving | capacity <- power | fabric | storage} <- {correlation, ingest}
+(correlation: cause and effect between sibling rooms). A room imports its own
 modules, the rooms below it, and the shared modules at the top of ``fleet`` (``choices``,
 ``validation``); ``fleet.models`` is for the app's registration and for code outside the app. The
 walk reads every import in every module, those inside functions included, so a lazy import
@@ -25,6 +26,7 @@ BELOW: dict[str, set[str]] = {
     "power": {"inventory", "telemetry", "capacity"},
     "fabric": {"inventory", "telemetry"},
     "storage": {"inventory", "telemetry"},
+    "correlation": {"inventory", "telemetry", "training", "fabric", "storage"},
     "ingest": {"inventory", "telemetry", "training", "serving", "capacity", "power", "fabric", "storage"},
 }
 SHARED = {"fleet.choices", "fleet.validation"}
