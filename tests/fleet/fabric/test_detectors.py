@@ -83,10 +83,11 @@ def test_steady_counters_raise_nothing(site_a, token_a) -> None:
 def test_a_link_flap_across_a_counter_reset_fires_with_its_figures_and_labels(site_a, token_a) -> None:
     # link_downed 3, then the HCA's counters reset (driver reload) to 0, then the link goes down
     # once: an increase of 1, never a negative one.
-    feed(Client(), token_a, [{}, {}, {}, {"link_downed": 0}, {"link_downed": 0}, {"link_downed": 1}, {"link_downed": 1}])
+    down = [{"link_downed": 0}, {"link_downed": 0}, {"link_downed": 1}, {"link_downed": 1}]
+    feed(Client(), token_a, [{}, {}, {}, *down])
     (finding,) = run(6)
     assert finding.fingerprint == f"fabric-link-flap:{site_a.name}:{HOST}:mlx5_0/1"
-    assert finding.labels | {} == {
+    assert finding.labels == {
         "site": "ams-1",
         "node": HOST,
         "interface": "mlx5_0/1",
@@ -183,7 +184,11 @@ def test_rdma_congestion_at_and_past_the_limits(site_a, token_a, settings) -> No
     settings.FABRIC_TRANSMIT_DISCARDS_PER_WINDOW = 100
     wait = STEADY["transmit_wait"]
     # transmit wait resets to 0 then climbs to 1000 (at the limit); discards +100 (at the limit).
-    feed(Client(), token_a, [{}, {"transmit_wait": 0, "transmit_discards": 105}, {"transmit_wait": 1000, "transmit_discards": 105}])
+    feed(
+        Client(),
+        token_a,
+        [{}, {"transmit_wait": 0, "transmit_discards": 105}, {"transmit_wait": 1000, "transmit_discards": 105}],
+    )
     assert run(2) == []
     feed(Client(), token_a, [{"transmit_wait": 1001, "transmit_discards": 106}], start=3)
     (finding,) = run(3)
