@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 import pytest
 from django.conf import settings
 from django.test import Client
+from django.utils import timezone
 
 from fleet.fabric import detectors as fabric
 from incidents.detectors import run_detectors
@@ -16,7 +17,7 @@ from incidents.models import Finding, Incident
 from tests.fleet.fabric.node_exporter import push
 from tests.fleet.fabric.test_detectors import STEADY, node_text
 from tests.fleet.training.conftest import register_job
-from tests.fleet.training.test_detectors import TRAINING, Events, at, gpu_uuid, new_job, t0, telemetry  # noqa: F401
+from tests.fleet.training.test_detectors import TRAINING, Events, at, gpu_uuid, new_job, telemetry
 
 pytestmark = pytest.mark.django_db
 
@@ -24,7 +25,15 @@ FABRIC = ["fabric-link-flap", "fabric-link-degrading", "fabric-rdma-congestion"]
 HOSTS = ["h-001", "h-002"]
 
 
-def ports(client: Client, token: str, host: str, start: datetime, flap_at_minute: int | None, minutes: int = 12) -> None:
+@pytest.fixture
+def t0() -> datetime:
+    """Two hours ago, to the second (as the training detectors' tests stamp their events)."""
+    return timezone.now().replace(microsecond=0) - timedelta(hours=2)
+
+
+def ports(
+    client: Client, token: str, host: str, start: datetime, flap_at_minute: int | None, minutes: int = 12
+) -> None:
     """One node_exporter push a minute from ``start`` for the host's mlx5_0/1; its link goes down
     once at ``flap_at_minute`` (None: steady)."""
     for k in range(minutes):
@@ -125,7 +134,7 @@ def test_an_nccl_timeout_failure_joins_the_flap(site_a, token_a, t0) -> None:
     )
     ev.send((400, "failed", {"reason": reason}))
     ports(client, token_a, "h-001", t0, flap_at_minute=3)
-    run(at(t0, 420), FABRIC + ["training-job-failed"])
+    run(at(t0, 420), [*FABRIC, "training-job-failed"])
     flap = Finding.objects.get(source="detector:fabric-link-flap")
     failed = Finding.objects.get(source="detector:training-job-failed")
     assert failed.impact["failure_class"] == "nccl" and failed.impact["caused_by"] == flap.fingerprint
@@ -143,7 +152,7 @@ def test_a_failure_of_another_class_does_not_join(site_a, token_a, t0) -> None:
     ev.steps(first_end=12, count=100, step_time=2.0)
     ev.send((400, "failed", {"reason": "torch.cuda.OutOfMemoryError: CUDA out of memory."}))
     ports(client, token_a, "h-001", t0, flap_at_minute=3)
-    run(at(t0, 420), FABRIC + ["training-job-failed"])
+    run(at(t0, 420), [*FABRIC, "training-job-failed"])
     failed = Finding.objects.get(source="detector:training-job-failed")
     assert "caused_by" not in failed.impact and Incident.objects.count() == 2
 
