@@ -44,6 +44,7 @@ from django.db import connection
 
 from fleet.choices import MountPurpose
 from fleet.inventory.models import NodeMount
+from fleet.storage.models import MountRollup1m
 from fleet.telemetry.placement import PlacedJob, jobs_on_hosts
 from incidents.choices import FindingStatus, Severity
 from incidents.detectors import FindingSpec, register, source_of
@@ -305,13 +306,24 @@ def free_space(now: datetime, systems: list[FileSystem]) -> dict[int, tuple[floa
     return out
 
 
-@register("storage-checkpoint-full")
+def _reporting(now: datetime, labels: dict[str, Any]) -> bool:
+    """Whether a checkpoint finding's mounts still report free space (else it cannot be judged)."""
+    hosts = [h for h in str(labels.get("nodes", "")).split(",") if h]
+    mounts = NodeMount.objects.filter(node__hostname__in=hosts, mountpoint=labels.get("mountpoint", ""))
+    return MountRollup1m.objects.filter(
+        mount__in=mounts, quantity="avail_bytes", bucket__gte=now - FRESH, bucket__lte=now
+    ).exists()
+
+
+@register("storage-checkpoint-full", judged=_reporting)
 def storage_checkpoint_full(now: datetime) -> list[FindingSpec]:
     """A checkpoints file system with less free space than STORAGE_CHECKPOINT_FREE_FRACTION of
-    its size (SEV2 where a job holds GPUs on its nodes: its next save fails; else SEV3), or
-    projected to fill within a day: free space falling at the least-squares rate of its
-    per-minute values over the last 3 hours (>= 10 points over >= 30 minutes) (SEV3). A network
-    file system's figures are its freshest mount's (every node sees the same file system)."""
+        its size (SEV2 where a job holds GPUs on its nodes: its next save fails; else SEV3), or
+        projected to fill within a day: free space falling at the least-squares rate of its
+        per-minute values over the last 3 hours (>= 10 points over >= 30 minutes) (SEV3). A network
+        file system's figures are those of its mount with the longest trend (every node sees the same
+    file system). A firing finding whose mounts report no free space any more stays firing: missing
+    data is not health."""
     limit = settings.STORAGE_CHECKPOINT_FREE_FRACTION
     systems = file_systems(MountPurpose.CHECKPOINTS)
     space = free_space(now, systems)

@@ -254,3 +254,33 @@ def test_a_network_checkpoint_file_system_is_one_finding_for_all_its_nodes(site_
     [spec] = storage_checkpoint_full(NOW)
     assert spec.labels["nodes"] == "gpu-a-001,gpu-a-002" and spec.labels["jobs"] == f"{a.pk},{b.pk}"
     assert spec.impact["gpus"] == 16
+
+
+def test_a_firing_checkpoint_finding_clears_on_free_space_and_holds_when_the_mount_goes_silent(site_a) -> None:
+    nodes = [_node(site_a, f"gpu-a-00{i}") for i in (1, 2)]
+    full, silent = (_mount(n, MountPurpose.CHECKPOINTS, "/mnt/checkpoints") for n in nodes)
+    for m in (full, silent):
+        _space(site_a, m, [5 * TB] * 5, 100 * TB)
+    assert run_detectors(now=NOW, only=["storage-checkpoint-full"]) == {"storage-checkpoint-full": {"firing": 2}}
+    later = NOW + timedelta(minutes=20)
+    start = later - timedelta(minutes=2)
+    points = [
+        NodePoint("gpu-a-001", "filesystem", q, start, v, device=full.device, mountpoint=full.mountpoint, fstype="xfs")
+        for q, v in (("avail_bytes", 60 * TB), ("size_bytes", 100 * TB))
+    ]
+    assert store_storage_points(site_id=site_a.pk, batch_key="freed", points=points)
+    report = run_detectors(now=later, only=["storage-checkpoint-full"])
+    assert report == {"storage-checkpoint-full": {"firing": 0, "held": 1}}
+    firing = Finding.objects.filter(source=source_of("storage-checkpoint-full"), status=FindingStatus.FIRING)
+    assert [f.labels["hostname"] for f in firing] == ["gpu-a-002"]  # silent: not judged healthy
+
+
+def test_a_released_job_is_not_named_on_its_old_nodes_mounts(site_a) -> None:
+    node = _node(site_a)
+    mount = _mount(node, MountPurpose.CHECKPOINTS, "/mnt/checkpoints")
+    gone = _job(site_a, "finished", [node])
+    Job.objects.filter(pk=gone.pk).update(state=JobState.RELEASED, ended_at=NOW - timedelta(minutes=5))
+    running = _job(site_a, "llama-70b", [node])
+    _space(site_a, mount, [1 * TB] * 5, 100 * TB)
+    [spec] = storage_checkpoint_full(NOW)
+    assert spec.labels["jobs"] == str(running.pk) and [j["job_name"] for j in spec.impact["jobs"]] == ["llama-70b"]
