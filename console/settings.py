@@ -479,6 +479,8 @@ INCIDENT_GROUP_WINDOW_SECONDS = envint("GOODPUT_INCIDENT_GROUP_WINDOW_SECONDS", 
 FINDING_FLAP_LIMIT = envint("GOODPUT_FINDING_FLAP_LIMIT", 4, minimum=1)
 FINDING_FLAP_WINDOW_SECONDS = envint("GOODPUT_FINDING_FLAP_WINDOW_SECONDS", 3600, minimum=60)
 DETECTOR_INTERVAL_SECONDS = envint("GOODPUT_DETECTOR_INTERVAL_SECONDS", 15, minimum=1)
+# A checkpoints mount with less free space than this share of its size raises storage-checkpoint-full.
+STORAGE_CHECKPOINT_FREE_FRACTION = envfloat("GOODPUT_STORAGE_CHECKPOINT_FREE_FRACTION", 0.10, minimum=0.0)
 # The checkpoint advisor's per-GPU mean time between failures while a cluster has no failures of
 # its own on record: Meta's ~7.9 h for a 1,024-GPU job, i.e. about 8,090 GPU-hours per failure.
 ASSUMED_GPU_MTBF_HOURS = envfloat("GOODPUT_ASSUMED_GPU_MTBF_HOURS", 7.9 * 1024, minimum=1.0)

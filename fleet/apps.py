@@ -15,6 +15,7 @@ class FleetConfig(AppConfig):
         from fleet.power import services as power
         from fleet.serving import dashboard as serving_dashboard
         from fleet.serving import detectors as serving_detectors  # noqa: F401  (registers its detectors)
+        from fleet.storage import detectors as storage_detectors  # noqa: F401  (registers its detectors)
         from fleet.telemetry import dashboard, silent_sources
         from fleet.telemetry import detectors as gpu_health_detectors  # noqa: F401  (registers its detectors)
         from fleet.training import dashboard as training_dashboard

@@ -50,6 +50,7 @@ from django.db import connection
 
 from fleet.choices import JobEventKind, JobState
 from fleet.telemetry import detectors as gpu_health
+from fleet.telemetry import placement
 from fleet.training import goodput
 from fleet.training.accounts import job_rows
 from fleet.training.failures import classify
@@ -916,3 +917,17 @@ def link_to_jobs(now: datetime, specs: list[FindingSpec]) -> list[FindingSpec]:
 
 # GPU faults (fleet.telemetry.detectors) on a job's GPUs or nodes carry the job and its cost.
 gpu_health.register_gpu_fault_hook(link_to_jobs)
+
+
+def _placed(now: datetime, hostnames: Iterable[str]) -> dict[str, list[placement.PlacedJob]]:
+    """The jobs holding GPUs on each host now, for the rooms that may not import training."""
+    found = jobs_on(now, hostnames)
+    return {
+        key.removeprefix("host:"): [placement.PlacedJob(j.pk, j.name, j.team, j.gang) for j in jobs if j.holding]
+        for key, jobs in found.items()
+        if key.startswith("host:")
+    }
+
+
+# Fabric and storage findings name the jobs on their nodes through this locator.
+placement.register_job_locator(_placed)
