@@ -13,9 +13,11 @@ see both). It works through the incident engine's generic cause link (incidents.
 * the engine then puts it in the flap's incident, whichever was raised first, and adds the job's
   GPU-hours lost (the hang's or the failure's own figure) to that incident's.
 
-The mechanism is generic: a later storage correlation adds a hook that names a starving mount's
-finding as the cause of a data stall on a job reading that mount, with its own effect headline
-("Storage stall → data stall"); nothing in the engine changes.
+The same mechanism joins storage: a data-stall finding on a job whose nodes mount a datasets
+file system that starves now (storage.detectors' own test: its disk saturated or its reads
+halved) names that file system's starvation finding as its cause (``storage_causes``), with the
+headline "Storage stall → data stall"; the starvation finding, raised once the stall fires,
+joins the same incident, whose GPU-hours are the stalled jobs' own.
 
 Also here: which nodes hold a running gang job, for the flap detector's severity
 (fabric.detectors.register_gang_lookup), read from training's candidate jobs.
@@ -26,14 +28,16 @@ from __future__ import annotations
 import dataclasses
 from datetime import datetime
 
-from fleet.choices import JobState
+from fleet.choices import JobState, MountPurpose
 from fleet.fabric import detectors as fabric
+from fleet.storage import detectors as storage
 from fleet.training import detectors as training
 from fleet.training.failures import FABRIC_CLASSES
 from fleet.training.models import Job
 from incidents.detectors import FindingSpec
 
 FABRIC_EFFECT = "Fabric fault → job hang"
+STORAGE_EFFECT = "Storage stall → data stall"
 
 
 def gang_hosts(now: datetime, hostnames: set[str]) -> set[str]:
@@ -99,5 +103,49 @@ def fabric_causes(now: datetime, specs: list[FindingSpec]) -> list[FindingSpec]:
     return out
 
 
+def _caused(spec: FindingSpec, headline: str, cause: str, detail: str, **extra: object) -> FindingSpec:
+    name = spec.labels.get("job_name", spec.labels["job"])
+    return dataclasses.replace(
+        spec,
+        summary=f"{headline}: {name} ({detail}); {spec.summary}",
+        description=f"{spec.description} Underneath: {detail}.".strip(),
+        impact={
+            **spec.impact,
+            "caused_by": cause,
+            "effect": {"headline": headline, "name": name, "detail": detail},
+            **extra,
+        },
+    )
+
+
+def storage_causes(now: datetime, specs: list[FindingSpec]) -> list[FindingSpec]:
+    """Data-stall findings on jobs whose nodes mount a datasets file system that starves now,
+    naming that file system's starvation finding as their cause."""
+    effects = [
+        s for s in specs if s.fingerprint.startswith("training-data-stall:") and not s.final and s.labels.get("job")
+    ]
+    if not effects:
+        return specs
+    hosts = job_hosts({int(s.labels["job"]) for s in effects})
+    systems = [fs for fs in storage.file_systems(MountPurpose.DATASETS) if fs.hosts]
+    starving: dict[str, str] = {}  # fingerprint -> why, each file system judged once
+    out = []
+    for spec in specs:
+        on = hosts.get(int(spec.labels["job"]), set()) if spec in effects else set()
+        cause = None
+        for fs in systems:
+            if not on & set(fs.hosts):
+                continue
+            fingerprint = fs.fingerprint("storage-starvation")
+            if fingerprint not in starving:
+                starving[fingerprint] = storage.starving(storage.disk_window(now, fs.backing()))
+            if starving[fingerprint]:
+                cause = (fingerprint, f"{fs.name()}: {starving[fingerprint]}")
+                break
+        out.append(spec if cause is None else _caused(spec, STORAGE_EFFECT, cause[0], cause[1]))
+    return out
+
+
 fabric.register_gang_lookup(gang_hosts)
 training.register_job_finding_hook(fabric_causes)
+training.register_job_finding_hook(storage_causes)

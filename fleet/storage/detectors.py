@@ -194,7 +194,7 @@ def disk_window(now: datetime, devices: list[tuple[int, str]]) -> DiskWindow:
     )
 
 
-def _starving(w: DiskWindow) -> str:
+def starving(w: DiskWindow) -> str:
     """Why the file system starves its readers ('' when it does not)."""
     if w.io_util is not None and w.io_util >= IO_SATURATED:
         return f"its disk is busy {min(w.io_util, 1.0):.0%} of the time"
@@ -227,7 +227,7 @@ def storage_starvation(now: datetime) -> list[FindingSpec]:
         if not jobs:
             continue
         window = disk_window(now, fs.backing())
-        why = _starving(window)
+        why = starving(window)
         if not why:
             continue
         named = [

@@ -99,7 +99,8 @@ _job_finding_hooks: list[JobFindingHook] = []
 
 
 def register_job_finding_hook(hook: JobFindingHook) -> None:
-    """Add to the hang and failure findings (called once, at import, by a room above this one)."""
+    """Add to the hang, data-stall and failure findings (called once, at import, by a room above
+    this one)."""
     if hook not in _job_finding_hooks:
         _job_finding_hooks.append(hook)
 
@@ -618,7 +619,7 @@ def training_data_stall(now: datetime) -> list[FindingSpec]:
                 started_at=started,
             )
         )
-    return specs
+    return _with_hooks(now, specs)
 
 
 @register("training-straggler")
