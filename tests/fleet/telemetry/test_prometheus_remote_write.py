@@ -146,12 +146,13 @@ def test_staleness_markers_are_not_readings(client, token_a) -> None:
     ("body", "words", "field"),
     [
         (b"\x05hello", "snappy", "body"),
+        (b"\xff\xff\xff\x0f" + b"x" * 20, "declares 33554431 bytes from 24", "body"),
         (b"", "empty", "body"),
         (bytes(cramjam.snappy.compress_raw(b"\xff\xff\xff\xff")), "protobuf", "body"),
         (encode([({"job": "dcgm"}, [(1.0, 0)])]), "timeseries[0] has no __name__", "__name__"),
         (encode([({"__name__": "a-b"}, [(1.0, 0)])]), "metric name 'a-b'", "__name__"),
     ],
-    ids=["not snappy", "empty", "not protobuf", "no name", "bad name"],
+    ids=["not snappy", "impossible length", "empty", "not protobuf", "no name", "bad name"],
 )
 def test_a_malformed_request_is_refused_naming_what_is_wrong(client, token_a, body, words, field) -> None:
     response = send(client, token_a, body)
