@@ -22,7 +22,7 @@ from console.api import unavailable
 from console.authentication import AgentTokenAuthentication
 from console.permissions import IsAgent
 from console.queues import queue_depth, stash_payload
-from fleet.ingest import push_queue
+from fleet.ingest import push_queue, remote_write
 from fleet.ingest import stream as ingest_stream
 from fleet.ingest.batches import ScopeCheck, batch_key, check_site_scope, parse_gpu_batch
 from fleet.ingest.prometheus import IGNORED_NAMES_SHOWN, KINDS, check_scope, exposition_key, parse_exposition
@@ -249,3 +249,103 @@ class PrometheusIngestView(APIView):
         if scope is not None:
             return held_back(scope, accepted, key)
         return Response({**accepted, "batch": key}, status=202)
+
+
+REMOTE_WRITE_TYPE = "application/x-protobuf"
+
+
+def check_remote_write_headers(content_type: str, content_encoding: str) -> None:
+    """415 for anything but remote_write 1.0's snappy-compressed prometheus.WriteRequest (a 2.0
+    sender told 415 falls back to 1.0). Missing headers are taken as 1.0: curl replays send none."""
+    media_type, _, params = content_type.partition(";")
+    media_type = media_type.strip().lower()
+    proto = dict(
+        (k.strip().lower(), v.strip()) for k, _, v in (p.partition("=") for p in params.split(";")) if k.strip()
+    ).get("proto", "prometheus.WriteRequest")
+    if media_type and (media_type != REMOTE_WRITE_TYPE or proto != "prometheus.WriteRequest"):
+        raise IngestError(
+            415,
+            f"Content-Type {content_type.strip()[:100]} is not remote_write 1.0; send {REMOTE_WRITE_TYPE} "
+            "(a snappy-compressed prometheus.WriteRequest).",
+            field="Content-Type",
+        )
+    encoding = content_encoding.strip().lower()
+    if encoding and encoding != "snappy":
+        raise IngestError(
+            415, f"Content-Encoding {encoding[:40]} is not snappy, the one remote_write uses.", field="Content-Encoding"
+        )
+
+
+class PrometheusRemoteWriteView(APIView):
+    """Prometheus remote_write 1.0 (snappy-compressed protobuf WriteRequest): the same mapping as
+    the text door, 204 once queued. Retries store nothing twice (each timestamp's exposition is
+    keyed by its hash); 400 (which remote_write drops) names what is malformed; 429 and 503 carry
+    Retry-After, which remote_write honours. Query parameters as for the text door."""
+
+    authentication_classes = [AgentTokenAuthentication]
+    permission_classes = [IsAgent]
+
+    @extend_schema(
+        request={REMOTE_WRITE_TYPE: OpenApiTypes.BINARY},
+        parameters=[
+            OpenApiParameter("hostname", OpenApiTypes.STR, required=False),
+            OpenApiParameter("endpoint", OpenApiTypes.STR, required=False),
+            OpenApiParameter("kind", OpenApiTypes.STR, enum=list(KINDS), required=False),
+        ],
+        responses={204: OpenApiResponse(description="Queued (or nothing in it this console maps)"), **COMMON_RESPONSES},
+    )
+    def post(self, request: Request) -> Response:
+        token = request.auth
+        refused = admit()
+        if refused is not None:
+            return refused
+        options = {
+            "hostname": request.query_params.get("hostname") or None,
+            "endpoint": request.query_params.get("endpoint") or None,
+            "kind": request.query_params.get("kind", "auto"),
+            "now": timezone.now().isoformat(),
+            "openmetrics": False,
+        }
+        queued: list[tuple[str, bytes]] = []
+        held: ScopeCheck | None = None
+        counts = {"gpu_samples": 0, "serving_samples": 0}
+        ignored = 0
+        try:
+            check_remote_write_headers(
+                request.META.get("CONTENT_TYPE", ""), request.META.get("HTTP_CONTENT_ENCODING", "")
+            )
+            for chunk in remote_write.decode(read_body(request)):
+                try:
+                    exposition = parse_exposition(chunk.text, **options)
+                except IngestError as exc:
+                    raise chunk.translated(exc) from None
+                ignored += exposition.ignored
+                if not exposition.count:
+                    continue
+                scope = check_scope(exposition, site_id=token.site_id)
+                if scope is not None:
+                    if held is None:
+                        held = scope
+                    else:
+                        held.held.extend(scope.held)
+                if not exposition.count:
+                    continue
+                counts["gpu_samples"] += len(exposition.gpu_samples)
+                counts["serving_samples"] += len(exposition.serving)
+                key = exposition_key(
+                    site_id=token.site_id, body=chunk.text, idempotency_key=None, options=options, timestamped=True
+                )
+                queued.append((key, chunk.text.encode()))
+        except IngestError as exc:
+            return rejected(exc)
+        for key, body in queued:
+            refused = dispatch(ingest_prometheus_batch, token.site_id, key, body, options, options["now"])
+            if refused is not None:
+                return refused  # a retry re-queues what went before under the same keys: stored once
+        if queued:
+            counters.increment("goodput_ingest_accepted_total", kind="prometheus_remote_write")
+        if ignored:
+            counters.increment("goodput_ingest_ignored_total", ignored, door="prometheus_remote_write")
+        if held is not None:
+            return held_back(held, {**counts, "ignored": ignored}, queued[0][0] if queued else None)
+        return Response(status=204)

@@ -336,6 +336,7 @@ RULES: dict[str, Rule] = {
     # the machine doors
     "api:ingest-gpu-samples": AGENT_ONLY,
     "api:ingest-prometheus": AGENT_ONLY,
+    "api:ingest-prometheus-remote-write": AGENT_ONLY,
     "api:alertmanager": AGENT_ONLY,
     # REST API, incidents: operators move incidents along and own silences and action items
     "api:incidents-api:api-root": api(),

@@ -71,6 +71,7 @@ def _post_headers(path: str, stack: Stack, extra: str) -> bytes:
         ("/accounts/login/", MiB),
         ("/api/v1/ingest/gpu-samples", 5 * MiB),
         ("/api/v1/ingest/prometheus", 5 * MiB),
+        ("/api/v1/ingest/prometheus/remote-write", 5 * MiB),
         ("/api/v1/compliance/datasets/1/domains/", 20 * MiB),
         ("/compliance/datasets/1/", 20 * MiB),
     ],
