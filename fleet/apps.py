@@ -9,15 +9,18 @@ class FleetConfig(AppConfig):
         from console import live, metrics, overview, queues
         from fleet import metrics as fleet_metrics
         from fleet.capacity import pages as capacity_pages
+        from fleet.fabric import services as fabric
         from fleet.ingest import stream as ingest_stream
         from fleet.power import detectors as power_detectors  # noqa: F401  (registers its detectors)
         from fleet.power import services as power
         from fleet.serving import dashboard as serving_dashboard
         from fleet.serving import detectors as serving_detectors  # noqa: F401  (registers its detectors)
+        from fleet.storage import services as storage
         from fleet.telemetry import dashboard, silent_sources
         from fleet.telemetry import detectors as gpu_health_detectors  # noqa: F401  (registers its detectors)
         from fleet.training import dashboard as training_dashboard
         from fleet.training import detectors as training_detectors  # noqa: F401  (registers its detectors and hook)
+        from fleet.training.dashboard import jobs_on_nodes as training_jobs_on_nodes
 
         metrics.register_collector(fleet_metrics.collect)
         queues.register_stream(ingest_stream.STREAM)
@@ -30,6 +33,11 @@ class FleetConfig(AppConfig):
         training_dashboard.register()
         serving_dashboard.register()
         power.register()
+        fabric.register()
+        storage.register()
+        # Storage does not import training or fabric (siblings): the joins are wired here.
+        storage.register_job_lookup(training_jobs_on_nodes)
+        storage.register_fabric_reads(fabric.storage_reads)
         capacity_pages.register()
         overview.register_section(
             overview.Section(

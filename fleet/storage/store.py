@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from django.db import transaction
+
+from console import live
 from fleet.inventory.models import NodeMount
 from fleet.telemetry import partitions
 from fleet.telemetry.series import NodePoint, SeriesTable, site_nodes, store_series
@@ -41,6 +44,8 @@ def store_storage_points(*, site_id: int, batch_key: str, points: Sequence[NodeP
         stored += store_series(
             DISKS, site_id=site_id, batch_key=f"{batch_key}:disk", stamps=[p.ts for p in disks], rows=disk_rows
         )
+    if stored:  # the storage page follows the mounts while someone watches it
+        transaction.on_commit(lambda: live.request_push(*live.watched(["storage"])))
     return stored
 
 

@@ -29,7 +29,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 
 from console.ranges import Window
-from fleet.choices import JobEventKind
+from fleet.choices import JobEventKind, JobState
 from fleet.inventory.models import Gpu
 from fleet.training.accounts import accounts_by_hour, last_hours_window
 from fleet.training.advisor import advise_job
@@ -817,3 +817,15 @@ def register() -> None:
     overview.register_section(
         overview.Section(name="training", template="training/_overview.html", context=overview_tile, order=20)
     )
+
+
+def jobs_on_nodes(node_ids: Any) -> dict[int, list[dict[str, Any]]]:
+    """The running jobs on each of these nodes (the storage page's "jobs reading from a mount",
+    wired in by fleet.apps: storage does not import training)."""
+    out: dict[int, list[dict[str, Any]]] = {}
+    through = Job.nodes.through.objects.filter(node_id__in=list(node_ids), job__state=JobState.RUNNING)
+    for node_id, job_id, name, team in through.values_list("node_id", "job_id", "job__name", "job__team").order_by(
+        "job__name", "job_id"
+    ):
+        out.setdefault(node_id, []).append({"id": job_id, "name": name, "team": team})
+    return out
