@@ -11,7 +11,8 @@ mounts' and disks' 1-minute rollups (never raw samples).
   and fabric's storage-fabric receive bytes through register_fabric_reads.
 * A GPU server's read throughput: per minute its disks' read bytes plus its storage-fabric
   ports' received bytes, per second; its peak minute and its average against the
-  NEED_BYTES_PER_SECOND a training server needs (10-20 GB/s), so an under-provisioned tier shows.
+  NEED_BYTES_PER_SECOND a training server needs (10-20 GB/s), so an under-provisioned tier shows:
+  a server that read but never reached 10 GB/s in a minute is below need (an idle one is not).
 """
 
 from __future__ import annotations
@@ -180,7 +181,9 @@ def servers(win: Window) -> list[dict[str, Any]]:
                 "average_read_bytes_per_second": average,
                 "peak_read_bytes_per_second": peak,
                 "need_bytes_per_second": NEED_BYTES_PER_SECOND[0],
-                "below_need": bool(minutes) and peak < NEED_BYTES_PER_SECOND[0],
+                # An idle server says nothing about its tier: only one that read, and never faster
+                # than the need in its busiest minute, is below it.
+                "below_need": 0 < peak < NEED_BYTES_PER_SECOND[0],
                 "reported": bool(minutes),
                 "jobs": jobs.get(node_id, []),
             }
