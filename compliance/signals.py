@@ -74,6 +74,8 @@ AUDITED: dict[str, AuditSpec] = {
     "fleet.Rack": _PLAIN,
     "fleet.Node": _PLAIN,
     "fleet.Gpu": _PLAIN,
+    "fleet.NodeInterface": AuditSpec(ignored=frozenset({"rate_bytes_per_second"})),
+    "fleet.NodeMount": AuditSpec(ignored=frozenset({"fstype", "device"})),
     "fleet.ClaimConflict": AuditSpec(ignored=frozenset({"last_seen", "count", "claimant_hostname"})),
     "fleet.ScrapeTarget": AuditSpec(ignored=_SCRAPE_STATE),
     "fleet.Endpoint": _PLAIN,

@@ -16,6 +16,8 @@ NAV: list[tuple[str, ...]] = [
     ("Serving", "serving:dashboard"),
     ("Capacity", "capacity:plan"),
     ("Power", "power:dashboard"),
+    ("Fabric", "fabric:dashboard"),
+    ("Storage", "storage:dashboard"),
     ("Incidents", "incidents:list"),
     ("Compliance", "compliance:home", "console.manage_compliance"),
     ("People", "people", "auth.change_user"),  # console.views.PeopleView: Admins

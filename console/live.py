@@ -26,7 +26,9 @@ from django.db import connections
 logger = logging.getLogger(__name__)
 
 # Topics clients may subscribe to. Group names are built from these by code, never from raw input.
-TOPIC_PATTERN = re.compile(r"^(fleet|incidents|power|training|serving|(site|job|endpoint|gpu|node)\.\d{1,12})$")
+TOPIC_PATTERN = re.compile(
+    r"^(fleet|incidents|power|fabric|storage|training|serving|(site|job|endpoint|gpu|node)\.\d{1,12})$"
+)
 MESSAGE_TYPE = "live.message"
 
 # A builder takes (topic, watermark of the previous push) and returns (payload, new watermark).

@@ -16,7 +16,7 @@ from fleet.capacity.models import (
 from fleet.capacity.services import ConflictError
 from fleet.choices import ClaimResolution
 from fleet.inventory import claims
-from fleet.inventory.models import ClaimConflict
+from fleet.inventory.models import ClaimConflict, NodeInterface, NodeMount
 from fleet.models import Endpoint, Gpu, IngestBatch, Node, PartitionDrop, Rack, ScrapeTarget, Site
 from fleet.serving.models import EndpointChange, EndpointEval
 
@@ -44,6 +44,39 @@ class NodeAdmin(admin.ModelAdmin):
     list_display = ["hostname", "site", "rack", "instance_type", "interconnect"]
     list_filter = ["site", "interconnect"]
     search_fields = ["hostname"]
+
+
+class _SeenByIngest(admin.ModelAdmin):
+    """Created by the ingest door on first sighting; an Operator sets only what it cannot know."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [f.name for f in self.model._meta.fields if f.name not in self.editable]
+
+
+@admin.register(NodeInterface)
+class NodeInterfaceAdmin(_SeenByIngest):
+    """A node's network and InfiniBand ports: its kind (node_exporter cannot tell RoCE from
+    Ethernet) and which fabric it serves (the link-flap severity and /fabric/ read it)."""
+
+    editable = ("kind", "fabric")
+    list_display = ["node", "name", "kind", "fabric", "rate_bytes_per_second"]
+    list_filter = ["kind", "fabric", "node__site"]
+    search_fields = ["node__hostname", "name"]
+    list_select_related = ["node"]
+
+
+@admin.register(NodeMount)
+class NodeMountAdmin(_SeenByIngest):
+    """A node's mounts: its purpose (datasets, checkpoints) decides which storage detectors judge it."""
+
+    editable = ("purpose",)
+    list_display = ["node", "mountpoint", "fstype", "device", "purpose"]
+    list_filter = ["purpose", "fstype", "node__site"]
+    search_fields = ["node__hostname", "mountpoint"]
+    list_select_related = ["node"]
 
 
 @admin.register(Gpu)

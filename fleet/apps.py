@@ -10,12 +10,14 @@ class FleetConfig(AppConfig):
         from fleet import metrics as fleet_metrics
         from fleet.capacity import pages as capacity_pages
         from fleet.correlation import causes  # noqa: F401  (registers the fabric detectors' lookups and cause hooks)
+        from fleet.fabric import services as fabric
         from fleet.ingest import stream as ingest_stream
         from fleet.power import detectors as power_detectors  # noqa: F401  (registers its detectors)
         from fleet.power import services as power
         from fleet.serving import dashboard as serving_dashboard
         from fleet.serving import detectors as serving_detectors  # noqa: F401  (registers its detectors)
         from fleet.storage import detectors as storage_detectors  # noqa: F401  (registers its detectors)
+        from fleet.storage import services as storage
         from fleet.telemetry import dashboard, silent_sources
         from fleet.telemetry import detectors as gpu_health_detectors  # noqa: F401  (registers its detectors)
         from fleet.training import dashboard as training_dashboard
@@ -32,6 +34,10 @@ class FleetConfig(AppConfig):
         training_dashboard.register()
         serving_dashboard.register()
         power.register()
+        fabric.register()
+        storage.register()
+        # Storage does not import fabric (siblings): the join is wired here.
+        storage.register_fabric_reads(fabric.storage_reads)
         capacity_pages.register()
         overview.register_section(
             overview.Section(

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from django.db import transaction
+
+from console import live
 from fleet.choices import InterfaceKind
 from fleet.inventory.models import DEFAULT_FABRIC, NodeInterface
 from fleet.telemetry import partitions
@@ -46,7 +49,10 @@ def store_port_points(*, site_id: int, batch_key: str, points: Sequence[NodePoin
             (ids[key], p.ts, p.quantity, p.value) for p in points if (key := (p.hostname, interface_name(p))) in ids
         ]
 
-    return store_series(PORTS, site_id=site_id, batch_key=batch_key, stamps=[p.ts for p in points], rows=rows)
+    stored = store_series(PORTS, site_id=site_id, batch_key=batch_key, stamps=[p.ts for p in points], rows=rows)
+    if stored:  # the fabric page follows the ports while someone watches it
+        transaction.on_commit(lambda: live.request_push(*live.watched(["fabric"])))
+    return stored
 
 
 def _resolve_interfaces(site_id: int, points: Sequence[NodePoint]) -> dict[tuple[str, str], int]:

@@ -194,6 +194,17 @@ class NodeInterface(models.Model):
         super().save(*args, **kwargs)
 
 
+def purpose_of_mountpoint(mountpoint: str) -> str:
+    """A new mount's purpose guessed from its path (an Admin corrects it in the admin): a path part
+    naming checkpoints (``checkpoint*``, ``ckpt*``) or datasets (``dataset*``, ``data``)."""
+    parts = [p.lower() for p in mountpoint.split("/") if p]
+    if any(p.startswith(("checkpoint", "ckpt")) for p in parts):
+        return MountPurpose.CHECKPOINTS
+    if any(p.startswith("dataset") or p == "data" for p in parts):
+        return MountPurpose.DATASETS
+    return MountPurpose.OTHER
+
+
 class NodeMount(models.Model):
     """A file system mounted on a node, created when node_exporter first reports it."""
 

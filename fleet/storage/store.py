@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fleet.inventory.models import NodeMount
+from django.db import transaction
+
+from console import live
+from fleet.inventory.models import NodeMount, purpose_of_mountpoint
 from fleet.telemetry import partitions
 from fleet.telemetry.series import NodePoint, SeriesTable, site_nodes, store_series
 
@@ -41,6 +44,8 @@ def store_storage_points(*, site_id: int, batch_key: str, points: Sequence[NodeP
         stored += store_series(
             DISKS, site_id=site_id, batch_key=f"{batch_key}:disk", stamps=[p.ts for p in disks], rows=disk_rows
         )
+    if stored:  # the storage page follows the mounts while someone watches it
+        transaction.on_commit(lambda: live.request_push(*live.watched(["storage"])))
     return stored
 
 
@@ -60,7 +65,13 @@ def _resolve_mounts(site_id: int, points: Sequence[NodePoint]) -> dict[tuple[str
 
     known = existing()
     new = [
-        NodeMount(node_id=nodes[h], mountpoint=mountpoint, fstype=p.fstype, device=p.device)
+        NodeMount(
+            node_id=nodes[h],
+            mountpoint=mountpoint,
+            fstype=p.fstype,
+            device=p.device,
+            purpose=purpose_of_mountpoint(mountpoint),
+        )
         for (h, mountpoint), p in sorted(wanted.items())
         if (h, mountpoint) not in known
     ]

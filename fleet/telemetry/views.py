@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -7,7 +8,9 @@ from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
+from django.template.loader import render_to_string
 from django.urls import reverse
+from django.utils.safestring import mark_safe
 from django.views.generic import TemplateView
 
 from console.permissions import DashboardRequiredMixin
@@ -94,6 +97,17 @@ class GpuDetailView(DashboardRequiredMixin, TemplateView):
         return context
 
 
+# Sections the rooms above telemetry add to the node page (fabric's ports, storage's mounts): a
+# template and its context from the node, registered from FleetConfig.ready (telemetry cannot
+# import them).
+_node_sections: list[tuple[str, Callable[[Node], dict[str, Any]]]] = []
+
+
+def register_node_section(template: str, context: Callable[[Node], dict[str, Any]]) -> None:
+    if (template, context) not in _node_sections:
+        _node_sections.append((template, context))
+
+
 class NodeDetailView(DashboardRequiredMixin, TemplateView):
     template_name = "fleet/node_detail.html"
 
@@ -107,6 +121,10 @@ class NodeDetailView(DashboardRequiredMixin, TemplateView):
             gpu.instances = [g for g in gpus if g.parent_id == gpu.pk]
         context["gpus"] = physical
         context["incidents"] = dashboard.node_incidents(node)
+        context["node_sections"] = [
+            mark_safe(render_to_string(template, section(node), request=self.request))  # our templates, autoescaped
+            for template, section in _node_sections
+        ]
         context["ranges"] = list(dashboard.RANGES)
         context["default_range"] = dashboard.DEFAULT_RANGE
         context["page_config"] = {

@@ -39,6 +39,7 @@ from fleet.models import (
 from incidents.services.engine import raise_finding
 from tests.browser.support import ARTIFACTS, BrowserLog, launch, wait_for, wait_until
 from tests.conftest import PASSWORD, make_sample
+from tests.fleet.fabric.node_exporter import FIXTURE as NODE_EXPORTER_FIXTURE
 from tests.stack import Stack
 
 pytestmark = [pytest.mark.browser]
@@ -84,6 +85,14 @@ def _post_samples(stack: Stack, token: str) -> None:
         stack.base_url + "/api/v1/ingest/gpu-samples",
         json={"samples": samples},
         headers={"Authorization": f"Bearer {token}"},
+        timeout=10,
+    )
+    assert response.status_code == 202, response.text
+    # node_exporter's ports, mounts and disks, so the fabric and storage pages and the node page draw them
+    response = requests.post(
+        stack.base_url + f"/api/v1/ingest/prometheus?hostname={HOSTNAME}",
+        data=NODE_EXPORTER_FIXTURE,
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "text/plain; version=0.0.4"},
         timeout=10,
     )
     assert response.status_code == 202, response.text

@@ -289,6 +289,8 @@ RULES: dict[str, Rule] = {
     "training:job_detail": page(target="job"),
     "serving:dashboard": page(),
     "power:dashboard": page(),
+    "fabric:dashboard": page(),
+    "storage:dashboard": page(),
     "capacity:plan": page(post=APPROVERS),  # approve or reject orders and power approvals
     # request (fleet.add_reservation), approve and cancel (fleet.change_reservation)
     "capacity:reservations": page(post=OPERATORS),
@@ -331,6 +333,9 @@ RULES: dict[str, Rule] = {
     "api:serving-api:endpoint-snapshot": api(target="endpoint"),
     # the power page's snapshot: reads for any role
     "api:power-api:snapshot": api(),
+    # the fabric and storage pages' snapshots: reads for any role
+    "api:fabric-api:snapshot": api(),
+    "api:storage-api:snapshot": api(),
     "api:fleet-api:scrapetarget-list": api(post=OPERATORS),
     "api:fleet-api:scrapetarget-detail": api(patch=OPERATORS, delete=OPERATORS, target="scrape_target"),
     # the machine doors

@@ -27,7 +27,9 @@ DETECTORS = ["training-data-stall", "storage-starvation"]
 
 @pytest.fixture
 def t0() -> datetime:
-    return timezone.now().replace(microsecond=0) - timedelta(hours=2)
+    """Two hours ago, on the minute: the detectors' runs at 610 s and 625 s then judge the same
+    whole minutes of disk data (the last of which ends at 600 s)."""
+    return timezone.now().replace(second=0, microsecond=0) - timedelta(hours=2)
 
 
 def stalled_job(client: Client, token: str, site, host: str, t0: datetime, name: str) -> int:  # type: ignore[no-untyped-def]
