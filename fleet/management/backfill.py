@@ -16,8 +16,13 @@ it, each part through the writer its door uses and rolled up by the code that ro
   rest of the week by COPY, mirroring what the rollups make of such scrapes
   (fleet.serving.simulator.RollupMirror); a queueing collapse 4 hours ago (the week's one scripted
   serving incident), evals and change events;
+* node_exporter's series (fleet.telemetry.node_simulator): every node's ports, disks and file
+  systems as 1-minute rollups for the last 2 hours, by COPY, following what the GPUs did (a hung
+  or idle node carries no collective traffic and reads no data), with the compute port that
+  flapped just before the scripted hang;
 * incidents: each GPU fault, job failure and hang, and the collapse, as the detectors would have
-  opened them, resolved, with their detection, acknowledgement and resolution times (MTTx);
+  opened them, resolved, with their detection, acknowledgement and resolution times (MTTx); the
+  scripted hang's as fleet.correlation joins it to the flap under it ("Fabric fault → job hang");
 * reservations are the capacity seed's (fleet.capacity.simulator), which runs before.
 
 One transaction: a start interrupted half-way leaves nothing, and the next start writes the week.
@@ -38,18 +43,23 @@ import msgspec
 from django.db import connection, transaction
 from django.utils import timezone
 
+from fleet.choices import Fabric, InterfaceKind
+from fleet.correlation.causes import FABRIC_EFFECT
+from fleet.fabric import detectors as fabric_detectors
 from fleet.ingest.batches import parse_gpu_batch
-from fleet.inventory.models import Gpu, Node
+from fleet.inventory.models import DEFAULT_FABRIC, Gpu, Node, NodeInterface, NodeMount, purpose_of_mountpoint
 from fleet.serving import rollups as serving_rollups
 from fleet.serving.simulator import ServingSimulator
 from fleet.telemetry import partitions, rollups
 from fleet.telemetry.models import GpuRollup1h
+from fleet.telemetry.node_simulator import FLAP_LEAD, SCRIPTED_FLAP_PORT, NodeExporterSimulator
 from fleet.telemetry.simulator import FleetSimulator, SimGpu
 from fleet.telemetry.store import PendingBatch, store_gpu_batches
 from fleet.training.models import Job
 from fleet.training.simulator import NCCL_TIMEOUT, HistoryFault, SimJob, TrainingSimulator
 from incidents.choices import FindingStatus, IncidentState, Severity, TimelineKind
 from incidents.models import Finding, Incident, TimelineEntry
+from incidents.services.engine import title_of_effects
 
 WEEK_HOURS = 168  # the 7-day window: this hour and the 167 before it
 # Minute rollups (GPUs and endpoints) for the last 6 hours: the 6-hour views, and the detectors'
@@ -79,7 +89,13 @@ class ScriptedFault:
 
 # A job's GPU falls off the bus (its job fails and restarts), and three faults elsewhere.
 JOB_FAULT = (1, 5, timedelta(hours=30), timedelta(minutes=4))  # job index, GPU index, before the end, duration
-HANG = (0, timedelta(hours=20))  # job index, before the end: NCCL hangs, the watchdog kills it 12 min later
+# Job index, before the end: a compute port of its first node flaps, NCCL hangs, the watchdog
+# kills it 12 min later (within the node series' minutes, so the fabric page shows the flap).
+HANG = (0, timedelta(minutes=100))
+# node_exporter's series: minute rollups for the last 2 hours (the fabric and storage pages open
+# on the last hour; the storage detector's baseline is the hour before its window). Six hours
+# would be three quarters of a million rows: longer than a first start should take.
+NODE_MINUTES = timedelta(hours=2)
 GPU_FAULTS = (
     ScriptedFault("ams1-l40s-002", 6, "xid79", timedelta(hours=130), timedelta(minutes=5)),
     ScriptedFault("iad2-a100-003", 1, "dbe", timedelta(hours=100), timedelta(minutes=3)),
@@ -109,6 +125,7 @@ def backfill(
     *,
     site_ids: dict[str, int],
     now: datetime,
+    nodes: NodeExporterSimulator | None = None,
     log: Callable[[str], None] = lambda message: None,
 ) -> dict[str, int]:
     """Write the week before ``now`` (see the module's docstring); return what was written."""
@@ -149,7 +166,12 @@ def backfill(
                 f"serving: {written['hour_rollups']} hour and {written['minute_rollups']} minute rollup rows, "
                 f"{written['points']} series values"
             )
-        done["incidents"] = _incidents(training, serving, faults, now)
+        flap = None
+        if nodes is not None:
+            flap = _hang_flap(nodes, training, now)
+            done["node_rollups"] = _node_history(fleet_sim, nodes, drivers, start=now - NODE_MINUTES, now=now)
+            say(f"{done['node_rollups']} port, disk and file system rollup rows")
+        done["incidents"] = _incidents(training, serving, faults, now, flap=flap)
         say(f"{done['incidents']} resolved incidents")
         # Last, up to the moment the live run takes over: the raw samples of the last minutes.
         done["samples"] = _raw_samples(fleet_sim, drivers, site_ids, now, until=timezone.now())
@@ -393,12 +415,14 @@ def _incidents(
     serving: ServingSimulator | None,
     faults: dict[str, list[Any]],
     now: datetime,
+    *,
+    flap: _Flap | None = None,
 ) -> int:
     """The week's incidents, resolved, as the detectors and the engine would have left them."""
     made = _Incidents(now)
     job_rows = {} if training is None else {j.job_id: j for j in training.jobs if j.job_id is not None}
     for job in job_rows.values():
-        _job_incidents(made, job, faults)
+        _job_incidents(made, job, faults, flap if flap is not None and flap.job == job.index else None)
     for items in faults.values():
         for fault in items:
             if isinstance(fault, _Fault):
@@ -504,7 +528,7 @@ class _Incidents:
         )
 
 
-def _job_incidents(made: _Incidents, job: SimJob, faults: dict[str, list[Any]]) -> None:
+def _job_incidents(made: _Incidents, job: SimJob, faults: dict[str, list[Any]], flap: _Flap | None) -> None:
     """An incident per failure of the job, as training-job-failed opens it (the work since the
     attempt's last checkpoint lost), with the hang before it or the GPU fault that caused it
     joined; its findings clear when the job starts again."""
@@ -523,7 +547,7 @@ def _job_incidents(made: _Incidents, job: SimJob, faults: dict[str, list[Any]]) 
     for kind, ts, reason in events:
         if kind == "started":
             if failed is not None:
-                _job_failure(made, job, labels, failed, ts, faults)
+                _job_failure(made, job, labels, failed, ts, faults, flap)
                 failed = None
             attempt_start, checkpoint_at = ts, None
         elif kind == "checkpoint_saved":
@@ -540,6 +564,7 @@ def _job_failure(
     failed: tuple[datetime, str, float],
     restarted: datetime,
     faults: dict[str, list[Any]],
+    flap: _Flap | None,
 ) -> None:
     from fleet.training.models import JobEvent
 
@@ -578,6 +603,11 @@ def _job_failure(
                 },
             )
             started, severity, hours = last_step.ts + timedelta(minutes=5), Severity.SEV2, max(lost, held)
+            # The correlation's rule (fleet.correlation.causes): a flap from the fabric window
+            # before the hang's start on.
+            if flap is not None and started - fabric_detectors.WINDOW <= flap.at <= at:
+                title = _caused_by_flap(findings, flap, job)
+                started = flap.at
     for fault in (f for items in faults.values() for f in items if isinstance(f, HistoryFault)):
         gpu = job.gpus[fault.gpu]
         if fault.job != job.index or not fault.at <= at <= fault.at + fault.duration:
@@ -599,7 +629,9 @@ def _job_failure(
     made.add(
         title=title,
         severity=severity,
-        category="training" if not title.startswith("XID") else "gpu-health",
+        category={"critical-xid": "gpu-health", "fabric-link-flap": "fabric"}.get(
+            findings[0]["source"].removeprefix("detector:"), "training"
+        ),
         group_key=f"job={job.job_id}",
         labels=labels,
         started_at=started,
@@ -711,3 +743,155 @@ def _serving_incident(made: _Incidents, serving: ServingSimulator, collapse_at: 
         error_budget=max(float((e[2].impact or {}).get("error_budget") or 0) for e in entries),
         acknowledged_after=timedelta(minutes=3),
     )
+
+
+# --- node_exporter's series ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Flap:
+    """The compute port that flapped under the history's scripted hang."""
+
+    job: int
+    site: str
+    hostname: str
+    port: str
+    at: datetime
+
+
+def _hang_flap(nodes: NodeExporterSimulator, training: TrainingSimulator | None, now: datetime) -> _Flap | None:
+    """Script the flap under the history's hang (HANG) into the node simulator."""
+    if training is None or len(training.jobs) <= HANG[0]:
+        return None
+    job = training.jobs[HANG[0]]
+    flap = _Flap(job.index, job.site, job.nodes[0], SCRIPTED_FLAP_PORT, now - HANG[1] - FLAP_LEAD)
+    nodes.flap(flap.hostname, flap.port, flap.at)
+    return flap
+
+
+def _caused_by_flap(findings: list[dict[str, Any]], flap: _Flap, job: SimJob) -> str:
+    """The hang's finding (findings[0]) named as the flap's effect, as fleet.correlation names it,
+    and the flap's finding first; returns the incident's title, as the engine titles it."""
+    detail = f"link flap on {flap.hostname} {flap.port}"
+    hang = findings[0]
+    effect = {"headline": FABRIC_EFFECT, "name": job.name, "detail": detail}
+    cause = fabric_detectors.fingerprint("link-flap", flap.site, flap.hostname, flap.port)
+    hang["summary"] = f"{FABRIC_EFFECT}: {job.name} ({detail}); {hang['summary']}"
+    flapped = [f"{flap.hostname} {flap.port}"]
+    hang["impact"] = {**hang["impact"], "caused_by": cause, "effect": effect, "flapped": flapped}
+    findings.insert(
+        0,
+        {
+            "fingerprint": cause,
+            "source": "detector:fabric-link-flap",
+            "severity": Severity.SEV2,
+            "summary": (
+                f"Link flap on {flap.hostname} {flap.port} ({Fabric.COMPUTE} fabric): link downed +1 in 10 min; "
+                "the node runs a multi-node training job"
+            ),
+            "labels": {"site": flap.site, "node": flap.hostname, "interface": flap.port, "fabric": Fabric.COMPUTE},
+            "impact": {"link_downed": 1.0, "state": 4.0, "gang_node": True},
+        },
+    )
+    return title_of_effects([effect])
+
+
+_SERIES_TYPES = ["text", "timestamptz", "int4", "float8", "float8", "float8", "float8"]
+_SERIES_COLUMNS = "quantity, bucket, samples, increase, min, max, last"
+
+
+def _node_history(
+    fleet_sim: FleetSimulator, nodes: NodeExporterSimulator, drivers: _Drivers, *, start: datetime, now: datetime
+) -> int:
+    """Every node's ports, disks and file systems, registered as node_exporter's first scrape
+    registers them, and their minutes from ``start`` (a whole hour) to this minute by COPY, as the
+    series writer (fleet.telemetry.series) would have rolled up the scrapes. Each node's traffic
+    follows what its first GPU did (_Drivers); the live run then goes on from these counters."""
+    start = _floor_hour(start)
+    end = now.replace(second=0, microsecond=0)
+    node_ids = dict(Node.objects.filter(hostname__in=list(nodes.nodes)).values_list("hostname", "pk"))
+    first_gpu: dict[str, SimGpu] = {}
+    for gpus in fleet_sim.fleet.values():
+        for gpu in gpus:
+            first_gpu.setdefault(gpu.hostname, gpu)
+    sims = [n for n in nodes.nodes.values() if n.hostname in node_ids]
+    NodeInterface.objects.bulk_create(
+        [
+            NodeInterface(
+                node_id=node_ids[n.hostname],
+                name=p.name,
+                kind=(kind := InterfaceKind.IB if p.port else InterfaceKind.ETHERNET),
+                rate_bytes_per_second=p.rate,
+                fabric=DEFAULT_FABRIC[kind],
+            )
+            for n in sims
+            for p in n.ports
+        ],
+        ignore_conflicts=True,
+    )
+    NodeMount.objects.bulk_create(
+        [
+            NodeMount(
+                node_id=node_ids[n.hostname],
+                mountpoint=m.mountpoint,
+                fstype=m.fstype,
+                device=m.device,
+                purpose=purpose_of_mountpoint(m.mountpoint),
+            )
+            for n in sims
+            for m in n.mounts
+        ],
+        ignore_conflicts=True,
+    )
+    ids = {v: k for k, v in node_ids.items()}
+    interfaces = {(ids[n], name): pk for pk, n, name in NodeInterface.objects.values_list("pk", "node_id", "name")}
+    mounts = {(ids[n], mp): pk for pk, n, mp in NodeMount.objects.values_list("pk", "node_id", "mountpoint")}
+
+    def activity(hostname: str, at: datetime) -> dict[str, float]:
+        return {part: seconds / 60 for part, seconds in drivers.parts(first_gpu[hostname], at, 60.0)}
+
+    live, nodes.activity = nodes.activity, activity
+    written = 0
+    try:
+        minute = start
+        while minute < end:  # an hour of minutes at a time: three COPYs, bounded memory
+            count = min(60, int((end - minute).total_seconds() // 60))
+            rows: dict[str, list[tuple[Any, ...]]] = {"port": [], "disk": [], "mount": []}
+            for hostname, kind, name, bucket, figures in nodes.minute_rows(minute, count):
+                if hostname not in node_ids:
+                    continue
+                key: tuple[Any, ...] = (
+                    (interfaces[(hostname, name)],)
+                    if kind == "port"
+                    else (node_ids[hostname], name)
+                    if kind == "disk"
+                    else (mounts[(hostname, name)],)
+                )
+                rows[kind] += [(*key, quantity, bucket, *values) for quantity, values in figures.items()]
+            buckets = [minute + timedelta(minutes=k) for k in range(count)]
+            for table, keys, types, kind in (
+                (partitions.PORT_ROLLUP_1M, "interface_id", ["int8"], "port"),
+                (partitions.DISK_ROLLUP_1M, "node_id, device", ["int8", "text"], "disk"),
+                (partitions.MOUNT_ROLLUP_1M, "mount_id", ["int8"], "mount"),
+            ):
+                written += _copy_series(table, keys, types, rows[kind], buckets)
+            minute += timedelta(minutes=count)
+    finally:
+        nodes.activity = live
+    return written
+
+
+def _copy_series(
+    table: partitions.PartitionedTable,
+    keys: str,
+    key_types: list[str],
+    rows: list[tuple[Any, ...]],
+    buckets: list[datetime],
+) -> int:
+    partitions.ensure_partitions_for(table, buckets)
+    sql = f"COPY {table.name} ({keys}, {_SERIES_COLUMNS}) FROM STDIN (FORMAT BINARY)"
+    with connection.cursor() as cursor, cursor.cursor.copy(sql) as copy:
+        copy.set_types([*key_types, *_SERIES_TYPES])
+        for row in rows:
+            copy.write_row(row)
+    return len(rows)

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import math
 import random
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -153,23 +152,7 @@ class TextPoster:
         return self.poster.send(site, url, body)
 
     def send_text(self, site: str, url: str, text: str) -> requests.Response | None:
-        p = self.poster
-        headers = {
-            "Authorization": f"Bearer {p.tokens[site]}",
-            "Idempotency-Key": str(uuid.uuid4()),
-            "Content-Type": "text/plain; version=0.0.4",
-        }
-        for attempt in range(p.max_attempts):
-            try:
-                response = p.session.post(p.base_url + url, data=text.encode(), headers=headers, timeout=10)
-            except requests.RequestException:
-                response = None
-            if response is not None and response.status_code < 500 and response.status_code != 429:
-                return response
-            retry_after = response.headers.get("Retry-After") if response is not None else None
-            delay = min(5.0, float(retry_after) if retry_after and retry_after.isdigit() else 0.25 * 2**attempt)
-            p.sleep(delay)
-        return None
+        return self.poster.send_text(site, url, text)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,9 @@ mounts' and disks' 1-minute rollups (never raw samples).
 * A GPU server's read throughput: per minute its disks' read bytes plus its storage-fabric
   ports' received bytes, per second; its peak minute and its average against the
   NEED_BYTES_PER_SECOND a training server needs (10-20 GB/s), so an under-provisioned tier shows:
-  a server that read but never reached 10 GB/s in a minute is below need (an idle one is not).
+  a training server (one that mounts a datasets file system, or holds a training job now) that
+  read but never reached 10 GB/s in a minute is below need. An idle one is not, and an inference
+  server (reading its model cache) is not judged against a training server's need.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from django.db import connection
 from django.utils import timezone
 
 from console.ranges import Window, window_from_query
+from fleet.choices import MountPurpose
 from fleet.inventory.models import Gpu, NodeMount
 from fleet.telemetry.placement import jobs_on_hosts
 
@@ -175,6 +178,11 @@ def servers(win: Window) -> list[dict[str, Any]]:
                 per_minute[node][bucket] += received
     seconds = win.span.total_seconds()
     jobs = jobs_by_node(gpu_nodes)
+    datasets = set(
+        NodeMount.objects.filter(node_id__in=list(gpu_nodes), purpose=MountPurpose.DATASETS).values_list(
+            "node_id", flat=True
+        )
+    )
     out = []
     for node_id, hostname in sorted(gpu_nodes.items(), key=lambda kv: kv[1]):
         minutes = per_minute.get(node_id, {})
@@ -186,9 +194,10 @@ def servers(win: Window) -> list[dict[str, Any]]:
                 "average_read_bytes_per_second": average,
                 "peak_read_bytes_per_second": peak,
                 "need_bytes_per_second": NEED_BYTES_PER_SECOND[0],
-                # An idle server says nothing about its tier: only one that read, and never faster
-                # than the need in its busiest minute, is below it.
-                "below_need": 0 < peak < NEED_BYTES_PER_SECOND[0],
+                "training": (training := node_id in datasets or bool(jobs.get(node_id))),
+                # An idle server says nothing about its tier: only a training server that read,
+                # and never faster than the need in its busiest minute, is below it.
+                "below_need": training and 0 < peak < NEED_BYTES_PER_SECOND[0],
                 "reported": bool(minutes),
                 "jobs": jobs.get(node_id, []),
             }
@@ -208,6 +217,7 @@ def snapshot(win: Window | None = None) -> dict[str, Any]:
             "mounts": len(every),
             "low_free": sum(1 for m in every if m["free_pct"] is not None and m["free_pct"] < LOW_FREE_PCT),
             "servers": len(per_server),
+            "training_servers": sum(s["training"] for s in per_server),
             "servers_below_need": sum(s["below_need"] for s in per_server),
         },
         "mounts": every,

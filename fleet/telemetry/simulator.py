@@ -440,12 +440,22 @@ class Poster:
     def send(self, site: str, url: str, body: dict[str, Any]) -> requests.Response | None:
         """POST ``body`` as JSON to ``url`` (absolute, or a path under the base URL) with the
         site's token; the response, or None when every attempt failed."""
+        return self._post(site, url, {"json": body})
+
+    def send_text(self, site: str, url: str, text: str) -> requests.Response | None:
+        """POST a Prometheus text exposition to ``url`` as ``send`` posts JSON."""
+        return self._post(site, url, {"data": text.encode(), "content_type": "text/plain; version=0.0.4"})
+
+    def _post(self, site: str, url: str, payload: dict[str, Any]) -> requests.Response | None:
         if url.startswith("/"):
             url = self.base_url + url
         headers = {"Authorization": f"Bearer {self.tokens[site]}", "Idempotency-Key": str(uuid.uuid4())}
+        content_type = payload.pop("content_type", None)
+        if content_type:
+            headers["Content-Type"] = content_type
         for attempt in range(self.max_attempts):
             try:
-                response = self.session.post(url, json=body, headers=headers, timeout=10)
+                response = self.session.post(url, headers=headers, timeout=10, **payload)
             except requests.RequestException:
                 response = None
             if response is not None and response.status_code < 500 and response.status_code != 429:

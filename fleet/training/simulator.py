@@ -280,6 +280,17 @@ class TrainingSimulator:
     def elapsed(self, now: datetime) -> timedelta:
         return now - (self.started_at or now)
 
+    def node_activity(self, hostname: str, at: datetime) -> dict[str, float]:
+        """What a node's GPUs do now, as the node simulator (fleet.telemetry.node_simulator) reads
+        it: its job computing ("work"), hung, or waiting ("idle"). A node no simulated job holds
+        works as its GPUs' telemetry shows (fleet.telemetry.simulator: busy training GPUs)."""
+        job = next((j for j in self.jobs if hostname in j.nodes), None)
+        if job is None:
+            return {"work": 1.0}
+        if job.phase not in ("running", "hung"):
+            return {"idle": 1.0}
+        return {"hung": 1.0} if job.phase == "hung" else {"work": 1.0}
+
     # --- a history (the demo's first start) -----------------------------------------------------
 
     def history(

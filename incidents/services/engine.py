@@ -311,6 +311,11 @@ def effect_title(incident: Incident) -> str:
         for e in incident.findings.order_by("started_at", "pk").values_list("impact__effect", flat=True)
         if isinstance(e, dict) and e.get("headline")
     ]
+    return title_of_effects(effects)
+
+
+def title_of_effects(effects: list[dict[str, Any]]) -> str:
+    """effect_title's words for these effects (in order), "" for none."""
     if not effects:
         return ""
     names = list(dict.fromkeys(str(e.get("name", "")) for e in effects if e.get("name")))

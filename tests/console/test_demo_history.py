@@ -23,7 +23,17 @@ from django.utils import timezone
 from fleet.capacity.models import Reservation
 from fleet.management import backfill
 from fleet.management.commands.simulate import Command as SimulateCommand
-from fleet.models import Endpoint, EndpointChange, Gpu, GpuRollup1h, GpuRollup1m, Job, JobEvent
+from fleet.models import (
+    Endpoint,
+    EndpointChange,
+    Gpu,
+    GpuRollup1h,
+    GpuRollup1m,
+    Job,
+    JobEvent,
+    NodeInterface,
+    NodeMount,
+)
 from fleet.serving import slo as serving
 from fleet.serving.simulator import SURGE_NOTE
 from fleet.training.simulator import JOB_KINDS, NCCL_TIMEOUT
@@ -41,7 +51,18 @@ PEAK_TFLOPS = {  # dense BF16, ../shared/REFERENCE.md
     "NVIDIA A100-SXM4-80GB": 312,
     "NVIDIA L40S": 362,
 }
-PAGES = ["/", "/fleet/", "/training/", "/serving/", "/incidents/", "/incidents/metrics/", "/capacity/", "/power/"]
+PAGES = [
+    "/",
+    "/fleet/",
+    "/training/",
+    "/serving/",
+    "/incidents/",
+    "/incidents/metrics/",
+    "/capacity/",
+    "/power/",
+    "/fabric/",
+    "/storage/",
+]
 
 
 def _prepare(data_dir: Path) -> Any:
@@ -112,7 +133,10 @@ def test_a_first_start_writes_a_week_that_every_page_shows_and_that_agrees_with_
     failures = JobEvent.objects.filter(kind="failed").count()
     job_incidents = Incident.objects.filter(group_key__startswith="job=", state=IncidentState.RESOLVED)
     assert job_incidents.count() == failures
-    assert job_incidents.filter(title__startswith="Suspected hang").count() == 1
+    # The hang, with the compute port that flapped under it: one incident, fabric fault -> job hang.
+    hung = job_incidents.get(title__startswith="Fabric fault → job hang")
+    assert hung.findings.filter(source="detector:fabric-link-flap").count() == 1
+    assert hung.findings.filter(source="detector:training-hang").count() == 1
     assert all(i.started_at <= i.detected_at <= i.resolved_at <= now for i in Incident.objects.resolved())
     metrics = mttx_by_severity_and_month(now - timedelta(days=8))
     assert metrics and all(row["mttd"] is not None and row["mttr"] is not None for row in metrics)
@@ -132,6 +156,23 @@ def test_a_first_start_writes_a_week_that_every_page_shows_and_that_agrees_with_
     collapse = Incident.objects.get(category="serving")
     assert collapse.state == IncidentState.RESOLVED and "Queueing collapse" in collapse.title
     assert collapse.labels["endpoint"] == str(surge.endpoint_id)
+
+    # Fabric and storage open on history: every port reported and up over the last hour, with
+    # traffic on the compute fabric; the flap under the hang in the 6-hour timeline; the one
+    # under-provisioned site's training servers below what a training server reads.
+    fabric = viewer_client.get("/api/v1/fabric/", {"range": "1h"}).json()
+    assert fabric["totals"]["ports"] == NodeInterface.objects.count() > 0
+    assert fabric["totals"]["up"] == fabric["totals"]["ports"] and fabric["totals"]["flapping"] == 0
+    compute = [v for v in fabric["throughput"]["bytes_per_second"]["compute"] if v]
+    assert len(compute) >= 55 and min(compute) > 1e9
+    flap = hung.findings.get(source="detector:fabric-link-flap")
+    timeline = viewer_client.get("/api/v1/fabric/", {"range": "6h"}).json()["flaps"]
+    assert [(f["hostname"], f["interface"]) for f in timeline] == [(flap.labels["node"], flap.labels["interface"])]
+    storage = viewer_client.get("/api/v1/storage/", {"range": "1h"}).json()
+    below = {s["hostname"] for s in storage["servers"] if s["below_need"]}
+    training = set(NodeMount.objects.filter(purpose="datasets").values_list("node__hostname", flat=True))
+    assert below == {h for h in training if h.startswith("iad2-")} and len(below) == 12, below
+    assert all(m["free_pct"] is not None for m in storage["mounts"])
 
     # Reservations in every tier, from the capacity seed.
     assert set(Reservation.objects.values_list("tier", flat=True)) == {"reserved", "on-demand", "preemptible"}

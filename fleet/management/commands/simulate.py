@@ -6,6 +6,7 @@ import statistics
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import requests
@@ -18,6 +19,7 @@ from fleet.capacity.simulator import seed_capacity
 from fleet.choices import Interconnect
 from fleet.models import Node, Rack, Site
 from fleet.serving.simulator import ServingSimulator, push_history, serving_for_command
+from fleet.telemetry.node_simulator import FLAP_LEAD, SCRIPTED_FLAP_PORT, NodeExporterSimulator
 from fleet.telemetry.simulator import (
     DEFAULT_SEED,
     DEFAULT_SITES,
@@ -29,10 +31,18 @@ from fleet.telemetry.simulator import (
     build_fleet,
     utcnow,
 )
-from fleet.training.simulator import TrainingSimulator, release_simulated_jobs
+from fleet.training.simulator import (
+    HANG_AT,
+    STALL_FROM,
+    STALL_UNTIL,
+    TrainingSimulator,
+    release_simulated_jobs,
+)
 
 TOKEN_PREFIX = "simulator"
 NODES_PER_RACK = 4
+# The datasets RAID under the scripted stall slows this long before the jobs stall.
+SLOW_BEFORE_STALL = timedelta(seconds=30)
 
 
 @dataclass
@@ -48,6 +58,7 @@ class Session:
     run: str
     training: TrainingSimulator | None
     serving: ServingSimulator | None
+    nodes: NodeExporterSimulator | None = None
     history: dict[str, int] = field(default_factory=dict)  # what the backfill wrote (empty: none)
 
 
@@ -135,6 +146,13 @@ class Command(BaseCommand):
                 for rejected in training.rejected:
                     self.stderr.write(f"training events rejected: {rejected}")
                 training.rejected.clear()
+                if tick == 0 and session.nodes is not None:
+                    self._script_node_faults(session.nodes, training)
+            if session.nodes is not None:
+                session.nodes.tick(utcnow(), poster)
+                for rejected in session.nodes.rejected:
+                    self.stderr.write(f"node_exporter scrape rejected: {rejected}")
+                session.nodes.rejected.clear()
             if serving is not None:
                 serving.tick(utcnow())
                 for rejected in serving.rejected:
@@ -199,7 +217,10 @@ class Command(BaseCommand):
                 run=run,
                 log=lambda message: self.stdout.write(f"  serving: {message}"),
             )
-        session = Session(options, fleet, sim, poster, run, training, serving)
+        nodes = NodeExporterSimulator(
+            fleet, seed=options["seed"], activity=training.node_activity if training is not None else None
+        )
+        session = Session(options, fleet, sim, poster, run, training, serving, nodes)
         if options.get("history"):
             from fleet.management.backfill import backfill, history_needed
 
@@ -207,10 +228,29 @@ class Command(BaseCommand):
                 self.stdout.write("Writing a week of history (first start)…")
                 site_ids = dict(Site.objects.filter(name__in=tokens).values_list("name", "pk"))
                 session.history = backfill(
-                    sim, training, serving, site_ids=site_ids, now=utcnow(), log=lambda m: self.stdout.write(f"  {m}")
+                    sim,
+                    training,
+                    serving,
+                    site_ids=site_ids,
+                    now=utcnow(),
+                    nodes=nodes,
+                    log=lambda m: self.stdout.write(f"  {m}"),
                 )
         close_old_connections()
         return session
+
+    def _script_node_faults(self, nodes: NodeExporterSimulator, training: TrainingSimulator) -> None:
+        """The fabric and storage faults under the training scenarios (fleet.training.simulator):
+        a compute port of the hang job's first node flaps just before it hangs, and the stall
+        jobs' datasets RAID saturates just before their loaders starve."""
+        start = training.started_at
+        if start is None:
+            return
+        for job in training.jobs:
+            if job.scenario == "hang":
+                nodes.flap(job.nodes[0], SCRIPTED_FLAP_PORT, start + HANG_AT - FLAP_LEAD)
+            elif job.scenario == "stall":
+                nodes.slow(job.nodes, start + STALL_FROM - SLOW_BEFORE_STALL, start + STALL_UNTIL)
 
     def _tick(self, sim: FleetSimulator, poster: Poster, tick: int, *, quiet: bool) -> None:
         latencies, posted, failed = [], 0, []

@@ -13,7 +13,7 @@ from django.test import Client
 
 from console.models import PersonalToken
 from fleet.choices import Fabric, JobState
-from fleet.models import Gpu, Job, Node, NodeInterface
+from fleet.models import Gpu, Job, Node, NodeInterface, NodeMount
 from fleet.storage import services as storage
 from tests.fleet.fabric.node_exporter import push
 
@@ -116,7 +116,7 @@ def test_a_network_mount_has_no_block_device_and_low_free_space_counts(viewer_cl
     assert ckpt["fstype"] == "lustre" and ckpt["disk"] is None
     assert ckpt["read_bytes_per_second"] is None and ckpt["io_busy_pct"] is None
     assert ckpt["free_pct"] == 5.0
-    assert body["totals"] == {"mounts": 4, "low_free": 2, "servers": 2, "servers_below_need": 1}
+    assert body["totals"] == {"mounts": 4, "low_free": 2, "servers": 2, "training_servers": 1, "servers_below_need": 1}
 
 
 def test_each_gpu_server_reads_against_what_training_needs(viewer_client: Client, pushed) -> None:  # type: ignore[no-untyped-def]
@@ -179,7 +179,7 @@ def test_the_empty_state(viewer_client: Client, db) -> None:  # type: ignore[no-
     assert page.status_code == 200 and b"No mounts yet" in page.content
     body = viewer_client.get("/api/v1/storage/").json()
     assert body["mounts"] == [] and body["servers"] == []
-    assert body["totals"] == {"mounts": 0, "low_free": 0, "servers": 0, "servers_below_need": 0}
+    assert body["totals"] == {"mounts": 0, "low_free": 0, "servers": 0, "training_servers": 0, "servers_below_need": 0}
     assert b"No mounts reported yet" in viewer_client.get("/").content
 
 
@@ -203,3 +203,23 @@ def test_disk_of_maps_a_partition_to_its_disk() -> None:
     assert storage.disk_of("/dev/sdab", disks) == "sdab"
     assert storage.disk_of("10.0.4.20:/datasets", disks) is None
     assert storage.disk_of("/dev/md0", disks) is None
+
+
+def test_only_a_training_server_is_judged_against_a_training_servers_need(
+    client: Client, viewer_client: Client, site_a, token_a
+) -> None:  # type: ignore[no-untyped-def]
+    """An inference server reading its model cache at 5 GB/s is not under-provisioned; the same
+    server mounting a datasets file system is a training server, and below need."""
+    node = Node.objects.create(site=site_a, hostname=SLOW)
+    Gpu.objects.create(node=node, index=0, uuid="GPU-i")
+    t0, t1 = _minute(T0) + timedelta(seconds=5), _minute(T1) + timedelta(seconds=5)
+    for which, ts in ((0, t0), (1, t1)):
+        assert push(client, token_a, _body(SLOW_VALUES, which, ts), query=f"?hostname={SLOW}").status_code == 202
+    body = viewer_client.get("/api/v1/storage/").json()
+    [server] = body["servers"]
+    assert server["peak_read_bytes_per_second"] == pytest.approx(5e9)
+    assert server["training"] is False and server["below_need"] is False
+    assert body["totals"]["training_servers"] == 0 and body["totals"]["servers_below_need"] == 0
+    NodeMount.objects.create(node=node, mountpoint="/data", fstype="xfs", device="/dev/md0", purpose="datasets")
+    [server] = viewer_client.get("/api/v1/storage/").json()["servers"]
+    assert server["training"] is True and server["below_need"] is True
