@@ -225,24 +225,34 @@ def fabric_link_flap(now: datetime) -> list[FindingSpec]:
     return specs
 
 
+def degrading_limits() -> dict[str, float]:
+    """Errors per hour past which a link is degrading (settings)."""
+    return {
+        "symbol_errors": settings.FABRIC_SYMBOL_ERRORS_PER_HOUR,
+        "link_error_recovery": settings.FABRIC_LINK_RECOVERIES_PER_HOUR,
+    }
+
+
+def errors_over_limits(increase: dict[str, float], span: timedelta) -> dict[str, float]:
+    """The error counters whose increase over ``span`` is more per hour than its limit, with
+    their rates per hour: the degrading test, for the detector's window and the page's."""
+    per_hour = 3600 / span.total_seconds()
+    rates = {q: increase.get(q, 0) * per_hour for q in degrading_limits()}
+    return {q: rate for q, rate in rates.items() if rate > degrading_limits()[q]}
+
+
 @register("fabric-link-degrading", judged=_judged)
 def fabric_link_degrading(now: datetime) -> list[FindingSpec]:
     """Symbol errors or link error recoveries rising faster than their limit per hour, or a port
     running below its rated speed."""
-    per_hour = 3600 / WINDOW.total_seconds()
-    limits = {
-        "symbol_errors": settings.FABRIC_SYMBOL_ERRORS_PER_HOUR,
-        "link_error_recovery": settings.FABRIC_LINK_RECOVERIES_PER_HOUR,
-    }
+    limits = degrading_limits()
     specs = []
     for port in port_window(now).values():
         figures, impact, started = [], {}, []
-        for quantity, limit in limits.items():
-            rate = port.increase.get(quantity, 0) * per_hour
-            if rate > limit:
-                figures.append(f"{quantity.replace('_', ' ')} {rate:,.0f}/h (limit {limit:,.0f}/h)")
-                impact[f"{quantity}_per_hour"] = round(rate, 1)
-                started.append(port.first_rise.get(quantity))
+        for quantity, rate in errors_over_limits(port.increase, WINDOW).items():
+            figures.append(f"{quantity.replace('_', ' ')} {rate:,.0f}/h (limit {limits[quantity]:,.0f}/h)")
+            impact[f"{quantity}_per_hour"] = round(rate, 1)
+            started.append(port.first_rise.get(quantity))
         current = port.last.get("rate")
         if current is not None and port.rated and current < port.rated:
             figures.append(f"running at {current / 1e9:,.1f} GB/s of its rated {port.rated / 1e9:,.1f} GB/s")

@@ -5,7 +5,8 @@ from raw samples.
 * Up: a port whose latest state in the window is up (InfiniBand ``state`` 4, active; a network
   interface has no state series, so one that reported in the window counts as up).
 * Flapping: ``link_downed`` or ``carrier_changes`` increased in the window.
-* Degraded: ``symbol_errors`` increased in the window, or the port's latest rate is below its
+* Degraded: symbol errors or link error recoveries rising faster per hour over the window than
+  the link-degrading detector's limits (the detector's own test), or the port's latest rate is below its
   rated speed: the highest rate it or a port of the same kind on its node reported in the window
   (a port that renegotiated down shows against its peers).
 * Error rate: the port's error increase (symbol, receive and transmit errors, transmit
@@ -24,6 +25,7 @@ from django.utils import timezone
 
 from console.ranges import Window, window_from_query
 from fleet.choices import Fabric, InterfaceKind
+from fleet.fabric.detectors import errors_over_limits
 from fleet.inventory.models import NodeInterface
 
 PRESETS = {"1h": timedelta(hours=1), "6h": timedelta(hours=6), "24h": timedelta(hours=24)}
@@ -38,6 +40,7 @@ ERROR_QUANTITIES = (
     "link_downed",
     "carrier_changes",
 )
+DEGRADING = ("symbol_errors", "link_error_recovery")
 WORST_PORTS = 10
 NO_RACK = "(no rack)"
 
@@ -93,7 +96,7 @@ def _port_figures(start: datetime, end: datetime, ids: list[int]) -> dict[int, d
         return out
 
 
-def _port(row: dict[str, Any], figures: dict[str, Any], peers_rate: float | None, hours: float) -> dict[str, Any]:
+def _port(row: dict[str, Any], figures: dict[str, Any], peers_rate: float | None, span: timedelta) -> dict[str, Any]:
     def inc(q: str) -> float:
         return figures.get(q, {}).get("increase", 0.0)
 
@@ -120,11 +123,12 @@ def _port(row: dict[str, Any], figures: dict[str, Any], peers_rate: float | None
         "flapping": flaps > 0,
         "symbol_errors": inc("symbol_errors"),
         "errors": errors,
-        "errors_per_hour": round(errors / hours, 3) if hours else None,
+        "errors_per_hour": round(errors / hours, 3) if (hours := span.total_seconds() / 3600) else None,
         "rate_bytes_per_second": rate,
         "rated_bytes_per_second": rated,
         "below_rate": below_rate,
-        "degraded": inc("symbol_errors") > 0 or below_rate,
+        # The link-degrading detector's test (errors per hour over their limits) over this window.
+        "degraded": bool(errors_over_limits({q: inc(q) for q in DEGRADING}, span)) or below_rate,
         "receive_bytes": inc("receive_bytes"),
         "transmit_bytes": inc("transmit_bytes"),
         "last_seen": figures.get("_seen").isoformat() if reported else None,
@@ -141,8 +145,7 @@ def ports(win: Window, *, node_id: int | None = None) -> list[dict[str, Any]]:
         if highest is not None:
             key = (r["node_id"], r["kind"])
             peers[key] = max(peers.get(key, 0.0), highest)
-    hours = win.span.total_seconds() / 3600
-    return [_port(r, figures.get(r["id"], {}), peers.get((r["node_id"], r["kind"])), hours) for r in rows]
+    return [_port(r, figures.get(r["id"], {}), peers.get((r["node_id"], r["kind"])), win.span) for r in rows]
 
 
 def _count(items: list[dict[str, Any]]) -> dict[str, int]:

@@ -281,8 +281,6 @@ class NodeExporterSimulator:
         for port in node.ports:
             for quantity, rate in figures.port_rates[port.name].items():
                 port.counters[quantity] += rate * seconds
-            if port.port and figures.port_rates[port.name]["receive_bytes"] > 1e9 and self.rng.random() < 0.002:
-                port.counters["symbol_errors"] += 1  # a stray one now and then, well under any limit
         for hostname, name, at in self.flaps:
             if hostname == node.hostname and start <= at < end:
                 port = next(p for p in node.ports if p.name == name)

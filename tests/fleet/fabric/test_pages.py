@@ -180,3 +180,26 @@ def test_the_overview_tile_and_the_node_page_show_the_ports(viewer_client: Clien
     node = viewer_client.get(f"/fleet/nodes/{HOST}/").content.decode()
     assert 'id="node-ports"' in node
     assert "mlx5_0/1" in node and "mlx5_1/1" in node and "eth0" in node and "flapping" in node
+
+
+@pytest.mark.parametrize(("symbol_errors", "degraded"), [(59, False), (61, True)])
+def test_a_port_is_degraded_on_the_page_by_the_detectors_own_limit(
+    client: Client, viewer_client: Client, site_a, token_a, symbol_errors: int, degraded: bool
+) -> None:  # type: ignore[no-untyped-def]
+    """Symbol errors in the page's hour against the link-degrading detector's limit per hour (60):
+    a stray error or two is not a degraded link, on the page as for the detector."""
+    Node.objects.create(site=site_a, hostname=HOST)
+    t0, t1 = _minute(T0) + timedelta(seconds=5), _minute(T1) + timedelta(seconds=5)
+    for value, ts in ((0, t0), (symbol_errors, t1)):
+        ms = int(ts.timestamp() * 1000)
+        body = (
+            "# TYPE node_infiniband_symbol_error_total counter\n"
+            f"node_infiniband_symbol_error_total{{{IB0}}} {value} {ms}\n"
+            "# TYPE node_infiniband_state_id gauge\n"
+            f"node_infiniband_state_id{{{IB0}}} 4 {ms}\n"
+        )
+        assert push(client, token_a, body).status_code == 202
+    [port] = viewer_client.get("/api/v1/fabric/?range=1h").json()["worst_ports"] or [None]
+    totals = viewer_client.get("/api/v1/fabric/?range=1h").json()["totals"]
+    assert totals["degraded"] == int(degraded)
+    assert port is not None and port["symbol_errors"] == symbol_errors and port["degraded"] is degraded
