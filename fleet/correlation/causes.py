@@ -14,10 +14,11 @@ see both). It works through the incident engine's generic cause link (incidents.
   GPU-hours lost (the hang's or the failure's own figure) to that incident's.
 
 The same mechanism joins storage: a data-stall finding on a job whose nodes mount a datasets
-file system that starves now (storage.detectors' own test: its disk saturated or its reads
-halved) names that file system's starvation finding as its cause (``storage_causes``), with the
-headline "Storage stall → data stall"; the starvation finding, raised once the stall fires,
-joins the same incident, whose GPU-hours are the stalled jobs' own.
+file system that starves now (storage.detectors' own test on its ``fs_window``: a local disk
+saturated, an NFS mount's READs slowed to 50 ms, or its reads halved) names that file system's
+starvation finding as its cause (``storage_causes``), with the headline "Storage stall → data
+stall"; the starvation finding, raised once the stall fires, joins the same incident, whose
+GPU-hours are the stalled jobs' own.
 
 Also here: which nodes hold a running gang job, for the flap detector's severity
 (fabric.detectors.register_gang_lookup), read from training's candidate jobs.
@@ -138,7 +139,7 @@ def storage_causes(now: datetime, specs: list[FindingSpec]) -> list[FindingSpec]
                 continue
             fingerprint = fs.fingerprint("storage-starvation")
             if fingerprint not in starving:
-                starving[fingerprint] = storage.starving(storage.disk_window(now, fs.backing()))
+                starving[fingerprint] = storage.starving(storage.fs_window(now, fs))
             if starving[fingerprint]:
                 cause = (fingerprint, f"{fs.name()}: {starving[fingerprint]}")
                 break

@@ -6,8 +6,9 @@ writer as the JSON door); serving metrics (gauges, counters, histogram buckets) 
 endpoint as raw series for the serving SLO work. A malformed exposition is refused whole with
 the line at fault; nothing is written. A serving series whose values no read could use (NaN, ±Inf,
 beyond ``MAX_MAGNITUDE``, a negative count) is ignored whole and counted. node_exporter's port,
-file system and disk series (NODE_SERIES) become node series (fleet.fabric, fleet.storage); the
-node is named as for dcgm-exporter: a ``hostname`` label or ``?hostname=`` (a target's hostname).
+file system, NFS mountstats and disk series (NODE_SERIES) become node series (fleet.fabric,
+fleet.storage); the node is named as for dcgm-exporter: a ``hostname`` label or ``?hostname=`` (a
+target's hostname).
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ MAX_LINES = 200_000
 KINDS = ("auto", "dcgm", "vllm", "triton", "tgi", "node")
 
 # node_exporter series, as its collectors name them (collector/infiniband_linux.go,
-# netclass_linux.go and netdev_common.go, diskstats_linux.go, filesystem_common.go):
+# netclass_linux.go and netdev_common.go, diskstats_linux.go, filesystem_common.go, mountstats_linux.go):
 # name -> (collector, quantity stored, is a counter).
 NODE_SERIES: dict[str, tuple[str, str, bool]] = {
     "node_infiniband_link_downed_total": ("infiniband", "link_downed", True),
@@ -109,6 +110,18 @@ NODE_SERIES: dict[str, tuple[str, str, bool]] = {
     "node_disk_writes_completed_total": ("disk", "writes", True),
     "node_filesystem_avail_bytes": ("filesystem", "avail_bytes", False),
     "node_filesystem_size_bytes": ("filesystem", "size_bytes", False),
+    # mountstats_linux.go (NFS): bytes moved to and from the server (not the read()/write() calls'
+    # bytes, which page-cache hits inflate), and the READ operations and their summed RTT.
+    "node_mountstats_nfs_total_read_bytes_total": ("mountstats", "nfs_read_bytes", True),
+    "node_mountstats_nfs_total_write_bytes_total": ("mountstats", "nfs_write_bytes", True),
+    "node_mountstats_nfs_operations_requests_total": ("mountstats", "nfs_read_ops", True),
+    "node_mountstats_nfs_operations_response_time_seconds_total": ("mountstats", "nfs_read_response_seconds", True),
+}
+# mountstats' per-operation series carry an ``operation`` label: only READ's are stored (the read
+# side of a datasets mount); the other operations' are ignored and counted.
+NODE_OPERATION = {
+    "node_mountstats_nfs_operations_requests_total": "READ",
+    "node_mountstats_nfs_operations_response_time_seconds_total": "READ",
 }
 # The labels that name what a node series measures, per collector; each must be there.
 NODE_LABELS = {
@@ -116,6 +129,7 @@ NODE_LABELS = {
     "netdev": ("device",),
     "disk": ("device",),
     "filesystem": ("device", "mountpoint", "fstype"),
+    "mountstats": ("export",),  # the mount's device as the filesystem collector names it
 }
 # Where a label becomes a column (an interface's name is ``device/port``: 120 + 1 + 7 <= 128).
 NODE_LABEL_LIMITS = {
@@ -123,6 +137,7 @@ NODE_LABEL_LIMITS = {
     "netdev": {"device": 128, "hostname": 253, "Hostname": 253},
     "disk": {"device": 128, "hostname": 253, "Hostname": 253},
     "filesystem": {"device": 255, "mountpoint": 512, "fstype": 32, "hostname": 253, "Hostname": 253},
+    "mountstats": {"export": 255, "hostname": 253, "Hostname": 253},
 }
 NODE_IGNORED_DEVICES = frozenset({"lo"})  # the loopback interface: no fabric
 
@@ -595,15 +610,18 @@ def _node_point(
     window: _Window,
     timestamp: float | None,
 ) -> NodePoint | None:
-    """One node_exporter value, or None when it is not stored (the loopback interface; a value no
-    read can use: NaN, ±Inf, past MAX_MAGNITUDE, a negative counter). A series without the labels
-    its collector always exports, or without a node, is refused naming the line."""
+    """One node_exporter value, or None when it is not stored (the loopback interface; an NFS
+    operation other than the one kept; a value no read can use: NaN, ±Inf, past MAX_MAGNITUDE, a
+    negative counter). A series without the labels its collector always exports, or without a
+    node, is refused naming the line. A mountstats value names its mount by ``export`` (kept as the
+    point's ``device``: the filesystem collector's ``device`` of that mount)."""
     source, quantity, counter = series
     _check_labels(line, name, labels, NODE_LABEL_LIMITS[source])
     for label in (*NODE_LABELS[source], "hostname", "Hostname"):
         if label in labels and not _IDENTITY_TEXT.fullmatch(labels[label]):
             raise _bad(line, f"label {label} must be printable text.", field=label)
-    for label in NODE_LABELS[source]:
+    operation = NODE_OPERATION.get(name)
+    for label in (*NODE_LABELS[source], *(("operation",) if operation else ())):
         if not labels.get(label):
             raise _bad(line, f"{name} without a {label} label (node_exporter always exports one).", field=label)
     host = labels.get("hostname") or labels.get("Hostname") or hostname
@@ -614,6 +632,8 @@ def _node_point(
     ts = window.time_of(timestamp, line)
     if source in ("infiniband", "netdev") and labels["device"] in NODE_IGNORED_DEVICES:
         return None
+    if operation is not None and labels["operation"] != operation:
+        return None  # another NFS operation (WRITE, GETATTR, ...): not stored
     if not sm.readable(value) or (counter and value < 0):
         return None
     return NodePoint(
@@ -622,7 +642,7 @@ def _node_point(
         quantity=quantity,
         ts=ts,
         value=value,
-        device=labels["device"],
+        device=labels["export"] if source == "mountstats" else labels["device"],
         port=labels.get("port", ""),
         mountpoint=labels.get("mountpoint", ""),
         fstype=labels.get("fstype", ""),
@@ -679,7 +699,7 @@ def store_exposition(
     ports = [p for p in exposition.node if p.source in ("infiniband", "netdev")]
     if ports:
         stored += store_port_points(site_id=site_id, batch_key=f"{batch_key}:port", points=ports)
-    storage = [p for p in exposition.node if p.source in ("filesystem", "disk")]
+    storage = [p for p in exposition.node if p.source in ("filesystem", "mountstats", "disk")]
     if storage:
         stored += store_storage_points(site_id=site_id, batch_key=f"{batch_key}:storage", points=storage)
     return stored

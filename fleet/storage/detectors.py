@@ -3,7 +3,8 @@ the jobs on their nodes to the findings present now, registered with the inciden
 GPU-health and training detectors.
 
 * storage-starvation: jobs reading a datasets mount stall on input data while the file system's
-  backing disk saturates or its read throughput falls: one finding per file system naming them;
+  backing disk saturates, its NFS READs slow down, or its read throughput falls: one finding per
+  file system naming them;
 * storage-checkpoint-full: a checkpoints mount under the free-space threshold (setting
   ``STORAGE_CHECKPOINT_FREE_FRACTION``, default 10 %), or projected to fill within a day.
 
@@ -19,10 +20,14 @@ most one detector interval old, and a stall is sustained over minutes).
 
 One file system, one finding: a network file system (NFS, Lustre, WEKA, ...: a device naming a
 server, or a network fstype) mounted on many nodes is one file system per (site, fstype, device,
-mount point); a local one (NVMe) is one per node and mount point. Its backing device is the
-diskstats device named by the mount's ``/dev/`` device (``/dev/nvme0n1p1`` -> ``nvme0n1p1``);
-a network file system has none in diskstats (its mountstats are not stored yet), so its
-starvation cannot be judged and it raises none.
+mount point); a local one (NVMe) is one per node and mount point. A local file system is judged
+by its backing device, the diskstats device named by the mount's ``/dev/`` device
+(``/dev/nvme0n1p1`` -> ``nvme0n1p1``); a network file system has none in diskstats and is judged
+by its mounts' mountstats (NFS: node_exporter's mountstats collector, per export), summed over
+the nodes that mount it: the bytes read from the server, and the READ operations' mean response
+time. ``fs_window`` picks the one or the other, for this detector and for the correlation
+(fleet.correlation.causes). A network file system without mountstats (Lustre, WEKA: their
+clients print none) cannot be judged and raises none.
 
 Every finding carries the labels a correlation needs: site, mountpoint, fstype, device, nodes
 (comma-joined hostnames; ``hostname`` too for a local file system) and jobs (comma-joined job
@@ -54,6 +59,12 @@ WINDOW = timedelta(minutes=5)  # the recent stretch judged (whole minutes before
 BASELINE = timedelta(hours=1)  # the read throughput before it, that a drop is measured against
 MIN_RECENT_MINUTES = 3  # minutes of disk rollups the window needs to judge
 IO_SATURATED = 0.9  # io_time seconds per second: the device busy nearly all the time
+# NFS: a READ's mean response time (server round trip) over the window at or above this starves the
+# readers, whatever it was before (as a saturated disk does); an NVMe-backed NFS or VAST/WEKA
+# server answers a 1 MiB READ in a few ms, a disk-backed one in 10-20 ms. The hour before is
+# reported with it.
+SLOW_READ_SECONDS = 0.05
+MIN_READS = 10  # READs in the window for their mean response time to count
 READ_DROP = 0.5  # recent read throughput at or below (1 - this) x the baseline's is a drop
 MIN_BASELINE_READ = 1e6  # bytes/s: a baseline below this is idle, not a throughput to fall from
 DATA_STALL = "training-data-stall"
@@ -142,17 +153,29 @@ def stalled_jobs() -> dict[int, dict[str, Any]]:
 
 
 @dataclass(frozen=True)
-class DiskWindow:
+class StorageWindow:
+    """A file system's recent figures: over the last WINDOW whole minutes, and the BASELINE before."""
+
     io_util: float | None  # io_time seconds per second over the window (the busiest device)
-    read_rate: float | None  # bytes/s over the window, summed over the devices
+    read_rate: float | None  # bytes/s over the window, summed over the devices (or the NFS mounts)
     baseline_read_rate: float | None  # bytes/s over the hour before
+    read_latency: float | None = None  # NFS: seconds per READ over the window, all its mounts
+    baseline_read_latency: float | None = None  # NFS: seconds per READ over the hour before
 
 
-def disk_window(now: datetime, devices: list[tuple[int, str]]) -> DiskWindow:
+def fs_window(now: datetime, fs: FileSystem) -> StorageWindow:
+    """The figures a file system is judged by: a network file system's mountstats over its mounts,
+    a local one's backing disk."""
+    if fs.network:
+        return mount_window(now, [pk for pk, _, _ in fs.mounts])
+    return disk_window(now, fs.backing())
+
+
+def disk_window(now: datetime, devices: list[tuple[int, str]]) -> StorageWindow:
     """The backing devices' I/O time and read throughput over the last WINDOW whole minutes and
     the BASELINE before, from the 1-minute rollups' increases (resets counted as increase())."""
     if not devices:
-        return DiskWindow(None, None, None)
+        return StorageWindow(None, None, None)
     end = now.replace(second=0, microsecond=0)
     cut = end - WINDOW
     with connection.cursor() as cursor:
@@ -187,17 +210,70 @@ def disk_window(now: datetime, devices: list[tuple[int, str]]) -> DiskWindow:
         else:
             read[recent] += rate
             seen.add(recent)
-    return DiskWindow(
+    return StorageWindow(
         max(util) if util else None,
         read[True] if True in seen else None,
         read[False] if False in seen else None,
     )
 
 
-def starving(w: DiskWindow) -> str:
+def mount_window(now: datetime, mount_ids: list[int]) -> StorageWindow:
+    """NFS mounts' mountstats over the last WINDOW whole minutes and the BASELINE before, from the
+    1-minute rollups' increases (resets counted as increase()): the bytes read from the server per
+    second, summed over the mounts, and the mean response time of a READ (the READs' summed
+    response time over their count, all mounts together). No I/O time: a network mount has none."""
+    if not mount_ids:
+        return StorageWindow(None, None, None)
+    end = now.replace(second=0, microsecond=0)
+    cut = end - WINDOW
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT mount_id, quantity, bucket >= %(cut)s AS recent, count(*), sum(increase)
+            FROM fleet_mountrollup_1m
+            WHERE mount_id = ANY(%(ids)s)
+              AND quantity IN ('nfs_read_bytes', 'nfs_read_ops', 'nfs_read_response_seconds')
+              AND bucket >= %(start)s AND bucket < %(end)s
+            GROUP BY 1, 2, 3
+            """,
+            {"cut": cut, "start": cut - BASELINE, "end": end, "ids": mount_ids},
+        )
+        rows = cursor.fetchall()
+    read: dict[bool, float] = defaultdict(float)
+    seen: set[bool] = set()
+    ops: dict[bool, float] = defaultdict(float)
+    waited: dict[bool, float] = defaultdict(float)
+    for _mount, quantity, recent, minutes, increase in rows:
+        if recent and minutes < MIN_RECENT_MINUTES:
+            continue
+        if quantity == "nfs_read_bytes":
+            read[recent] += (increase or 0.0) / (minutes * 60)
+            seen.add(recent)
+        elif quantity == "nfs_read_ops":
+            ops[recent] += increase or 0.0
+        else:
+            waited[recent] += increase or 0.0
+
+    def latency(recent: bool) -> float | None:
+        return waited[recent] / ops[recent] if ops[recent] >= MIN_READS else None
+
+    return StorageWindow(
+        None,
+        read[True] if True in seen else None,
+        read[False] if False in seen else None,
+        latency(True),
+        latency(False),
+    )
+
+
+def starving(w: StorageWindow) -> str:
     """Why the file system starves its readers ('' when it does not)."""
     if w.io_util is not None and w.io_util >= IO_SATURATED:
         return f"its disk is busy {min(w.io_util, 1.0):.0%} of the time"
+    if w.read_latency is not None and w.read_latency >= SLOW_READ_SECONDS:
+        before = w.baseline_read_latency
+        was = f", {before * 1000:.0f} ms the hour before" if before is not None else ""
+        return f"its READs take {w.read_latency * 1000:.0f} ms each{was}"
     if (
         w.read_rate is not None
         and w.baseline_read_rate is not None
@@ -211,11 +287,13 @@ def starving(w: DiskWindow) -> str:
 @register("storage-starvation")
 def storage_starvation(now: datetime) -> list[FindingSpec]:
     """A datasets file system whose readers stall on input data (each a firing data-stall finding)
-    while, over the last 5 minutes, its backing disk's I/O time is >= 0.9 s per second or its read
-    throughput fell to half or less of the hour before (from >= 1 MB/s): one SEV3 finding naming
-    the stalled jobs, their data-wait fractions and GPU-hours stalled (their data-stall findings'
-    GPU-hours lost). Queries: the mounts, the firing data-stall findings, the jobs on the mounts'
-    nodes, and one disk read per file system with a stalled job on it."""
+    while, over the last 5 minutes, its backing disk's I/O time is >= 0.9 s per second (local), its
+    NFS READs take >= 50 ms each on average over >= 10 of them (network, from mountstats), or its
+    read throughput (the disk's, or the bytes its NFS mounts read from the server) fell to half or
+    less of the hour before (from >= 1 MB/s): one SEV3 finding naming the stalled jobs, their
+    data-wait fractions and GPU-hours stalled (their data-stall findings' GPU-hours lost). Queries:
+    the mounts, the firing data-stall findings, the jobs on the mounts' nodes, and one series read
+    per file system with a stalled job on it (fs_window)."""
     stalled = stalled_jobs()
     if not stalled:
         return []
@@ -226,7 +304,7 @@ def storage_starvation(now: datetime) -> list[FindingSpec]:
         jobs = [j for j in _jobs(placed, fs) if j.pk in stalled]
         if not jobs:
             continue
-        window = disk_window(now, fs.backing())
+        window = fs_window(now, fs)
         why = starving(window)
         if not why:
             continue
@@ -262,6 +340,8 @@ def storage_starvation(now: datetime) -> list[FindingSpec]:
                     "io_utilisation": None if window.io_util is None else round(window.io_util, 3),
                     "read_bytes_per_s": window.read_rate,
                     "baseline_read_bytes_per_s": window.baseline_read_rate,
+                    "read_seconds_per_op": window.read_latency,
+                    "baseline_read_seconds_per_op": window.baseline_read_latency,
                 },
                 category="storage",
             )

@@ -2,16 +2,20 @@
 mounts' and disks' 1-minute rollups (never raw samples).
 
 * A mount's free space: its latest ``avail_bytes`` of ``size_bytes``.
-* A mount's throughput and I/O time: its block device's disk counters (a local mount on
-  ``/dev/nvme0n1p2`` reads disk ``nvme0n1``), read and written bytes per second and the share of
-  the window the disk was busy (``io_time_seconds``). A network file system (NFS, Lustre) has no
-  block device on the node: its traffic shows as the node's storage-fabric receive bytes below.
+* A mount's throughput and I/O time: a local mount's from its block device's disk counters (a
+  mount on ``/dev/nvme0n1p2`` reads disk ``nvme0n1``), read and written bytes per second and the
+  share of the window the disk was busy (``io_time_seconds``). A network file system has no block
+  device on the node: an NFS mount's throughput is its mountstats' bytes read from and written to
+  the server (``nfs_read_bytes``, ``nfs_write_bytes``) per second, with its READs' mean response
+  time (``read_seconds_per_op``), and no I/O time; a network mount without mountstats (Lustre,
+  WEKA) shows none, its traffic counted in the node's storage-fabric receive bytes below.
 * Jobs reading from a mount: the jobs holding GPUs on the mount's node now, from
   fleet.telemetry.placement, the one locator the storage detectors read too (storage does not
   import training: training registers it). Fabric's storage-fabric receive bytes come in through
   register_fabric_reads, wired by fleet.apps.
 * A GPU server's read throughput: per minute its disks' read bytes plus its storage-fabric
-  ports' received bytes, per second; its peak minute and its average against the
+  ports' received bytes, per second (not its NFS mounts' mountstats: that traffic arrives through
+  the storage-fabric ports, and would count twice); its peak minute and its average against the
   NEED_BYTES_PER_SECOND a training server needs (10-20 GB/s), so an under-provisioned tier shows:
   a training server (one that mounts a datasets file system, or holds a training job now) that
   read but never reached 10 GB/s in a minute is below need. An idle one is not, and an inference
@@ -32,6 +36,7 @@ from django.utils import timezone
 from console.ranges import Window, window_from_query
 from fleet.choices import MountPurpose
 from fleet.inventory.models import Gpu, NodeMount
+from fleet.storage.store import MOUNT_COUNTERS
 from fleet.telemetry.placement import jobs_on_hosts
 
 PRESETS = {"1h": timedelta(hours=1), "6h": timedelta(hours=6), "24h": timedelta(hours=24)}
@@ -80,13 +85,16 @@ def disk_of(device: str, disks: Iterable[str]) -> str | None:
     return None
 
 
-def _mount_gauges(start: datetime, end: datetime, ids: list[int]) -> dict[int, dict[str, float]]:
+def _mount_figures(start: datetime, end: datetime, ids: list[int]) -> dict[int, dict[str, float]]:
+    """mount id -> {quantity: the latest value (a gauge) or the increase over the window (a
+    mountstats counter)}, and ``_seen``: its latest minute."""
     if not ids:
         return {}
     with connection.cursor() as cursor:
         cursor.execute(
             """
-            SELECT mount_id, quantity, (array_agg(last ORDER BY bucket DESC))[1], max(bucket)
+            SELECT mount_id, quantity, (array_agg(last ORDER BY bucket DESC))[1], max(bucket),
+                   coalesce(sum(increase), 0)
             FROM fleet_mountrollup_1m
             WHERE mount_id = ANY(%s) AND bucket >= %s AND bucket < %s
             GROUP BY mount_id, quantity
@@ -94,8 +102,8 @@ def _mount_gauges(start: datetime, end: datetime, ids: list[int]) -> dict[int, d
             [ids, start, end],
         )
         out: dict[int, dict[str, Any]] = defaultdict(dict)
-        for mount_id, quantity, last, latest in cursor.fetchall():
-            out[mount_id][quantity] = last
+        for mount_id, quantity, last, latest, increase in cursor.fetchall():
+            out[mount_id][quantity] = increase if quantity in MOUNT_COUNTERS else last
             out[mount_id]["_seen"] = max(latest, out[mount_id].get("_seen", latest))
         return out
 
@@ -115,8 +123,9 @@ def _disk_minutes(start: datetime, end: datetime, node_ids: list[int] | None) ->
 
 
 def mounts(win: Window, *, node_id: int | None = None) -> list[dict[str, Any]]:
-    """Every mount (of one node, or all) with free space, its disk's throughput and I/O time over
-    the window, and the running jobs on its node."""
+    """Every mount (of one node, or all) with free space, its throughput over the window (a local
+    mount's disk, with its I/O time; an NFS mount's mountstats, with its READs' mean response
+    time), and the running jobs on its node."""
     rows = NodeMount.objects.values(
         "id", "mountpoint", "fstype", "device", "purpose", "node_id", "node__hostname", "node__site__name"
     ).order_by("node__hostname", "mountpoint")
@@ -124,7 +133,7 @@ def mounts(win: Window, *, node_id: int | None = None) -> list[dict[str, Any]]:
         rows = rows.filter(node_id=node_id)
     rows = list(rows)
     node_ids = sorted({r["node_id"] for r in rows})
-    gauges = _mount_gauges(win.start, win.end, [r["id"] for r in rows])
+    gauges = _mount_figures(win.start, win.end, [r["id"] for r in rows])
     disks: dict[tuple[int, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for node, device, _, quantity, increase in _disk_minutes(win.start, win.end, node_ids):
         disks[(node, device)][quantity] += increase
@@ -139,6 +148,14 @@ def mounts(win: Window, *, node_id: int | None = None) -> list[dict[str, Any]]:
         size, avail = g.get("size_bytes"), g.get("avail_bytes")
         disk = disk_of(r["device"], per_node_disks[r["node_id"]])
         d = disks.get((r["node_id"], disk)) if disk else None
+        nfs = "nfs_read_bytes" in g or "nfs_write_bytes" in g
+        if d is None and nfs:
+            d = {
+                "read_bytes": g.get("nfs_read_bytes", 0.0),
+                "written_bytes": g.get("nfs_write_bytes", 0.0),
+                "io_time_seconds": None,
+            }
+        reads = g.get("nfs_read_ops")
         out.append(
             {
                 "id": r["id"],
@@ -154,7 +171,10 @@ def mounts(win: Window, *, node_id: int | None = None) -> list[dict[str, Any]]:
                 "free_pct": round(100 * avail / size, 1) if size and avail is not None else None,
                 "read_bytes_per_second": d["read_bytes"] / seconds if d else None,
                 "written_bytes_per_second": d["written_bytes"] / seconds if d else None,
-                "io_busy_pct": round(100 * d["io_time_seconds"] / seconds, 1) if d else None,
+                "io_busy_pct": round(100 * d["io_time_seconds"] / seconds, 1)
+                if d and d["io_time_seconds"] is not None
+                else None,
+                "read_seconds_per_op": g.get("nfs_read_response_seconds", 0.0) / reads if reads else None,
                 "last_seen": g["_seen"].isoformat() if "_seen" in g else None,
                 "jobs": jobs.get(r["node_id"], []),
             }

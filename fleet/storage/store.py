@@ -1,36 +1,70 @@
 """Writing storage series: node_exporter's filesystem collector (per mount: ``device``,
-``mountpoint``, ``fstype``) and its diskstats collector (per block ``device``). A mount is
-registered on first sighting under its node (fleet.inventory.models.NodeMount)."""
+``mountpoint``, ``fstype``), its mountstats collector (per NFS ``export``) and its diskstats
+collector (per block ``device``). A mount is registered on first sighting under its node
+(fleet.inventory.models.NodeMount) from its filesystem series.
+
+mountstats names no mount point, only the export (``10.0.4.20:/datasets``), which is the
+filesystem collector's ``device`` of that mount: its values go to the node's mounts of that device
+(node_exporter prints one export's figures once per node, however many times it is mounted: the
+kernel shares them between mounts of one export, so each of its mounts carries them). An export
+with no mount known on its node (its filesystem series not seen yet, or never: a mount the
+filesystem collector excludes) registers nothing, since it names no mount point: its values are not
+written, and are counted in ``goodput_ingest_ignored_total{door="node_mountstats"}`` (as are those
+of another site's node). One export reached over two transports or server addresses (two series
+differing in ``protocol`` or ``mountaddr``) is summed into its mounts' values.
+"""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 
 from django.db import transaction
 
-from console import live
+from console import counters, live
 from fleet.inventory.models import NodeMount, purpose_of_mountpoint
 from fleet.telemetry import partitions
 from fleet.telemetry.series import NodePoint, SeriesTable, site_nodes, store_series
 
 MOUNT_GAUGES = frozenset({"avail_bytes", "size_bytes"})
+# mountstats (NFS), per export: bytes from and to the server, READ operations and their summed RTT.
+MOUNT_COUNTERS = frozenset({"nfs_read_bytes", "nfs_write_bytes", "nfs_read_ops", "nfs_read_response_seconds"})
 DISK_COUNTERS = frozenset({"io_time_seconds", "read_bytes", "written_bytes", "reads", "writes"})
-MOUNTS = SeriesTable(partitions.MOUNT_SAMPLES, partitions.MOUNT_ROLLUP_1M, ("mount_id",), ("int8",), frozenset())
+MOUNTS = SeriesTable(partitions.MOUNT_SAMPLES, partitions.MOUNT_ROLLUP_1M, ("mount_id",), ("int8",), MOUNT_COUNTERS)
 DISKS = SeriesTable(
     partitions.DISK_SAMPLES, partitions.DISK_ROLLUP_1M, ("node_id", "device"), ("int8", "text"), DISK_COUNTERS
 )
 
 
 def store_storage_points(*, site_id: int, batch_key: str, points: Sequence[NodePoint]) -> int:
-    """Store file system and disk values under a batch key (one key per table); return the rows
-    written (0: a redelivery)."""
-    mounts = [p for p in points if p.source == "filesystem"]
+    """Store file system, mountstats and disk values under a batch key (one key per table); return
+    the rows written (0: a redelivery)."""
+    mounts = [p for p in points if p.source in ("filesystem", "mountstats")]
     disks = [p for p in points if p.source == "disk"]
     stored = 0
+    unmounted = 0
 
     def mount_rows() -> list[tuple]:
-        ids = _resolve_mounts(site_id, mounts)
-        return [(ids[key], p.ts, p.quantity, p.value) for p in mounts if (key := (p.hostname, p.mountpoint)) in ids]
+        nonlocal unmounted
+        # The filesystem series first: a mount seen for the first time in this push is registered
+        # before its export's mountstats look for it.
+        ids = _resolve_mounts(site_id, [p for p in mounts if p.source == "filesystem"])
+        rows = [
+            (ids[key], p.ts, p.quantity, p.value)
+            for p in mounts
+            if p.source == "filesystem" and (key := (p.hostname, p.mountpoint)) in ids
+        ]
+        nfs = [p for p in mounts if p.source == "mountstats"]
+        exports = _resolve_exports(site_id, nfs)
+        unmounted = 0
+        # One export reached over two transports or addresses is two series of one mount: summed.
+        summed: dict[tuple, float] = defaultdict(float)
+        for p in nfs:
+            targets = exports.get((p.hostname, p.device), [])
+            unmounted += not targets
+            for pk in targets:
+                summed[(pk, p.ts, p.quantity)] += p.value
+        return rows + [(pk, ts, quantity, value) for (pk, ts, quantity), value in summed.items()]
 
     def disk_rows() -> list[tuple]:
         nodes = site_nodes(site_id, (p.hostname for p in disks))
@@ -40,6 +74,8 @@ def store_storage_points(*, site_id: int, batch_key: str, points: Sequence[NodeP
         stored += store_series(
             MOUNTS, site_id=site_id, batch_key=f"{batch_key}:mount", stamps=[p.ts for p in mounts], rows=mount_rows
         )
+    if unmounted:
+        counters.increment("goodput_ingest_ignored_total", unmounted, door="node_mountstats")
     if disks:
         stored += store_series(
             DISKS, site_id=site_id, batch_key=f"{batch_key}:disk", stamps=[p.ts for p in disks], rows=disk_rows
@@ -49,8 +85,27 @@ def store_storage_points(*, site_id: int, batch_key: str, points: Sequence[NodeP
     return stored
 
 
+def _resolve_exports(site_id: int, points: Sequence[NodePoint]) -> dict[tuple[str, str], list[int]]:
+    """(hostname, export) -> the ids of the node's mounts of that device (none registered here)."""
+    if not points:
+        return {}
+    nodes = site_nodes(site_id, (p.hostname for p in points))
+    wanted = {(p.hostname, p.device) for p in points if p.hostname in nodes}
+    hostnames = {node_id: h for h, node_id in nodes.items()}
+    found = NodeMount.objects.filter(
+        node_id__in={nodes[h] for h, _ in wanted}, device__in={d for _, d in wanted}
+    ).values_list("id", "node_id", "device")
+    out: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for pk, node_id, device in found.order_by("id"):
+        if (key := (hostnames[node_id], device)) in wanted:
+            out[key].append(pk)
+    return dict(out)
+
+
 def _resolve_mounts(site_id: int, points: Sequence[NodePoint]) -> dict[tuple[str, str], int]:
     """(hostname, mount point) -> mount id, registering the new ones."""
+    if not points:
+        return {}
     nodes = site_nodes(site_id, (p.hostname for p in points))
     wanted = {(p.hostname, p.mountpoint): p for p in points if p.hostname in nodes}
     if not wanted:

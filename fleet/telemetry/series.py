@@ -27,10 +27,11 @@ LOOKBACK = timedelta(minutes=10)  # how far back a minute's first sample looks f
 class NodePoint:
     """One node_exporter value as the door read it: which collector, the labels that name what it
     measures (``device``/``port`` for a port, ``device``/``mountpoint``/``fstype`` for a mount,
-    ``device`` for a disk), the quantity it maps to, and when."""
+    ``device`` for a disk, ``device`` = the NFS export for a mount's mountstats), the quantity it
+    maps to, and when."""
 
     hostname: str
-    source: str  # infiniband, netdev, filesystem, disk
+    source: str  # infiniband, netdev, filesystem, mountstats, disk
     quantity: str
     ts: datetime
     value: float

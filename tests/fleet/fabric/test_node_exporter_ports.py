@@ -53,16 +53,21 @@ def test_ports_become_interfaces_of_the_node_with_kind_rate_and_default_fabric(c
 
 def test_the_unknown_series_are_counted_as_ignored(client, token_a) -> None:
     body = push(client, token_a, FIXTURE).json()
+    # Mapped: a known name, not the loopback, and of mountstats' per-operation series only READ's.
     mapped = [
-        (n, labels) for n, labels, _ in fixture_samples("node_") if n in NODE_SERIES and labels.get("device") != "lo"
+        (n, labels)
+        for n, labels, _ in fixture_samples("node_")
+        if n in NODE_SERIES and labels.get("device") != "lo" and labels.get("operation", "READ") == "READ"
     ]
     total = len(fixture_samples("node_"))
-    assert body["node_samples"] == len(mapped) == 46
-    assert body["ignored"] == total - len(mapped) == 12
+    assert body["node_samples"] == len(mapped) == 46 + 4  # 4: the NFS mount's mountstats
+    assert body["ignored"] == total - len(mapped) == 12 + 8
     assert body["ignored_metrics"]["node_cpu_seconds_total"] == 2
     assert body["ignored_metrics"]["node_infiniband_info"] == 2
     assert body["ignored_metrics"]["node_load1"] == 1
     assert body["ignored_metrics"]["node_network_receive_bytes_total"] == 1  # lo
+    assert body["ignored_metrics"]["node_mountstats_nfs_operations_requests_total"] == 2  # GETATTR, WRITE
+    assert body["ignored_metrics"]["node_mountstats_nfs_read_bytes_total"] == 1  # read() calls, cache hits too
 
 
 def test_counters_roll_up_as_increase_with_a_reset_in_the_middle(client, token_a) -> None:

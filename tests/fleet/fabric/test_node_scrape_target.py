@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from fleet.models import DiskSample, NodeInterface, NodeMount, PortSample, ScrapeTarget
+from fleet.models import DiskSample, MountSample, NodeInterface, NodeMount, PortSample, ScrapeTarget
 from fleet.tasks import schedule_scrapes
 from tests.fleet.fabric.node_exporter import FIXTURE
 
@@ -47,10 +47,15 @@ def test_a_node_target_stores_ports_mounts_and_disks_under_its_hostname(site_a, 
     )
     schedule_scrapes()
     target.refresh_from_db()
-    assert (target.health, target.last_error, target.last_samples) == ("up", "", 46)
+    # 30 port values, 10 disk values, 6 file system values and the NFS mount's 4 mountstats values.
+    assert (target.health, target.last_error, target.last_samples) == ("up", "", 30 + 10 + 6 + 4)
     assert NodeInterface.objects.filter(node__hostname="gpu-a-017", node__site=site_a).count() == 3
     assert NodeMount.objects.filter(node__hostname="gpu-a-017").count() == 3
     assert PortSample.objects.count() == 30 and DiskSample.objects.count() == 10
+    assert MountSample.objects.count() == 6 + 4
+    assert set(MountSample.objects.filter(quantity__startswith="nfs_").values_list("mount__mountpoint", flat=True)) == {
+        "/mnt/datasets"
+    }
 
 
 def test_a_node_target_without_a_hostname_is_down_saying_so(site_a, node_exporter_url) -> None:

@@ -44,7 +44,7 @@ remote_write:
       credentials: "{token}"
     write_relabel_configs:
       - source_labels: [__name__]
-        regex: "DCGM_FI_.*|vllm:.*|nv_.*|tgi_.*|node_(infiniband|network|disk|filesystem)_.*"
+        regex: "DCGM_FI_.*|vllm:.*|nv_.*|tgi_.*|node_(infiniband|network|disk|filesystem|mountstats)_.*"
         action: keep
     queue_config:
       batch_send_deadline: 1s
