@@ -69,6 +69,10 @@ CHECKPOINT_FS = 2.0e15  # bytes: the site's checkpoint file system (2 PB)
 OS_DISK = 1.92e12
 DATA_RAID = 30.7e12  # 8 x 3.84 TB
 MODEL_CACHE = 7.68e12
+NFS_SERVER = "10.20.0.5"  # the checkpoint file system's server (mountstats' mountaddr)
+NFS_WRITE = 1.5e8  # bytes/s of checkpoints a working node writes, on average
+NFS_READ = 2e6
+NFS_READ_S = 0.002  # seconds per 1 MiB READ
 SCRAPE_S = 15.0  # what a minute's rollup counts as samples
 
 Activity = Callable[[str, datetime], dict[str, float]]  # hostname -> {work, hung, idle: share}
@@ -101,6 +105,11 @@ class SimMount:
     device: str
     size: float
     free_share: float
+    counters: dict[str, float] = field(default_factory=dict)  # an NFS mount's mountstats
+
+    @property
+    def nfs(self) -> bool:
+        return self.fstype.startswith("nfs")
 
 
 @dataclass
@@ -128,6 +137,7 @@ class Figures:
     port_rates: dict[str, dict[str, float]]  # port name -> counter -> per second
     port_state: dict[str, float]  # port name -> lowest state in the stretch
     disk_rates: dict[str, dict[str, float]]
+    nfs_rates: dict[str, dict[str, float]]  # mountpoint -> mountstats quantity -> per second
     free: dict[str, float]  # mountpoint -> available bytes
 
 
@@ -267,13 +277,23 @@ class NodeExporterSimulator:
                 "writes": written * jitter / 6.5e4,
                 "io_time_seconds": min(1.0, busy),
             }
+        nfs_rates = {}
+        for mount in node.mounts:
+            if mount.nfs:  # checkpoint saves written, a restore read now and then; 1 MiB READs at ~2 ms
+                read = NFS_READ * (0.5 + work) * self.rng.uniform(0.8, 1.2)
+                nfs_rates[mount.mountpoint] = {
+                    "nfs_write_bytes": NFS_WRITE * work * self.rng.uniform(0.8, 1.2),
+                    "nfs_read_bytes": read,
+                    "nfs_read_ops": read / 2**20,
+                    "nfs_read_response_seconds": read / 2**20 * NFS_READ_S,
+                }
         free = {}
         for mount in node.mounts:
             share = mount.free_share
             if mount.fstype == "nfs4":  # checkpoints written and pruned over the day: +-1 %
                 share += 0.01 * math.sin(2 * math.pi * (end.timestamp() % 86400) / 86400)
             free[mount.mountpoint] = mount.size * share
-        return Figures(port_rates, port_state, disk_rates, free)
+        return Figures(port_rates, port_state, disk_rates, nfs_rates, free)
 
     def advance(self, node: SimNode, figures: Figures, start: datetime, end: datetime) -> None:
         """Count the stretch into the node's counters (and its flaps)."""
@@ -288,6 +308,9 @@ class NodeExporterSimulator:
         for disk in node.disks:
             for quantity, rate in figures.disk_rates[disk.device].items():
                 disk.counters[quantity] += rate * seconds
+        for mount in node.mounts:
+            for quantity, rate in figures.nfs_rates.get(mount.mountpoint, {}).items():
+                mount.counters[quantity] = mount.counters.get(quantity, 0.0) + rate * seconds
 
     # --- node_exporter's text ------------------------------------------------------------------------
 
@@ -334,6 +357,12 @@ class NodeExporterSimulator:
                     f"node_filesystem_avail_bytes{labels} {f.free[mount.mountpoint]:.17g}"
                 )
                 lines["node_filesystem_size_bytes"].append(f"node_filesystem_size_bytes{labels} {mount.size:.17g}")
+                if mount.nfs and mount.counters:
+                    server = f'export="{mount.device}",{host},mountaddr="{NFS_SERVER}"'
+                    for name, quantity in NFS_METRICS.items():
+                        op = ',operation="READ"' if "operations" in name else ""
+                        value = mount.counters[quantity]
+                        lines[name].append(f'{name}{{{server}{op},protocol="tcp"}} {value:.17g}')
         stamp = f" {round(at.timestamp() * 1000)}" if at is not None else ""
         out = []
         for name, kind in EXPOSITION:
@@ -382,6 +411,7 @@ class NodeExporterSimulator:
                 f = self.figures(node, bucket, end)
                 before = {p.name: dict(p.counters) for p in node.ports}
                 disks_before = {d.device: dict(d.counters) for d in node.disks}
+                mounts_before = {m.mountpoint: dict(m.counters) for m in node.mounts}
                 self.advance(node, f, bucket, end)
                 for port in node.ports:
                     rows: dict[str, tuple] = {}
@@ -405,6 +435,9 @@ class NodeExporterSimulator:
                         "avail_bytes": (samples, None, free, free, free),
                         "size_bytes": (samples, None, mount.size, mount.size, mount.size),
                     }
+                    for quantity, value in mount.counters.items():
+                        old = mounts_before[mount.mountpoint].get(quantity, 0.0)
+                        rows[quantity] = (samples, value - old, old, value, value)
                     yield node.hostname, "mount", mount.mountpoint, bucket, rows
 
 
@@ -420,6 +453,12 @@ DISK_METRICS = {
     "node_disk_reads_completed_total": "reads",
     "node_disk_writes_completed_total": "writes",
     "node_disk_io_time_seconds_total": "io_time_seconds",
+}
+NFS_METRICS = {
+    "node_mountstats_nfs_total_read_bytes_total": "nfs_read_bytes",
+    "node_mountstats_nfs_total_write_bytes_total": "nfs_write_bytes",
+    "node_mountstats_nfs_operations_requests_total": "nfs_read_ops",
+    "node_mountstats_nfs_operations_response_time_seconds_total": "nfs_read_response_seconds",
 }
 EXPOSITION = (
     ("node_infiniband_link_downed_total", "counter"),
@@ -438,4 +477,5 @@ EXPOSITION = (
     *((name, "counter") for name in DISK_METRICS),
     ("node_filesystem_avail_bytes", "gauge"),
     ("node_filesystem_size_bytes", "gauge"),
+    *((name, "counter") for name in NFS_METRICS),
 )

@@ -56,10 +56,12 @@
     Plotly.react("chart-throughput", traces, Object.assign({}, LAYOUT, { yaxis: Object.assign({}, LAYOUT.yaxis, { title: { text: "GB/s" } }) }), CONFIG);
   }
 
-  function drawFlaps(flaps) {
+  function drawFlaps(flaps, win) {
     var trace = { x: flaps.map(function (f) { return f.ts; }), y: flaps.map(function (f) { return f.hostname + " " + f.interface; }),
       text: flaps.map(function (f) { return f.flaps + " flap(s)"; }), mode: "markers", type: "scatter", marker: { size: 9, color: "#e5534b" } };
-    Plotly.react("chart-flaps", [trace], Object.assign({}, LAYOUT, { yaxis: { gridcolor: "#2a323d", type: "category", automargin: true }, showlegend: false }), CONFIG);
+    // The whole window on the time axis: one flap alone would otherwise zoom it to milliseconds.
+    var xaxis = Object.assign({}, LAYOUT.xaxis, win ? { range: [win.from, win.to] } : {});
+    Plotly.react("chart-flaps", [trace], Object.assign({}, LAYOUT, { xaxis: xaxis, yaxis: { gridcolor: "#2a323d", type: "category", automargin: true }, showlegend: false }), CONFIG);
   }
 
   function load() {
@@ -70,7 +72,7 @@
       renderWorst(snap.worst_ports);
       throughput = snap.throughput;
       drawThroughput();
-      drawFlaps(snap.flaps);
+      drawFlaps(snap.flaps, snap.window);
       range.zoomOn(["chart-throughput", "chart-flaps"]);
       stamp(snap.ts);
     });

@@ -92,7 +92,10 @@ def _counters(text: str) -> dict[tuple[str, str, str], float]:
         name, rest = line.split("{", 1)
         labels = dict(pair.split("=", 1) for pair in rest.split("}")[0].split(","))
         labels = {k: v.strip('"') for k, v in labels.items()}
-        where = labels.get("mountpoint") or (labels["device"] + ("/" + labels["port"] if "port" in labels else ""))
+        if "export" in labels:  # mountstats: per export
+            where = labels["export"]
+        else:
+            where = labels.get("mountpoint") or (labels["device"] + ("/" + labels["port"] if "port" in labels else ""))
         out[(name, labels["hostname"], where)] = float(rest.split("} ")[1].split()[0])
     return out
 
@@ -193,6 +196,15 @@ def test_a_flap_takes_the_port_down_once_and_a_slow_raid_saturates() -> None:
     # Saturated: busy 99 % of the time, reading a third of what it did.
     busy = ("node_disk_io_time_seconds_total", host, "md0")
     assert (later[busy] - during[busy]) / 60 > 0.9
+    # The checkpoint file system's mountstats: checkpoints written, 1 MiB READs at about 2 ms.
+    export = next(m.device for m in sim.nodes[host].mounts if m.nfs)
+    written = ("node_mountstats_nfs_total_write_bytes_total", host, export)
+    assert 5e7 < (later[written] - during[written]) / 60 < 5e8
+    ops, spent = (
+        later[(f"node_mountstats_nfs_operations_{q}_total", host, export)]
+        for q in ("requests", "response_time_seconds")
+    )
+    assert spent / ops == pytest.approx(0.002)
 
 
 def test_a_hung_or_idle_node_carries_no_collective_traffic() -> None:
