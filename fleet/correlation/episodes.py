@@ -18,8 +18,9 @@ the cause) to its clear, or now while it fires. Over that window, per node of th
   are down at the window's end;
 * its datasets and checkpoints mounts (storage.services.mounts: read throughput, I/O busy and free
   space over the window), each datasets file system judged by the starvation detector's own test
-  (storage.detectors.starving over disk_window at the window's end), a disk busy at or over the
-  detector's line (storage.detectors.IO_SATURATED) marked saturated.
+  (storage.detectors.starving over disk_window at the window's end; for data stalls only, the
+  episodes storage can cause), a disk busy at or over the detector's line
+  (storage.detectors.IO_SATURATED) marked saturated.
 
 The cause, when the finding names one (``impact["caused_by"]``), links to its incident: the cause
 finding's, else the episode's own (the engine puts both in one).
@@ -121,21 +122,22 @@ def _ports(win: Window, node_ids: list[int], hosts: set[str]) -> dict[str, list[
     return out
 
 
-def _starving(end: datetime, hosts: set[str]) -> dict[int, str]:
+def _starving(end: datetime, systems: list[storage_detectors.FileSystem]) -> dict[int, str]:
     """Mount id -> why its datasets file system starves its readers at ``end`` ('' when not)."""
     out: dict[int, str] = {}
-    for fs in storage_detectors.file_systems(MountPurpose.DATASETS):
-        if not hosts & set(fs.hosts):
-            continue
+    for fs in systems:
         why = storage_detectors.starving(storage_detectors.disk_window(end, fs.backing()))
         for mount_id, _, _ in fs.mounts:
             out[mount_id] = why
     return out
 
 
-def _mounts(win: Window, node_ids: list[int], hosts: set[str]) -> dict[str, list[dict[str, Any]]]:
-    """Per host, its datasets and checkpoints mounts over the window."""
-    starving = _starving(win.end, hosts)
+def _mounts(
+    win: Window, node_ids: list[int], systems: list[storage_detectors.FileSystem]
+) -> dict[str, list[dict[str, Any]]]:
+    """Per host, its datasets and checkpoints mounts over the window; the starvation verdict for
+    the datasets file systems in ``systems`` (a disk read each, as the detector reads them)."""
+    starving = _starving(win.end, systems)
     saturated = 100 * storage_detectors.IO_SATURATED
     out: dict[str, list[dict[str, Any]]] = {}
     for mount in storage_services.mounts(win, node_ids=node_ids, purposes=PURPOSES):
@@ -171,12 +173,17 @@ def job_episodes(job: Job, *, now: datetime | None = None) -> list[dict[str, Any
     hosts = job_hosts({job.pk}).get(job.pk, set())
     nodes = dict(Node.objects.filter(hostname__in=hosts).values_list("pk", "hostname"))
     node_ids = sorted(nodes)
+    # The datasets file systems on its nodes (one query for every episode).
+    systems = [fs for fs in storage_detectors.file_systems(MountPurpose.DATASETS) if hosts & set(fs.hosts)]
     episodes = []
     for finding in findings:
         end = finding.cleared_at or now
         win = _window(finding.started_at, end)
         ports = _ports(win, node_ids, hosts) if node_ids else {}
-        mounts = _mounts(win, node_ids, hosts) if node_ids else {}
+        # Starvation is what a data stall is judged against (causes.storage_causes): only its
+        # episodes read the verdict, which costs a disk read per file system.
+        judged = systems if finding.source == source_of("training-data-stall") else []
+        mounts = _mounts(win, node_ids, judged) if node_ids else {}
         per_node = [
             {"hostname": host, "ports": ports.get(host, []), "mounts": mounts.get(host, [])} for host in sorted(hosts)
         ]

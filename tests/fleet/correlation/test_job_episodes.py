@@ -6,9 +6,12 @@ job; the section and the snapshot's ``episodes`` for any role, neither for anony
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from fleet.choices import JobState, MountPurpose
 from fleet.correlation.episodes import job_episodes
@@ -271,3 +274,20 @@ def test_anonymous_sees_neither_the_page_nor_the_snapshot(client: Client, norole
     assert page.status_code == 302 and "/login/" in page["Location"]
     assert client.get(f"/api/v1/training/jobs/{flapped.pk}/snapshot").status_code == 401
     assert norole_client.get(f"/training/jobs/{flapped.pk}/").status_code == 403
+
+
+def test_an_episode_costs_the_same_queries_for_one_node_and_for_eight(
+    site_a: Site, django_assert_max_num_queries: Any
+) -> None:
+    few = _job(site_a, "one-node", [_node(site_a, "h-100")])
+    many = _job(site_a, "eight-nodes", [_node(site_a, f"h-2{n:02d}") for n in range(8)])
+    for job in (few, many):
+        _hang(job, started_minutes_ago=30)
+        for n, node in enumerate(job.nodes.all()):
+            NodeMount.objects.create(
+                node=node, mountpoint="/mnt/datasets", fstype="xfs", device=f"/dev/nvme{n}n1", purpose="datasets"
+            )
+    with CaptureQueriesContext(connection) as one:
+        job_episodes(few, now=NOW)
+    with django_assert_max_num_queries(len(one.captured_queries)):
+        job_episodes(many, now=NOW)
