@@ -16,6 +16,9 @@ router.register("nodes", telemetry_api.NodeViewSet)
 router.register("gpus", telemetry_api.GpuViewSet)
 router.register("endpoints", endpoint_api.EndpointViewSet)
 router.register("scrape-targets", telemetry_api.ScrapeTargetViewSet)
+# A node's ports and mounts: found by the ingest door, their fabric and purpose set by Operators.
+router.register("interfaces", inventory_api.NodeInterfaceViewSet, basename="interface")
+router.register("mounts", inventory_api.NodeMountViewSet, basename="mount")
 
 urlpatterns = [
     path("overview/", telemetry_api.FleetOverviewView.as_view(), name="overview"),

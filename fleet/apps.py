@@ -10,6 +10,7 @@ class FleetConfig(AppConfig):
         from fleet import metrics as fleet_metrics
         from fleet.capacity import pages as capacity_pages
         from fleet.correlation import causes  # noqa: F401  (registers the fabric detectors' lookups and cause hooks)
+        from fleet.correlation import episodes as correlation_episodes
         from fleet.fabric import services as fabric
         from fleet.ingest import stream as ingest_stream
         from fleet.power import detectors as power_detectors  # noqa: F401  (registers its detectors)
@@ -38,6 +39,9 @@ class FleetConfig(AppConfig):
         storage.register()
         # Storage does not import fabric (siblings): the join is wired here.
         storage.register_fabric_reads(fabric.storage_reads)
+        # Training imports neither: the job page's hangs and stalls with its nodes' ports and
+        # mounts come from the room above all three.
+        correlation_episodes.register()
         capacity_pages.register()
         overview.register_section(
             overview.Section(

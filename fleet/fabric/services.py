@@ -54,7 +54,7 @@ def default_window() -> Window:
     return window({})
 
 
-def _interfaces(node_id: int | None = None) -> list[dict[str, Any]]:
+def _interfaces(node_ids: list[int] | None = None) -> list[dict[str, Any]]:
     rows = NodeInterface.objects.values(
         "id",
         "name",
@@ -68,8 +68,8 @@ def _interfaces(node_id: int | None = None) -> list[dict[str, Any]]:
         "node__rack_id",
         "node__rack__name",
     ).order_by("node__hostname", "name")
-    if node_id is not None:
-        rows = rows.filter(node_id=node_id)
+    if node_ids is not None:
+        rows = rows.filter(node_id__in=node_ids)
     return list(rows)
 
 
@@ -135,9 +135,9 @@ def _port(row: dict[str, Any], figures: dict[str, Any], peers_rate: float | None
     }
 
 
-def ports(win: Window, *, node_id: int | None = None) -> list[dict[str, Any]]:
-    """Every port (of one node, or all) with its health over the window."""
-    rows = _interfaces(node_id)
+def ports(win: Window, *, node_id: int | None = None, node_ids: list[int] | None = None) -> list[dict[str, Any]]:
+    """Every port (of one node, of these nodes, or all) with its health over the window."""
+    rows = _interfaces([node_id] if node_id is not None else node_ids)
     figures = _port_figures(win.start, win.end, [r["id"] for r in rows])
     peers: dict[tuple[int, str], float] = {}
     for r in rows:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import django_filters
 
-from fleet.inventory.models import Gpu, Node, Rack, Site
+from fleet.inventory.models import Gpu, Node, NodeInterface, NodeMount, Rack, Site
 
 
 class SiteFilterSet(django_filters.FilterSet):
@@ -43,3 +43,21 @@ class GpuFilterSet(django_filters.FilterSet):
     class Meta:
         model = Gpu
         fields = ["site", "hostname", "model", "uuid", "index", "parent", "physical"]
+
+
+class NodeInterfaceFilterSet(django_filters.FilterSet):
+    site = django_filters.CharFilter(field_name="node__site__name")
+    hostname = django_filters.CharFilter(field_name="node__hostname")
+
+    class Meta:
+        model = NodeInterface
+        fields = ["site", "hostname", "name", "kind", "fabric"]
+
+
+class NodeMountFilterSet(django_filters.FilterSet):
+    site = django_filters.CharFilter(field_name="node__site__name")
+    hostname = django_filters.CharFilter(field_name="node__hostname")
+
+    class Meta:
+        model = NodeMount
+        fields = ["site", "hostname", "mountpoint", "fstype", "purpose"]

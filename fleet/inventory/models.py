@@ -195,8 +195,9 @@ class NodeInterface(models.Model):
 
 
 def purpose_of_mountpoint(mountpoint: str) -> str:
-    """A new mount's purpose guessed from its path (an Admin corrects it in the admin): a path part
-    naming checkpoints (``checkpoint*``, ``ckpt*``) or datasets (``dataset*``, ``data``)."""
+    """A new mount's purpose guessed from its path (an Operator corrects it: PATCH
+    /api/v1/fleet/mounts/<id>/, or the admin): a path part naming checkpoints (``checkpoint*``,
+    ``ckpt*``) or datasets (``dataset*``, ``data``)."""
     parts = [p.lower() for p in mountpoint.split("/") if p]
     if any(p.startswith(("checkpoint", "ckpt")) for p in parts):
         return MountPurpose.CHECKPOINTS

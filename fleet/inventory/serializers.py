@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from fleet.inventory.models import Node, Rack, Site
+from fleet.inventory.models import Node, NodeInterface, NodeMount, Rack, Site
 
 
 class SiteSerializer(serializers.ModelSerializer):
@@ -33,3 +33,27 @@ class NodeSerializer(serializers.ModelSerializer):
         if rack is not None and site is not None and rack.site_id != site.id:
             raise serializers.ValidationError({"rack": "The rack belongs to another site."})
         return attrs
+
+
+class NodeInterfaceSerializer(serializers.ModelSerializer):
+    """A port: created by the ingest door; an Operator sets its kind (node_exporter cannot tell RoCE
+    from Ethernet) and its fabric (blank: the kind's default, fleet.choices.DEFAULT_FABRIC)."""
+
+    node = serializers.SlugRelatedField(slug_field="hostname", read_only=True)
+
+    class Meta:
+        model = NodeInterface
+        fields = ["id", "node", "name", "kind", "fabric", "rate_bytes_per_second", "created_at"]
+        read_only_fields = ["name", "rate_bytes_per_second", "created_at"]
+
+
+class NodeMountSerializer(serializers.ModelSerializer):
+    """A mount: created by the ingest door; an Operator sets its purpose (datasets, checkpoints),
+    which decides which storage detectors judge it."""
+
+    node = serializers.SlugRelatedField(slug_field="hostname", read_only=True)
+
+    class Meta:
+        model = NodeMount
+        fields = ["id", "node", "mountpoint", "fstype", "device", "purpose", "created_at"]
+        read_only_fields = ["mountpoint", "fstype", "device", "created_at"]

@@ -122,15 +122,21 @@ def _disk_minutes(start: datetime, end: datetime, node_ids: list[int] | None) ->
         return cursor.fetchall()
 
 
-def mounts(win: Window, *, node_id: int | None = None) -> list[dict[str, Any]]:
-    """Every mount (of one node, or all) with free space, its throughput over the window (a local
-    mount's disk, with its I/O time; an NFS mount's mountstats, with its READs' mean response
-    time), and the running jobs on its node."""
+def mounts(
+    win: Window, *, node_id: int | None = None, node_ids: list[int] | None = None, purposes: Iterable[str] = ()
+) -> list[dict[str, Any]]:
+    """Every mount (of one node, of these nodes, or all; of these purposes, or any) with free space,
+    its throughput over the window (a local mount's disk, with its I/O time; an NFS mount's
+    mountstats, with its READs' mean response time), and the running jobs on its node."""
     rows = NodeMount.objects.values(
         "id", "mountpoint", "fstype", "device", "purpose", "node_id", "node__hostname", "node__site__name"
     ).order_by("node__hostname", "mountpoint")
     if node_id is not None:
         rows = rows.filter(node_id=node_id)
+    elif node_ids is not None:
+        rows = rows.filter(node_id__in=node_ids)
+    if purposes:
+        rows = rows.filter(purpose__in=list(purposes))
     rows = list(rows)
     node_ids = sorted({r["node_id"] for r in rows})
     gauges = _mount_figures(win.start, win.end, [r["id"] for r in rows])

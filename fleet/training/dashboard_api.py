@@ -3,7 +3,9 @@ them (a session or a personal token); the pages fetch them on load and after a r
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
@@ -19,6 +21,14 @@ from fleet.training.models import Job
 # Each preset in hours (whole clock hours: see fleet.training.dashboard); a custom window is both of
 # from / to, ISO 8601 (UTC without an offset), read in whole hours (console.ranges).
 PRESETS = {key: timedelta(hours=hours) for key, hours in training_dashboard.RANGES.items()}
+
+# Parts the rooms above training add to a job's snapshot (fleet.correlation's ``episodes``), by
+# key, registered from FleetConfig.ready (training cannot import them).
+_job_snapshot_parts: dict[str, Callable[[Job], Any]] = {}
+
+
+def register_job_snapshot_part(key: str, part: Callable[[Job], Any]) -> None:
+    _job_snapshot_parts[key] = part
 
 
 class TrainingOverviewView(APIView):
@@ -68,4 +78,7 @@ class JobSnapshotView(APIView):
             except RangeError as exc:
                 return Response(exc.as_dict(), status=400)
         job = get_object_or_404(Job.objects.select_related("site"), pk=pk)
-        return Response(training_dashboard.job_snapshot(job, window=window))
+        snapshot = training_dashboard.job_snapshot(job, window=window)
+        for key, part in _job_snapshot_parts.items():
+            snapshot[key] = part(job)
+        return Response(snapshot)

@@ -3,10 +3,13 @@ come from the snapshot APIs (fleet.training.dashboard_api) and the live pushes."
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.shortcuts import get_object_or_404
+from django.template.loader import render_to_string
 from django.urls import reverse
+from django.utils.safestring import mark_safe
 from django.views.generic import TemplateView
 
 from console.permissions import DashboardRequiredMixin
@@ -29,6 +32,17 @@ class TrainingDashboardView(DashboardRequiredMixin, TemplateView):
         return context
 
 
+# Sections the rooms above training add to the job page (fleet.correlation's hangs and stalls with
+# its nodes' fabric and storage): a template and its context from the job, registered from
+# FleetConfig.ready (training cannot import them), as the node page's are.
+_job_sections: list[tuple[str, Callable[[Job], dict[str, Any]]]] = []
+
+
+def register_job_section(template: str, context: Callable[[Job], dict[str, Any]]) -> None:
+    if (template, context) not in _job_sections:
+        _job_sections.append((template, context))
+
+
 class JobDetailView(DashboardRequiredMixin, TemplateView):
     template_name = "training/job_detail.html"
 
@@ -37,6 +51,10 @@ class JobDetailView(DashboardRequiredMixin, TemplateView):
         job = get_object_or_404(Job.objects.select_related("site"), pk=kwargs["pk"])
         context["job"] = job
         context["nodes"] = sorted(job.nodes.values_list("hostname", flat=True))
+        context["job_sections"] = [
+            mark_safe(render_to_string(template, section(job), request=self.request))  # our templates, autoescaped
+            for template, section in _job_sections
+        ]
         context["page_config"] = {
             "snapshot_url": reverse("api:training-api:job-snapshot", args=[job.pk]),
             "topic": f"job.{job.pk}",

@@ -52,7 +52,7 @@ from console.asgi import application
 from console.models import PersonalToken
 from console.routing import websocket_urlpatterns
 from fleet.capacity.models import Pool, PowerApproval, ProcurementOrder, Reservation, Team, TeamQuota
-from fleet.models import Endpoint, Gpu, Job, Node, Rack, ScrapeTarget, Site
+from fleet.models import Endpoint, Gpu, Job, Node, NodeInterface, NodeMount, Rack, ScrapeTarget, Site
 from incidents.models import ActionItem, Incident, MaintenanceWindow, NotificationChannel, Silence
 from incidents.services.engine import raise_finding
 from tests.conftest import _make_user
@@ -338,6 +338,12 @@ RULES: dict[str, Rule] = {
     "api:storage-api:snapshot": api(),
     "api:fleet-api:scrapetarget-list": api(post=OPERATORS),
     "api:fleet-api:scrapetarget-detail": api(patch=OPERATORS, delete=OPERATORS, target="scrape_target"),
+    # a node's ports and mounts: found by ingest (no POST, no DELETE); operators set the fabric,
+    # kind and purpose
+    "api:fleet-api:interface-list": api(),
+    "api:fleet-api:interface-detail": api(patch=OPERATORS, target="interface"),
+    "api:fleet-api:mount-list": api(),
+    "api:fleet-api:mount-detail": api(patch=OPERATORS, target="mount"),
     # the machine doors
     "api:ingest-gpu-samples": AGENT_ONLY,
     "api:ingest-prometheus": AGENT_ONLY,
@@ -624,6 +630,8 @@ def targets(site_a: Site, site_b: Site, admin_user: User) -> dict[str, Any]:
         "rack": rack,
         "node": node,
         "gpu": gpu,
+        "interface": NodeInterface.objects.create(node=node, name="mlx5_0/1", kind="ib"),
+        "mount": NodeMount.objects.create(node=node, mountpoint="/mnt/datasets", fstype="xfs", device="/dev/nvme1n1"),
         "endpoint": Endpoint.objects.create(site=site_b, name="llama-3-70b"),
         "scrape_target": ScrapeTarget.objects.create(site=site_b, name="dcgm-b", url="http://127.0.0.1:9/metrics"),
         "incident": incident,
