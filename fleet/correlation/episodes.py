@@ -14,11 +14,11 @@ the cause) to its clear, or now while it fires. Over that window, per node of th
 
 * its compute-fabric ports that flapped (fabric.detectors.flapped_ports: the link-flap detector's
   own test, link downed or carrier changes rising or the state leaving Active, with when) or
-  degraded (fabric.services.ports: symbol errors rising or a rate below the port's rated one), or
-  are down at the window's end;
+  degraded (fabric.services.ports: errors over the link-degrading detector's limits, or a rate
+  below the port's rated one), or are down at the window's end;
 * its datasets and checkpoints mounts (storage.services.mounts: read throughput, I/O busy and free
   space over the window), each datasets file system judged by the starvation detector's own test
-  (storage.detectors.starving over disk_window at the window's end; for data stalls only, the
+  (storage.detectors.starving over fs_window at the window's end; for data stalls only, the
   episodes storage can cause), a disk busy at or over the detector's line
   (storage.detectors.IO_SATURATED) marked saturated.
 
@@ -126,7 +126,7 @@ def _starving(end: datetime, systems: list[storage_detectors.FileSystem]) -> dic
     """Mount id -> why its datasets file system starves its readers at ``end`` ('' when not)."""
     out: dict[int, str] = {}
     for fs in systems:
-        why = storage_detectors.starving(storage_detectors.disk_window(end, fs.backing()))
+        why = storage_detectors.starving(storage_detectors.fs_window(end, fs))
         for mount_id, _, _ in fs.mounts:
             out[mount_id] = why
     return out
