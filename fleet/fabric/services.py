@@ -73,27 +73,46 @@ def _interfaces(node_ids: list[int] | None = None) -> list[dict[str, Any]]:
     return list(rows)
 
 
+# The quantities the page reads (ERROR_QUANTITIES, the bytes; ``state`` and ``rate``): the
+# figures query names them, so the rollup's primary key (interface_id, quantity, bucket) seeks
+# each port's quantity straight to the window instead of walking every quantity of the day.
+PAGE_COUNTERS = tuple(dict.fromkeys((*ERROR_QUANTITIES, "receive_bytes", "transmit_bytes")))
+PAGE_GAUGES = ("state", "rate")
+
+
 def _port_figures(start: datetime, end: datetime, ids: list[int]) -> dict[int, dict[str, Any]]:
     """Per interface: each counter's increase over the window, and each gauge's latest value and
-    its highest (for the rate)."""
+    its highest (for the rate). Counters are summed in a hash aggregate; only the two gauges are
+    ordered by minute (for their latest value)."""
     if not ids:
         return {}
+    out: dict[int, dict[str, Any]] = defaultdict(dict)
     with connection.cursor() as cursor:
         cursor.execute(
             """
-            SELECT interface_id, quantity, sum(increase), max(max),
-                   (array_agg(last ORDER BY bucket DESC))[1], max(bucket)
+            SELECT interface_id, quantity, sum(increase), NULL::float8, NULL::float8, max(bucket)
             FROM fleet_portrollup_1m
-            WHERE interface_id = ANY(%s) AND bucket >= %s AND bucket < %s
+            WHERE interface_id = ANY(%s) AND quantity = ANY(%s) AND bucket >= %s AND bucket < %s
             GROUP BY interface_id, quantity
             """,
-            [ids, start, end],
+            [ids, list(PAGE_COUNTERS), start, end],
         )
-        out: dict[int, dict[str, Any]] = defaultdict(dict)
-        for interface_id, quantity, increase, highest, last, latest in cursor.fetchall():
-            out[interface_id][quantity] = {"increase": increase or 0.0, "max": highest, "last": last}
-            out[interface_id]["_seen"] = max(latest, out[interface_id].get("_seen", latest))
-        return out
+        rows = cursor.fetchall()
+        cursor.execute(
+            """
+            SELECT interface_id, quantity, NULL::float8, max(max),
+                   (array_agg(last ORDER BY bucket DESC))[1], max(bucket)
+            FROM fleet_portrollup_1m
+            WHERE interface_id = ANY(%s) AND quantity = ANY(%s) AND bucket >= %s AND bucket < %s
+            GROUP BY interface_id, quantity
+            """,
+            [ids, list(PAGE_GAUGES), start, end],
+        )
+        rows += cursor.fetchall()
+    for interface_id, quantity, increase, highest, last, latest in rows:
+        out[interface_id][quantity] = {"increase": increase or 0.0, "max": highest, "last": last}
+        out[interface_id]["_seen"] = max(latest, out[interface_id].get("_seen", latest))
+    return out
 
 
 def _port(row: dict[str, Any], figures: dict[str, Any], peers_rate: float | None, span: timedelta) -> dict[str, Any]:
