@@ -374,10 +374,17 @@ class NodeExporterSimulator:
 
     def tick(self, now: datetime, sender: Any) -> int:
         """Every ``interval``: advance every node to ``now`` and push each site's scrape; returns
-        the sites pushed. ``sender`` is fleet.telemetry.simulator.Poster (``send_text``)."""
+        the sites pushed. ``sender`` is fleet.telemetry.simulator.Poster (``send_text``). The first
+        tick also pushes the scrape one interval before, stamped: a counter's increase needs two
+        samples, and without it the run's first minute would show no traffic at all."""
         if self.posted_at is not None and now - self.posted_at < self.interval:
             return 0
-        start = self.posted_at or now - self.interval
+        if self.posted_at is None:
+            self._scrape(now - self.interval, now - 2 * self.interval, sender, stamped=True)
+        pushed = self._scrape(now, self.posted_at or now - self.interval, sender, stamped=self.stamped)
+        return pushed
+
+    def _scrape(self, now: datetime, start: datetime, sender: Any, *, stamped: bool) -> int:
         self.posted_at = now
         by_site: dict[str, list[SimNode]] = {}
         figures = {}
@@ -387,9 +394,8 @@ class NodeExporterSimulator:
             by_site.setdefault(node.site, []).append(node)
         pushed = 0
         for site, nodes in by_site.items():
-            response = sender.send_text(
-                site, "/api/v1/ingest/prometheus", self.exposition(nodes, figures, now if self.stamped else None)
-            )
+            text = self.exposition(nodes, figures, now if stamped else None)
+            response = sender.send_text(site, "/api/v1/ingest/prometheus", text)
             if response is not None and response.status_code < 300:
                 pushed += 1
             else:

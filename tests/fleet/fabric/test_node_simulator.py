@@ -18,7 +18,7 @@ from console.models import AgentToken
 from fleet.correlation.causes import FABRIC_EFFECT, STORAGE_EFFECT
 from fleet.ingest.batches import parse_gpu_batch
 from fleet.management.commands.simulate import Command as SimulateCommand
-from fleet.models import NodeInterface, NodeMount, Site
+from fleet.models import NodeInterface, NodeMount, PortRollup1m, Site
 from fleet.telemetry.node_simulator import (
     IB_ACTIVE,
     IB_DOWN,
@@ -142,6 +142,13 @@ def test_a_sites_scrape_through_the_door_registers_every_port_and_mount_and_igno
     )
     purposes = dict(NodeMount.objects.values_list("mountpoint", "purpose").distinct())
     assert purposes["/data"] == "datasets" and purposes["/mnt/checkpoints"] == "checkpoints"
+    # The first tick also pushed the scrape an interval before: the run's first minute already
+    # carries traffic (an increase needs two samples), at a working job's share of the link.
+    first = PortRollup1m.objects.filter(quantity="receive_bytes", bucket=_start(), interface__kind="ib").select_related(
+        "interface"
+    )
+    assert first.count() == ib.count()
+    assert all(0.15 * 50e9 * 15 <= r.increase <= 50e9 * 15 for r in first if r.interface.rate_bytes_per_second == 50e9)
 
 
 def test_figures_stay_within_what_the_hardware_carries() -> None:
