@@ -697,9 +697,8 @@ def _queue_point(
     ts = window.time_of(timestamp, line)
     if labels.get("replica_role") == "follower" or (spec.only is not None and not spec.only(labels)):
         return None
-    unlimited = spec.unlimited and value == math.inf
-    if not unlimited and (not sm.readable(value) or (spec.quantity in QUEUE_COUNTERS and value < 0)):
-        return None
+    if not spec.histogram and not _usable(spec, value):
+        return None  # a histogram's parts are judged together (_fold_queue_points)
     kept = {k: labels[k] for k in spec.keep if k in labels}
     kept.update(spec.fixed)
     series = _series(kept, "")
@@ -716,13 +715,32 @@ def _queue_point(
     )
 
 
+def _usable(spec: QueueSeries, value: float) -> bool:
+    """Can the reads use this value: readable (finite, within MAX_MAGNITUDE), never below zero for
+    a counter, and +Inf only as an unset limit."""
+    if spec.unlimited and value == math.inf:
+        return True
+    return sm.readable(value) and not (spec.quantity in QUEUE_COUNTERS and value < 0)
+
+
+def _histogram_of(point: QueuePoint) -> tuple[str, ...]:
+    """The histogram a part belongs to: its queue and its labels but ``le``."""
+    rest = sorted(f"{k}={v}" for k, v in sm.parse_series(point.series).items() if k != "le")
+    return (point.scheduler, point.queue, *rest)
+
+
 def _fold_queue_points(queued: list[tuple[str, QueueSeries, QueuePoint]], out: Exposition) -> list[QueuePoint]:
-    """One value per queue series per exposition. A summed gauge adds up its pods (pods per phase
-    in a namespace, GPUs requested per node); any other series seen again under the labels kept
-    (two exporters' copies, told apart only by instance or uid) keeps its first value and the
-    others are ignored and counted."""
+    """One value per queue series per exposition. A histogram with a part no read can use is
+    ignored whole (a histogram missing one bucket would move its percentiles). A summed gauge adds
+    up its pods (pods per phase in a namespace, GPUs requested per node); any other series seen
+    again under the labels kept (two exporters' copies, told apart only by instance or uid) keeps
+    its first value and the others are ignored and counted."""
+    unreadable = {_histogram_of(p) for _, spec, p in queued if spec.histogram and not _usable(spec, p.value)}
     folded: dict[tuple[str, str, str, str], QueuePoint] = {}
     for name, spec, point in queued:
+        if spec.histogram and _histogram_of(point) in unreadable:
+            out.ignore(name)
+            continue
         key = (point.scheduler, point.queue, point.quantity, point.series)
         first = folded.get(key)
         if first is None:

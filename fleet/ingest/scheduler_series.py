@@ -38,6 +38,7 @@ class QueueSeries:
     only: Callable[[dict[str, str]], bool] | None = field(default=None, compare=False)  # else ignored
     summed: bool = False  # a gauge summed per queue over the labels dropped (pods of a namespace)
     unlimited: bool = False  # +Inf is a value (an unset limit), not an unreadable one
+    histogram: bool = False  # a part of a histogram: ignored whole when any part cannot be read
 
 
 def _gpu(labels: dict[str, str]) -> bool:
@@ -65,10 +66,14 @@ SCHEDULER_SERIES: dict[str, QueueSeries] = {
         KUEUE, "preempted_workloads", "preempting_cluster_queue", ("reason",), ("reason",)
     ),
     "kueue_admission_wait_time_seconds_bucket": QueueSeries(
-        KUEUE, "admission_wait_bucket", _CQ, ("le", "priority_class"), ("le",)
+        KUEUE, "admission_wait_bucket", _CQ, ("le", "priority_class"), ("le",), histogram=True
     ),
-    "kueue_admission_wait_time_seconds_sum": QueueSeries(KUEUE, "admission_wait_sum", _CQ, ("priority_class",)),
-    "kueue_admission_wait_time_seconds_count": QueueSeries(KUEUE, "admission_wait_count", _CQ, ("priority_class",)),
+    "kueue_admission_wait_time_seconds_sum": QueueSeries(
+        KUEUE, "admission_wait_sum", _CQ, ("priority_class",), histogram=True
+    ),
+    "kueue_admission_wait_time_seconds_count": QueueSeries(
+        KUEUE, "admission_wait_count", _CQ, ("priority_class",), histogram=True
+    ),
     "kueue_cluster_queue_resource_usage": QueueSeries(KUEUE, "resource_usage", _CQ, _RESOURCE, _RESOURCE),
     "kueue_cluster_queue_nominal_quota": QueueSeries(KUEUE, "nominal_quota", _CQ, _RESOURCE, _RESOURCE),
     "kueue_cluster_queue_borrowing_limit": QueueSeries(

@@ -251,3 +251,21 @@ def test_remote_write_carries_the_same_series_as_the_text_door(client, token_a) 
     SchedulerSample.objects.all().delete()
     assert push(client, token_a, KUEUE).status_code == 202
     assert through_remote_write == stored() and len(through_remote_write) == 59
+
+
+def test_a_histogram_with_a_part_no_read_can_use_is_ignored_whole(client, token_a) -> None:
+    body = (
+        "# TYPE kueue_admission_wait_time_seconds histogram\n"
+        'kueue_admission_wait_time_seconds_bucket{cluster_queue="a",le="1"} 2\n'
+        'kueue_admission_wait_time_seconds_bucket{cluster_queue="a",le="+Inf"} NaN\n'
+        'kueue_admission_wait_time_seconds_sum{cluster_queue="a"} 3.5\n'
+        'kueue_admission_wait_time_seconds_count{cluster_queue="a"} 4\n'
+        'kueue_admission_wait_time_seconds_bucket{cluster_queue="b",le="1"} 1\n'
+        'kueue_admission_wait_time_seconds_bucket{cluster_queue="b",le="+Inf"} 1\n'
+        'kueue_admission_wait_time_seconds_sum{cluster_queue="b"} 0.5\n'
+        'kueue_admission_wait_time_seconds_count{cluster_queue="b"} 1\n'
+    )
+    response = push(client, token_a, body)
+    assert response.status_code == 202
+    assert (response.json()["scheduler_samples"], response.json()["ignored"]) == (4, 4)
+    assert {queue for _, queue, _, _ in stored()} == {"b"}
