@@ -76,6 +76,9 @@ AUDITED: dict[str, AuditSpec] = {
     "fleet.Gpu": _PLAIN,
     "fleet.NodeInterface": AuditSpec(ignored=frozenset({"rate_bytes_per_second"})),
     "fleet.NodeMount": AuditSpec(ignored=frozenset({"fstype", "device"})),
+    # Ingest registers queues with bulk_create and follows their cohort with update(): only a
+    # person's change (the pool a queue admits onto) reaches the receivers.
+    "fleet.SchedulerQueue": _PLAIN,
     "fleet.ClaimConflict": AuditSpec(ignored=frozenset({"last_seen", "count", "claimant_hostname"})),
     "fleet.ScrapeTarget": AuditSpec(ignored=_SCRAPE_STATE),
     "fleet.Endpoint": _PLAIN,

@@ -18,6 +18,7 @@ from fleet.choices import ClaimResolution
 from fleet.inventory import claims
 from fleet.inventory.models import ClaimConflict, NodeInterface, NodeMount
 from fleet.models import Endpoint, Gpu, IngestBatch, Node, PartitionDrop, Rack, ScrapeTarget, Site
+from fleet.scheduler.models import SchedulerQueue
 from fleet.serving.models import EndpointChange, EndpointEval
 
 
@@ -77,6 +78,17 @@ class NodeMountAdmin(_SeenByIngest):
     list_filter = ["purpose", "fstype", "node__site"]
     search_fields = ["node__hostname", "mountpoint"]
     list_select_related = ["node"]
+
+
+@admin.register(SchedulerQueue)
+class SchedulerQueueAdmin(_SeenByIngest):
+    """A scheduler's queues (ClusterQueues, partitions, namespaces): the pool each admits onto."""
+
+    editable = ("pool",)
+    list_display = ["site", "scheduler", "name", "cohort", "pool"]
+    list_filter = ["scheduler", "site"]
+    search_fields = ["name", "cohort"]
+    list_select_related = ["site", "pool__site"]
 
 
 @admin.register(Gpu)

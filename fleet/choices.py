@@ -114,3 +114,12 @@ class MountPurpose(models.TextChoices):
     DATASETS = "datasets", "Datasets"
     CHECKPOINTS = "checkpoints", "Checkpoints"
     OTHER = "other", "Other"
+
+
+class QueueScheduler(models.TextChoices):
+    """The schedulers whose queues the console reads (fleet.scheduler): Kueue's ClusterQueues,
+    Slurm's partitions, and Kubernetes namespaces as kube-state-metrics reports them."""
+
+    KUEUE = "kueue", "Kueue"
+    SLURM = "slurm", "Slurm"
+    KUBERNETES = "kubernetes", "Kubernetes"

@@ -70,6 +70,15 @@ _TABLE_CLASS = {
     partitions.SERVING_SAMPLES.name: DataClass.SERVING_SAMPLES,
     partitions.SERVING_ROLLUP_1M.name: DataClass.SERVING_SAMPLES,
     partitions.SERVING_ROLLUP_1H.name: DataClass.SERVING_SAMPLES,
+    # node_exporter's and the schedulers' series: machine telemetry, dropped with the GPU samples.
+    partitions.PORT_SAMPLES.name: DataClass.TELEMETRY,
+    partitions.PORT_ROLLUP_1M.name: DataClass.TELEMETRY,
+    partitions.MOUNT_SAMPLES.name: DataClass.TELEMETRY,
+    partitions.MOUNT_ROLLUP_1M.name: DataClass.TELEMETRY,
+    partitions.DISK_SAMPLES.name: DataClass.TELEMETRY,
+    partitions.DISK_ROLLUP_1M.name: DataClass.TELEMETRY,
+    partitions.SCHEDULER_SAMPLES.name: DataClass.TELEMETRY,
+    partitions.SCHEDULER_ROLLUP_1M.name: DataClass.TELEMETRY,
 }
 PARTITION_DROP = "partition-drop"
 # After an audit hold is released, or an audit policy is made or changed, the purge waits this

@@ -168,8 +168,8 @@ class GpuSampleIngestView(APIView):
 
 
 class PrometheusIngestView(APIView):
-    """Accept a Prometheus text exposition (a dcgm-exporter, vLLM, Triton, TGI or node_exporter
-    scrape) as is.
+    """Accept a Prometheus text exposition (a dcgm-exporter, vLLM, Triton, TGI, node_exporter,
+    Kueue, kube-state-metrics or Slurm exporter scrape) as is.
 
     Query parameters: ``hostname`` for GPU metrics without a hostname label, ``endpoint`` to
     file serving metrics under a name other than the model label, ``kind`` to keep only one
@@ -194,6 +194,7 @@ class PrometheusIngestView(APIView):
                     "gpu_samples": serializers.IntegerField(),
                     "serving_samples": serializers.IntegerField(),
                     "node_samples": serializers.IntegerField(),
+                    "scheduler_samples": serializers.IntegerField(),
                     "ignored": serializers.IntegerField(),
                     "ignored_metrics": serializers.DictField(child=serializers.IntegerField()),
                     "batch": serializers.CharField(),
@@ -222,7 +223,9 @@ class PrometheusIngestView(APIView):
                 raise IngestError(400, f"The body is not UTF-8 text ({exc}).") from None
             exposition = parse_exposition(text, **options)
             if not exposition.count:
-                raise IngestError(400, "No GPU or serving metrics (nor node_exporter series) found in the exposition.")
+                raise IngestError(
+                    400, "No GPU or serving metrics (nor node_exporter or scheduler series) found in the exposition."
+                )
             scope = check_scope(exposition, site_id=token.site_id)
             if scope is not None and not exposition.count:
                 return held_back(scope, {"gpu_samples": 0, "serving_samples": 0}, None)
@@ -243,6 +246,7 @@ class PrometheusIngestView(APIView):
             "gpu_samples": len(exposition.gpu_samples),
             "serving_samples": len(exposition.serving),
             "node_samples": len(exposition.node),
+            "scheduler_samples": len(exposition.scheduler),
             "ignored": exposition.ignored,
             "ignored_metrics": dict(exposition.ignored_metrics.most_common(IGNORED_NAMES_SHOWN)),
         }

@@ -8,7 +8,8 @@ the line at fault; nothing is written. A serving series whose values no read cou
 beyond ``MAX_MAGNITUDE``, a negative count) is ignored whole and counted. node_exporter's port,
 file system, NFS mountstats and disk series (NODE_SERIES) become node series (fleet.fabric,
 fleet.storage); the node is named as for dcgm-exporter: a ``hostname`` label or ``?hostname=`` (a
-target's hostname).
+target's hostname). Kueue's, kube-state-metrics' and a Slurm exporter's series (SCHEDULER_SERIES)
+become scheduler queue series (fleet.scheduler), the queue named by its label.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 from uuid import uuid4
@@ -38,6 +39,13 @@ from fleet.ingest.batches import (
     check_site_scope,
     invalid_identity,
 )
+from fleet.ingest.scheduler_series import (
+    SCHEDULER_IDENTITY_LABELS,
+    SCHEDULER_LABEL_LIMITS,
+    SCHEDULER_SERIES,
+    QueueSeries,
+)
+from fleet.scheduler.store import QUEUE_COUNTERS, QueuePoint, store_queue_points
 from fleet.serving import metrics as sm
 from fleet.serving.store import ServingPoint, store_serving_points
 from fleet.storage.store import store_storage_points
@@ -164,13 +172,14 @@ class Exposition:
     gpu_samples: list[Any] = field(default_factory=list)
     serving: list[ServingPoint] = field(default_factory=list)
     node: list[NodePoint] = field(default_factory=list)  # node_exporter ports, mounts, disks
+    scheduler: list[QueuePoint] = field(default_factory=list)  # Kueue, kube-state-metrics, Slurm
     ignored: int = 0  # samples not stored: metrics this console does not use, or series it cannot read
     ignored_metrics: Counter[str] = field(default_factory=Counter)  # how many of each were ignored
     timestamped: bool = True  # every stored sample carried its own timestamp
 
     @property
     def count(self) -> int:
-        return len(self.gpu_samples) + len(self.serving) + len(self.node)
+        return len(self.gpu_samples) + len(self.serving) + len(self.node) + len(self.scheduler)
 
     def ignore(self, name: str) -> None:
         self.ignored += 1
@@ -335,6 +344,7 @@ def parse_exposition(
     out = Exposition()
     serving: list[tuple[tuple[str, ...], str, ServingPoint]] = []  # (series group, name, point)
     unreadable: set[tuple[str, ...]] = set()  # series groups with a value no read can use
+    queued: list[tuple[str, QueueSeries, QueuePoint]] = []  # scheduler series, before summing
     handed = 0
     for family in _families(lines, openmetrics=openmetrics):
         for sample in family.samples:
@@ -382,7 +392,17 @@ def parse_exposition(
                     out.timestamped &= timestamp is not None
                     out.node.append(point)
                 continue
+            queue_series = SCHEDULER_SERIES.get(name)
+            if queue_series is not None and kind == "auto":
+                queue_point = _queue_point(line, name, queue_series, sample.labels, sample.value, window, timestamp)
+                if queue_point is None:
+                    out.ignore(name)
+                else:
+                    out.timestamped &= timestamp is not None
+                    queued.append((name, queue_series, queue_point))
+                continue
             out.ignore(name)
+    out.scheduler = _fold_queue_points(queued, out)
     # A series with a value no read can use (NaN, ±Inf, past MAX_MAGNITUDE, a negative count) is
     # ignored whole: for a histogram, every bucket, its sum and its count, since a histogram
     # missing one bucket would move its percentiles.
@@ -649,6 +669,89 @@ def _node_point(
     )
 
 
+# Scheduler series: the series text of a queue's kept labels, bounded as the column is.
+QUEUE_SERIES_MAX = 1024
+
+
+def _queue_point(
+    line: int,
+    name: str,
+    spec: QueueSeries,
+    labels: dict[str, str],
+    value: float,
+    window: _Window,
+    timestamp: float | None,
+) -> QueuePoint | None:
+    """One scheduler value, or None when it is not stored: a Kueue follower replica's copy, a
+    resource other than GPUs where only GPUs are kept, a value no read can use (NaN, -Inf, past
+    MAX_MAGNITUDE, a negative counter; +Inf only as an unset limit). A series without the label
+    naming its queue, or without a label its exporter always exports, is refused naming the line."""
+    _check_labels(line, name, labels, SCHEDULER_LABEL_LIMITS)
+    for label in SCHEDULER_IDENTITY_LABELS & labels.keys():
+        if labels[label] and not _IDENTITY_TEXT.fullmatch(labels[label]):  # blank: a pod on no node yet
+            raise _bad(line, f"label {label} must be printable text.", field=label)
+    for label in (*((spec.queue_label,) if spec.queue_label else ()), *spec.required):
+        if not labels.get(label):
+            raise _bad(line, f"{name} without a {label} label (its exporter always exports one).", field=label)
+    _check_bound(line, name, labels)
+    ts = window.time_of(timestamp, line)
+    if labels.get("replica_role") == "follower" or (spec.only is not None and not spec.only(labels)):
+        return None
+    if not spec.histogram and not _usable(spec, value):
+        return None  # a histogram's parts are judged together (_fold_queue_points)
+    kept = {k: labels[k] for k in spec.keep if k in labels}
+    kept.update(spec.fixed)
+    series = _series(kept, "")
+    if len(series.encode()) > QUEUE_SERIES_MAX:
+        raise _bad(line, f"the series' labels come to more than {QUEUE_SERIES_MAX} bytes.", field="labels")
+    return QueuePoint(
+        scheduler=spec.scheduler,
+        queue=labels[spec.queue_label] if spec.queue_label else "",
+        quantity=spec.quantity,
+        series=series,
+        ts=ts,
+        value=value,
+        cohort=labels.get("cohort"),
+    )
+
+
+def _usable(spec: QueueSeries, value: float) -> bool:
+    """Can the reads use this value: readable (finite, within MAX_MAGNITUDE), never below zero for
+    a counter, and +Inf only as an unset limit."""
+    if spec.unlimited and value == math.inf:
+        return True
+    return sm.readable(value) and not (spec.quantity in QUEUE_COUNTERS and value < 0)
+
+
+def _histogram_of(point: QueuePoint) -> tuple[str, ...]:
+    """The histogram a part belongs to: its queue and its labels but ``le``."""
+    rest = sorted(f"{k}={v}" for k, v in sm.parse_series(point.series).items() if k != "le")
+    return (point.scheduler, point.queue, *rest)
+
+
+def _fold_queue_points(queued: list[tuple[str, QueueSeries, QueuePoint]], out: Exposition) -> list[QueuePoint]:
+    """One value per queue series per exposition. A histogram with a part no read can use is
+    ignored whole (a histogram missing one bucket would move its percentiles). A summed gauge adds
+    up its pods (pods per phase in a namespace, GPUs requested per node); any other series seen
+    again under the labels kept (two exporters' copies, told apart only by instance or uid) keeps
+    its first value and the others are ignored and counted."""
+    unreadable = {_histogram_of(p) for _, spec, p in queued if spec.histogram and not _usable(spec, p.value)}
+    folded: dict[tuple[str, str, str, str], QueuePoint] = {}
+    for name, spec, point in queued:
+        if spec.histogram and _histogram_of(point) in unreadable:
+            out.ignore(name)
+            continue
+        key = (point.scheduler, point.queue, point.quantity, point.series)
+        first = folded.get(key)
+        if first is None:
+            folded[key] = point
+        elif spec.summed:
+            folded[key] = replace(first, value=first.value + point.value, ts=max(first.ts, point.ts))
+        else:
+            out.ignore(name)
+    return list(folded.values())
+
+
 # --- storing --------------------------------------------------------------------------------
 
 
@@ -687,8 +790,8 @@ def check_scope(exposition: Exposition, *, site_id: int) -> ScopeCheck | None:
 def store_exposition(
     exposition: Exposition, *, site_id: int, batch_key: str, enqueued_at: datetime | None = None
 ) -> int:
-    """Store the GPU samples, the serving series and the node series; each part is idempotent under
-    its own key."""
+    """Store the GPU samples, the serving series, the node series and the scheduler series; each
+    part is idempotent under its own key."""
     stored = 0
     if exposition.gpu_samples:
         stored += store_gpu_samples(
@@ -702,4 +805,6 @@ def store_exposition(
     storage = [p for p in exposition.node if p.source in ("filesystem", "mountstats", "disk")]
     if storage:
         stored += store_storage_points(site_id=site_id, batch_key=f"{batch_key}:storage", points=storage)
+    if exposition.scheduler:
+        stored += store_queue_points(site_id=site_id, batch_key=f"{batch_key}:scheduler", points=exposition.scheduler)
     return stored

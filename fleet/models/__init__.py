@@ -12,6 +12,7 @@ from fleet.capacity.models import (
 )
 from fleet.fabric.models import PortRollup1m, PortSample
 from fleet.inventory.models import ClaimConflict, Gpu, Node, NodeInterface, NodeMount, Rack, Site
+from fleet.scheduler.models import SchedulerQueue, SchedulerRollup1m, SchedulerSample
 from fleet.serving.models import (
     Endpoint,
     EndpointChange,
@@ -74,6 +75,9 @@ __all__ = [
     "Reservation",
     "ReservationState",
     "RollupDirty",
+    "SchedulerQueue",
+    "SchedulerRollup1m",
+    "SchedulerSample",
     "ScrapeTarget",
     "ServingRollup1h",
     "ServingRollup1m",

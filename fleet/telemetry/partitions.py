@@ -61,6 +61,9 @@ MOUNT_SAMPLES = PartitionedTable("fleet_mountsample", "day", "RAW_RETENTION_DAYS
 MOUNT_ROLLUP_1M = PartitionedTable("fleet_mountrollup_1m", "day", "ROLLUP_1M_RETENTION_DAYS")
 DISK_SAMPLES = PartitionedTable("fleet_disksample", "day", "RAW_RETENTION_DAYS")
 DISK_ROLLUP_1M = PartitionedTable("fleet_diskrollup_1m", "day", "ROLLUP_1M_RETENTION_DAYS")
+# Scheduler queues' series (fleet.scheduler): Kueue, Slurm and kube-state-metrics per queue.
+SCHEDULER_SAMPLES = PartitionedTable("fleet_schedulersample", "day", "RAW_RETENTION_DAYS")
+SCHEDULER_ROLLUP_1M = PartitionedTable("fleet_schedulerrollup_1m", "day", "ROLLUP_1M_RETENTION_DAYS")
 # More than any valid write needs at once: a week of days ahead of the beat's three, plus late
 # samples within the ingest window and rollups within their retention are made day by day.
 MAX_NEW_PARTITIONS = 45
@@ -79,6 +82,8 @@ TABLES = (
     MOUNT_ROLLUP_1M,
     DISK_SAMPLES,
     DISK_ROLLUP_1M,
+    SCHEDULER_SAMPLES,
+    SCHEDULER_ROLLUP_1M,
 )
 
 # Partitions this process has seen exist. Only a hint: a writer that hits a missing partition

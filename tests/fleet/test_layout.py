@@ -1,6 +1,7 @@
 """The fleet app's rooms and the one rule between them: imports run down, never sideways or up.
 
-inventory <- telemetry <- {training | serving | capacity <- power | fabric | storage} <- {correlation, ingest}
+inventory <- telemetry <- {training | serving | capacity <- {power | scheduler} | fabric | storage}
+<- {correlation, ingest}
 (correlation: cause and effect between sibling rooms). A room imports its own
 modules, the rooms below it, and the shared modules at the top of ``fleet`` (``choices``,
 ``validation``); ``fleet.models`` is for the app's registration and for code outside the app. The
@@ -26,11 +27,12 @@ BELOW: dict[str, set[str]] = {
     "power": {"inventory", "telemetry", "capacity"},
     "fabric": {"inventory", "telemetry"},
     "storage": {"inventory", "telemetry"},
+    "scheduler": {"inventory", "telemetry", "capacity"},
     "correlation": {"inventory", "telemetry", "training", "fabric", "storage"},
-    "ingest": {"inventory", "telemetry", "training", "serving", "capacity", "power", "fabric", "storage"},
+    "ingest": {"inventory", "telemetry", "training", "serving", "capacity", "power", "fabric", "storage", "scheduler"},
 }
 SHARED = {"fleet.choices", "fleet.validation"}
-DOMAIN_WORDS = ("training", "serving", "capacity", "power", "fabric", "storage")
+DOMAIN_WORDS = ("training", "serving", "capacity", "power", "fabric", "storage", "scheduler")
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:

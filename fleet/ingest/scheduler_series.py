@@ -1,0 +1,150 @@
+"""The scheduler series the Prometheus door maps, by exposed name: Kueue's controller metrics,
+kube-state-metrics and a Slurm exporter. Names and labels as each project documents them:
+
+- Kueue: site/content/en/docs/reference/metrics.md ("Prometheus Metrics"). Recent releases add a
+  ``replica_role`` label (leader, follower, standalone) and ``priority_class`` on the counters
+  and histograms; a follower's series are ignored (the leader's are the scheduler's), and
+  ``priority_class`` is kept so that each class's counters reset on their own. The resource
+  gauges need ``metrics.enableClusterQueueResources``; an unset borrowing or lending limit is
+  reported as +Inf (kept: it means "no limit").
+- kube-state-metrics: docs/metrics/workload/pod-metrics.md, node-metrics.md and
+  resourcequota-metrics.md. Pod gauges are summed per namespace (pods per phase, unschedulable
+  pods, GPUs requested per node); restarts stay per pod and container (a counter per series).
+- Slurm: vpenso/prometheus-slurm-exporter (nodes.go, gpus.go, queue.go, partitions.go): cluster
+  node, GPU and job counts without labels, and per ``partition`` pending jobs and CPUs. Other
+  exporters (rivosinc, SckyzO) name these differently and are not mapped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from fleet.choices import QueueScheduler
+
+KUEUE, SLURM, KUBERNETES = QueueScheduler.KUEUE, QueueScheduler.SLURM, QueueScheduler.KUBERNETES
+
+
+@dataclass(frozen=True)
+class QueueSeries:
+    """How one exposed name becomes a queue series."""
+
+    scheduler: str
+    quantity: str
+    queue_label: str | None  # the label naming the queue; None: the cluster's own series
+    keep: tuple[str, ...] = ()  # labels kept in the series text (the rest: instance, uid, unit...)
+    required: tuple[str, ...] = ()  # labels the exporter always exports: refused without
+    fixed: tuple[tuple[str, str], ...] = ()  # labels the name itself implies (Slurm's node state)
+    only: Callable[[dict[str, str]], bool] | None = field(default=None, compare=False)  # else ignored
+    summed: bool = False  # a gauge summed per queue over the labels dropped (pods of a namespace)
+    unlimited: bool = False  # +Inf is a value (an unset limit), not an unreadable one
+    histogram: bool = False  # a part of a histogram: ignored whole when any part cannot be read
+
+
+def _gpu(labels: dict[str, str]) -> bool:
+    return labels.get("resource") == "nvidia_com_gpu"  # kube-state-metrics sanitises the resource name
+
+
+def _gpu_quota(labels: dict[str, str]) -> bool:
+    return labels.get("resource", "").endswith("nvidia.com/gpu")  # requests.nvidia.com/gpu, limits.nvidia.com/gpu
+
+
+_CQ = "cluster_queue"
+_RESOURCE = ("flavor", "resource")
+
+SCHEDULER_SERIES: dict[str, QueueSeries] = {
+    # Kueue, per ClusterQueue
+    "kueue_pending_workloads": QueueSeries(KUEUE, "pending_workloads", _CQ, ("status",), ("status",)),
+    "kueue_reserving_active_workloads": QueueSeries(KUEUE, "reserving_active_workloads", _CQ),
+    "kueue_admitted_active_workloads": QueueSeries(KUEUE, "admitted_active_workloads", _CQ),
+    "kueue_admitted_workloads_total": QueueSeries(KUEUE, "admitted_workloads", _CQ, ("priority_class",)),
+    "kueue_evicted_workloads_total": QueueSeries(
+        KUEUE, "evicted_workloads", _CQ, ("reason", "underlying_cause", "priority_class"), ("reason",)
+    ),
+    # Filed under the ClusterQueue whose workload preempted (Kueue labels no target here).
+    "kueue_preempted_workloads_total": QueueSeries(
+        KUEUE, "preempted_workloads", "preempting_cluster_queue", ("reason",), ("reason",)
+    ),
+    "kueue_admission_wait_time_seconds_bucket": QueueSeries(
+        KUEUE, "admission_wait_bucket", _CQ, ("le", "priority_class"), ("le",), histogram=True
+    ),
+    "kueue_admission_wait_time_seconds_sum": QueueSeries(
+        KUEUE, "admission_wait_sum", _CQ, ("priority_class",), histogram=True
+    ),
+    "kueue_admission_wait_time_seconds_count": QueueSeries(
+        KUEUE, "admission_wait_count", _CQ, ("priority_class",), histogram=True
+    ),
+    "kueue_cluster_queue_resource_usage": QueueSeries(KUEUE, "resource_usage", _CQ, _RESOURCE, _RESOURCE),
+    "kueue_cluster_queue_nominal_quota": QueueSeries(KUEUE, "nominal_quota", _CQ, _RESOURCE, _RESOURCE),
+    "kueue_cluster_queue_borrowing_limit": QueueSeries(
+        KUEUE, "borrowing_limit", _CQ, _RESOURCE, _RESOURCE, unlimited=True
+    ),
+    "kueue_cluster_queue_lending_limit": QueueSeries(KUEUE, "lending_limit", _CQ, _RESOURCE, _RESOURCE, unlimited=True),
+    # kube-state-metrics, per namespace (the node's allocatable GPUs: the cluster's own)
+    "kube_pod_status_phase": QueueSeries(KUBERNETES, "pods", "namespace", ("phase",), ("phase",), summed=True),
+    "kube_pod_status_unschedulable": QueueSeries(KUBERNETES, "pods_unschedulable", "namespace", summed=True),
+    "kube_pod_status_scheduled": QueueSeries(
+        KUBERNETES, "pods_scheduled", "namespace", ("condition",), ("condition",), summed=True
+    ),
+    "kube_pod_container_status_restarts_total": QueueSeries(
+        KUBERNETES, "container_restarts", "namespace", ("pod", "container"), ("pod", "container")
+    ),
+    "kube_pod_container_resource_requests": QueueSeries(
+        KUBERNETES, "gpus_requested", "namespace", ("node",), ("resource",), only=_gpu, summed=True
+    ),
+    "kube_node_status_allocatable": QueueSeries(
+        KUBERNETES, "gpus_allocatable", None, ("node",), ("node", "resource"), only=_gpu
+    ),
+    "kube_resourcequota": QueueSeries(
+        KUBERNETES,
+        "resource_quota",
+        "namespace",
+        ("resource", "resourcequota", "type"),
+        ("resource", "resourcequota", "type"),
+        only=_gpu_quota,
+    ),
+    # vpenso/prometheus-slurm-exporter, per partition and for the cluster
+    "slurm_partition_jobs_pending": QueueSeries(SLURM, "jobs", "partition", fixed=(("state", "pending"),)),
+    "slurm_partition_cpus_allocated": QueueSeries(SLURM, "cpus", "partition", fixed=(("state", "alloc"),)),
+    "slurm_partition_cpus_idle": QueueSeries(SLURM, "cpus", "partition", fixed=(("state", "idle"),)),
+    "slurm_partition_cpus_other": QueueSeries(SLURM, "cpus", "partition", fixed=(("state", "other"),)),
+    "slurm_partition_cpus_total": QueueSeries(SLURM, "cpus", "partition", fixed=(("state", "total"),)),
+    "slurm_queue_pending": QueueSeries(SLURM, "jobs", None, fixed=(("state", "pending"),)),
+    "slurm_queue_pending_dependency": QueueSeries(SLURM, "jobs", None, fixed=(("state", "pending_dependency"),)),
+    "slurm_queue_running": QueueSeries(SLURM, "jobs", None, fixed=(("state", "running"),)),
+    **{
+        f"slurm_nodes_{state}": QueueSeries(SLURM, "nodes", None, fixed=(("state", state),))
+        for state in ("alloc", "comp", "down", "drain", "err", "fail", "idle", "maint", "mix", "resv")
+    },
+    **{
+        f"slurm_gpus_{state}": QueueSeries(SLURM, "gpus", None, fixed=(("state", state),))
+        for state in ("alloc", "idle", "other", "total")
+    },
+}
+# Where a label becomes a column or a series key: Kubernetes names (a namespace is a DNS label of
+# 63; pods, nodes, queues and quotas DNS subdomains of 253), and the rest within the series text.
+SCHEDULER_LABEL_LIMITS = {
+    "cluster_queue": 253,
+    "preempting_cluster_queue": 253,
+    "cohort": 253,
+    "flavor": 253,
+    "resource": 253,
+    "namespace": 63,
+    "pod": 253,
+    "container": 63,
+    "node": 253,
+    "resourcequota": 253,
+    "partition": 253,
+    "reason": 128,
+    "underlying_cause": 128,
+    "priority_class": 253,
+    "phase": 32,
+    "condition": 32,
+    "status": 32,
+    "type": 32,
+    "le": 64,
+}
+# Labels naming a queue or a thing in the series text: printable text only.
+SCHEDULER_IDENTITY_LABELS = frozenset(
+    {"cluster_queue", "preempting_cluster_queue", "cohort", "namespace", "partition", "pod", "container", "node"}
+)

@@ -1,0 +1,1 @@
+"""Scheduler queues: Kueue ClusterQueues, Slurm partitions and Kubernetes namespaces, and their series."""

@@ -1,0 +1,85 @@
+"""Scheduler queues and their series: what Kueue, a Slurm exporter and kube-state-metrics report
+per queue, raw (partitioned by day, written by COPY) and rolled up per minute
+(fleet.telemetry.series)."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from fleet.choices import QueueScheduler
+from fleet.inventory.models import Site
+
+
+class SchedulerQueue(models.Model):
+    """A queue one scheduler admits work through, registered on first sighting by the ingest door:
+    a Kueue ClusterQueue, a Slurm partition, a Kubernetes namespace. The blank name is the
+    cluster's own series, those no queue labels (Slurm's node and GPU counts, the nodes'
+    allocatable GPUs)."""
+
+    site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="scheduler_queues")
+    scheduler = models.CharField(max_length=16, choices=QueueScheduler.choices)
+    name = models.CharField(
+        max_length=253,
+        blank=True,
+        help_text="The ClusterQueue, partition or namespace; blank: the cluster's own series (nodes, GPUs)",
+    )
+    cohort = models.CharField(max_length=253, blank=True, help_text="Kueue's cohort, as its metrics label it")
+    pool = models.ForeignKey(
+        "fleet.Pool",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="scheduler_queues",
+        help_text="The capacity pool whose GPUs this queue admits work onto",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["site__name", "scheduler", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["site", "scheduler", "name"], name="scheduler_queue_unique_per_site")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_scheduler_display()} {self.name or '(cluster)'}"
+
+
+class SchedulerSample(models.Model):
+    """One raw value of one queue quantity; ``series`` holds the labels that tell its series apart
+    within the queue (a flavor and resource, an eviction reason, a histogram's ``le``), as
+    canonical Prometheus label text."""
+
+    pk = models.CompositePrimaryKey("queue", "series", "quantity", "ts")
+    queue = models.ForeignKey(SchedulerQueue, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+")
+    series = models.CharField(max_length=1024)
+    ts = models.DateTimeField()
+    quantity = models.CharField(max_length=32)
+    value = models.FloatField()
+
+    class Meta:
+        db_table = "fleet_schedulersample"
+
+    def __str__(self) -> str:
+        return f"queue {self.queue_id} {self.quantity}{{{self.series}}} {self.ts:%Y-%m-%d %H:%M:%S} {self.value}"
+
+
+class SchedulerRollup1m(models.Model):
+    """One queue series over one minute: ``increase`` for a counter (resets counted as Prometheus
+    ``increase()`` does), ``min``/``max``/``last`` for every quantity."""
+
+    pk = models.CompositePrimaryKey("queue", "series", "quantity", "bucket")
+    queue = models.ForeignKey(SchedulerQueue, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+")
+    series = models.CharField(max_length=1024)
+    quantity = models.CharField(max_length=32)
+    bucket = models.DateTimeField()
+    samples = models.IntegerField()
+    increase = models.FloatField(null=True)
+    min = models.FloatField()
+    max = models.FloatField()
+    last = models.FloatField()
+
+    class Meta:
+        db_table = "fleet_schedulerrollup_1m"
+
+    def __str__(self) -> str:
+        return f"queue {self.queue_id} {self.quantity}{{{self.series}}} {self.bucket:%Y-%m-%d %H:%M} {self.last}"

@@ -1,0 +1,91 @@
+"""Writing scheduler series: Kueue's ClusterQueue metrics, a Slurm exporter's partition and node
+counts, kube-state-metrics' pods, GPUs and quotas per namespace. A queue is registered on first
+sighting under the site that pushed it (SchedulerQueue, unique per site, scheduler and name); its
+cohort follows what Kueue reports. The values go through the node series' writer
+(fleet.telemetry.series): batch key claimed first, COPY, 1-minute rollup in the same
+transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from fleet.scheduler.models import SchedulerQueue
+from fleet.telemetry import partitions
+from fleet.telemetry.series import SeriesTable, store_series
+
+# The quantities that are counters (rolled up as increases); the rest are gauges.
+QUEUE_COUNTERS = frozenset(
+    {
+        "admitted_workloads",
+        "evicted_workloads",
+        "preempted_workloads",
+        "admission_wait_bucket",
+        "admission_wait_count",
+        "admission_wait_sum",
+        "container_restarts",
+    }
+)
+QUEUES = SeriesTable(
+    partitions.SCHEDULER_SAMPLES,
+    partitions.SCHEDULER_ROLLUP_1M,
+    ("queue_id", "series"),
+    ("int8", "text"),
+    QUEUE_COUNTERS,
+)
+
+
+@dataclass(frozen=True)
+class QueuePoint:
+    """One value of one queue series as the door read it. ``queue`` is blank for the cluster's own
+    series; ``cohort`` is None where the exporter did not say (only Kueue's resource gauges do)."""
+
+    scheduler: str  # fleet.choices.QueueScheduler
+    queue: str
+    quantity: str
+    series: str  # canonical label text of the labels kept for this quantity
+    ts: datetime
+    value: float
+    cohort: str | None = None
+
+
+def store_queue_points(*, site_id: int, batch_key: str, points: Sequence[QueuePoint]) -> int:
+    """Store queue values under a batch key; return the rows written (0: a redelivery)."""
+
+    def rows() -> list[tuple]:
+        ids = resolve_queues(site_id, points)
+        return [(ids[(p.scheduler, p.queue)], p.series, p.ts, p.quantity, p.value) for p in points]
+
+    return store_series(QUEUES, site_id=site_id, batch_key=batch_key, stamps=[p.ts for p in points], rows=rows)
+
+
+def resolve_queues(site_id: int, points: Sequence[QueuePoint]) -> dict[tuple[str, str], int]:
+    """(scheduler, name) -> queue id for this site, registering the new ones; a cohort the
+    scheduler now reports differently is updated (a ClusterQueue moved to another cohort)."""
+    wanted: dict[tuple[str, str], str | None] = {}
+    for p in points:
+        key = (p.scheduler, p.queue)
+        if p.cohort is not None or key not in wanted:
+            wanted[key] = p.cohort
+
+    def existing() -> dict[tuple[str, str], SchedulerQueue]:
+        found = SchedulerQueue.objects.filter(
+            site_id=site_id, scheduler__in={s for s, _ in wanted}, name__in={n for _, n in wanted}
+        ).only("id", "scheduler", "name", "cohort")
+        return {(q.scheduler, q.name): q for q in found}
+
+    known = existing()
+    new = [
+        SchedulerQueue(site_id=site_id, scheduler=scheduler, name=name, cohort=cohort or "")
+        for (scheduler, name), cohort in sorted(wanted.items(), key=lambda item: item[0])
+        if (scheduler, name) not in known
+    ]
+    if new:
+        SchedulerQueue.objects.bulk_create(new, ignore_conflicts=True)
+        known = existing()
+    for key, cohort in wanted.items():
+        queue = known[key]
+        if cohort is not None and queue.cohort != cohort:
+            SchedulerQueue.objects.filter(pk=queue.pk).update(cohort=cohort)
+    return {key: known[key].pk for key in wanted}
