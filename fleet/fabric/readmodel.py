@@ -55,6 +55,7 @@ SELECT interface_id, max(bucket),
        (array_agg(bucket ORDER BY max DESC, bucket DESC) FILTER (WHERE quantity = 'rate'))[1]
 FROM {source}
 GROUP BY interface_id
+ORDER BY interface_id  -- in key order, as the fabric minutes: concurrent writers never deadlock
 """
 
 _STATUS_MERGE = f"""
