@@ -618,6 +618,7 @@ def seeded_span(ids: list[int]) -> tuple[datetime | None, int]:
 def prepare_api(args: argparse.Namespace) -> list[int]:
     """Inventory and 24 h of rollups for the API's ports: kept when intact and recent enough,
     topped up to the present minute; loaded afresh otherwise."""
+    from fleet.fabric import readmodel
     from fleet.telemetry import partitions
 
     ids = api_inventory(args.nodes)
@@ -644,7 +645,13 @@ def prepare_api(args: argparse.Namespace) -> list[int]:
         moment += step
         if step == timedelta(hours=1):
             log(f"api: rollups up to {moment:%H:%M} ({time.perf_counter() - started:.0f} s)")
+    # The seed writes rollups without the port writer: the page's read model (per-fabric minutes,
+    # the ports' status) is read from them as the demo's history and migration 0015 do.
+    started = time.perf_counter()
+    readmodel.rebuild(start, now + timedelta(minutes=1))
+    log(f"api: read model rebuilt from {start:%H:%M} in {time.perf_counter() - started:.1f} s")
     sql("ANALYZE fleet_portrollup_1m")
+    sql("ANALYZE fleet_portstatus")
     (total,) = sql(
         "SELECT count(*) FROM fleet_portrollup_1m WHERE bucket >= %s AND bucket <= %s",
         [now - timedelta(hours=24), now],
@@ -749,7 +756,9 @@ def main() -> None:
     parser.add_argument(
         "--max-age", type=lambda v: timedelta(hours=float(v)), default=timedelta(hours=6), help="hours (default 6)"
     )
-    parser.add_argument("--only", choices=("ingest", "api"), help="run one part (no RESULT line)")
+    parser.add_argument(
+        "--only", choices=("ingest", "api"), help="run one part (api: a RESULT line of the API's fields only)"
+    )
     args = parser.parse_args()
     if args.quick:
         args.hosts, args.duration, args.gpu_seconds, args.requests, args.nodes = 64, 6, 3, 5, 40
@@ -782,6 +791,14 @@ def main() -> None:
         procs.stop()
         AgentToken.objects.filter(name__startswith="bench-").delete()
     procs.discard_logs()
+    if args.only == "api":  # the API's figures alone (the ingest fields are not measured)
+        api = results["api"]
+        verdict = "met" if api["p95_24h"] <= TARGET_P95_MS and api["p95_1h"] <= TARGET_P95_MS else "missed"
+        print(
+            f"RESULT fabric_api_p50_ms_1h={api['p50_1h']:.1f} fabric_api_p95_ms_1h={api['p95_1h']:.1f} "
+            f"fabric_api_p50_ms_24h={api['p50_24h']:.1f} fabric_api_p95_ms_24h={api['p95_24h']:.1f} "
+            f"nodes={args.nodes} ports={PORTS} target_p95_ms={TARGET_P95_MS} {verdict}"
+        )
     if args.only:
         return
     e2e, api = results["e2e"], results["api"]

@@ -10,6 +10,7 @@ from django.db import transaction
 
 from console import live
 from fleet.choices import InterfaceKind
+from fleet.fabric import readmodel
 from fleet.inventory.models import DEFAULT_FABRIC, NodeInterface
 from fleet.telemetry import partitions
 from fleet.telemetry.series import NodePoint, SeriesTable, site_nodes, store_series
@@ -31,7 +32,16 @@ PORT_COUNTERS = frozenset(
     }
 )
 PORT_GAUGES = frozenset({"state", "physical_state", "rate"})
-PORTS = SeriesTable(partitions.PORT_SAMPLES, partitions.PORT_ROLLUP_1M, ("interface_id",), ("int8",), PORT_COUNTERS)
+# The port writer also keeps the fabric page's read model (fleet.fabric.readmodel) in its statement.
+PORTS = SeriesTable(
+    partitions.PORT_SAMPLES,
+    partitions.PORT_ROLLUP_1M,
+    ("interface_id",),
+    ("int8",),
+    PORT_COUNTERS,
+    wrap_rollup=readmodel.port_rollup_sql,
+    also_partitions=(partitions.FABRIC_ROLLUP_1M,),
+)
 SOURCES = {"infiniband": InterfaceKind.IB, "netdev": InterfaceKind.ETHERNET}
 
 

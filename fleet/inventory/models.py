@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.conf import settings
-from django.db import models
+from django.db import models, transaction
 from django.db.models import Q
 from django.urls import reverse
 
@@ -191,7 +191,18 @@ class NodeInterface(models.Model):
     def save(self, *args: object, **kwargs: object) -> None:
         if not self.fabric:
             self.fabric = DEFAULT_FABRIC[InterfaceKind(self.kind)]
-        super().save(*args, **kwargs)
+        before = (
+            NodeInterface.objects.filter(pk=self.pk).values_list("fabric", flat=True).first()
+            if self.pk is not None
+            else None
+        )
+        with transaction.atomic():
+            super().save(*args, **kwargs)
+            if before is not None and before != self.fabric:
+                # The fabric page's throughput per fabric counts the port's bytes under its fabric.
+                from fleet.fabric import readmodel
+
+                readmodel.move_fabric(self.pk, before, self.fabric)
 
 
 def purpose_of_mountpoint(mountpoint: str) -> str:

@@ -19,7 +19,7 @@ it, each part through the writer its door uses and rolled up by the code that ro
 * node_exporter's series (fleet.telemetry.node_simulator): every node's ports, disks and file
   systems as 1-minute rollups for the last 2 hours, by COPY, following what the GPUs did (a hung
   or idle node carries no collective traffic and reads no data), with the compute port that
-  flapped just before the scripted hang;
+  flapped just before the scripted hang; the fabric page's read model is read from those rollups;
 * incidents: each GPU fault, job failure and hang, and the collapse, as the detectors would have
   opened them, resolved, with their detection, acknowledgement and resolution times (MTTx); the
   scripted hang's as fleet.correlation joins it to the flap under it ("Fabric fault → job hang");
@@ -46,6 +46,7 @@ from django.utils import timezone
 from fleet.choices import Fabric, InterfaceKind
 from fleet.correlation.causes import FABRIC_EFFECT
 from fleet.fabric import detectors as fabric_detectors
+from fleet.fabric import readmodel as fabric_readmodel
 from fleet.ingest.batches import parse_gpu_batch
 from fleet.inventory.models import DEFAULT_FABRIC, Gpu, Node, NodeInterface, NodeMount, purpose_of_mountpoint
 from fleet.serving import rollups as serving_rollups
@@ -878,6 +879,9 @@ def _node_history(
             minute += timedelta(minutes=count)
     finally:
         nodes.activity = live
+    # The port rollups went in by COPY, past the port writer: the fabric page's read model (its
+    # throughput per fabric, the ports' latest state and rate) is read from them here.
+    fabric_readmodel.rebuild(start, end)
     return written
 
 

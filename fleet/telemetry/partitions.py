@@ -57,6 +57,9 @@ SERVING_ROLLUP_1H = PartitionedTable("fleet_servingrollup_1h", "month", "ROLLUP_
 # node_exporter series: ports (fleet.fabric), mounts and disks (fleet.storage); see fleet.telemetry.series.
 PORT_SAMPLES = PartitionedTable("fleet_portsample", "day", "RAW_RETENTION_DAYS")
 PORT_ROLLUP_1M = PartitionedTable("fleet_portrollup_1m", "day", "ROLLUP_1M_RETENTION_DAYS")
+# The fabric page's throughput per site, fabric and minute (fleet.fabric.readmodel), kept as long
+# as the port rollups it is made from.
+FABRIC_ROLLUP_1M = PartitionedTable("fleet_fabricrollup_1m", "day", "ROLLUP_1M_RETENTION_DAYS")
 MOUNT_SAMPLES = PartitionedTable("fleet_mountsample", "day", "RAW_RETENTION_DAYS")
 MOUNT_ROLLUP_1M = PartitionedTable("fleet_mountrollup_1m", "day", "ROLLUP_1M_RETENTION_DAYS")
 DISK_SAMPLES = PartitionedTable("fleet_disksample", "day", "RAW_RETENTION_DAYS")
@@ -78,6 +81,7 @@ TABLES = (
     SERVING_ROLLUP_1H,
     PORT_SAMPLES,
     PORT_ROLLUP_1M,
+    FABRIC_ROLLUP_1M,
     MOUNT_SAMPLES,
     MOUNT_ROLLUP_1M,
     DISK_SAMPLES,

@@ -48,6 +48,10 @@ class SeriesTable:
     keys: tuple[str, ...]  # the columns naming one series, before (ts, quantity, value)
     key_types: tuple[str, ...]
     counters: frozenset[str]  # the quantities that are counters (the rest are gauges)
+    # Wraps the rollup upsert into the statement the writer runs (the ports: fleet.fabric.readmodel).
+    wrap_rollup: Callable[[str], str] | None = None
+    # Tables the wrapped statement writes into, partitioned by minute like the rollup.
+    also_partitions: tuple[partitions.PartitionedTable, ...] = ()
 
     def rollup_sql(self) -> str:
         keys = ", ".join(self.keys)
@@ -98,7 +102,8 @@ def store_series(
     if not stamps:
         return 0
     first, last = min(stamps), max(stamps)
-    partitions.ensure_partitions(table.rollup, first, last + timedelta(minutes=1))
+    for rollup in (table.rollup, *table.also_partitions):
+        partitions.ensure_partitions(rollup, first, last + timedelta(minutes=1))
 
     def write() -> int:
         with transaction.atomic():
@@ -132,9 +137,10 @@ def _roll(table: SeriesTable, values: list[tuple]) -> None:
     from them when they came late), for the series they belong to."""
     n = len(table.keys)
     stamps = [row[n] for row in values]
+    sql = table.rollup_sql()
     with connection.cursor() as cursor:
         cursor.execute(
-            table.rollup_sql(),
+            table.wrap_rollup(sql) if table.wrap_rollup else sql,
             {
                 "ids": sorted({row[0] for row in values}),
                 "first": min(stamps).replace(second=0, microsecond=0),
