@@ -73,6 +73,7 @@ _TABLE_CLASS = {
     # node_exporter's and the schedulers' series: machine telemetry, dropped with the GPU samples.
     partitions.PORT_SAMPLES.name: DataClass.TELEMETRY,
     partitions.PORT_ROLLUP_1M.name: DataClass.TELEMETRY,
+    partitions.FABRIC_ROLLUP_1M.name: DataClass.TELEMETRY,
     partitions.MOUNT_SAMPLES.name: DataClass.TELEMETRY,
     partitions.MOUNT_ROLLUP_1M.name: DataClass.TELEMETRY,
     partitions.DISK_SAMPLES.name: DataClass.TELEMETRY,

@@ -50,7 +50,7 @@ def read_existing(apps, schema_editor):  # type: ignore[no-untyped-def]
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("fleet", "0014_fabric_and_storage"),
+        ("fleet", "0015_scheduler_queues"),
     ]
 
     operations = [
