@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from django.conf import settings
 from django.db import models, transaction
 from django.db.models import Q
@@ -168,6 +170,17 @@ DEFAULT_FABRIC = {
 }
 
 
+# What follows a port's move to another fabric, called with (interface id, fabric before, after)
+# in the save's transaction: the fabric page's throughput per fabric counts the port's bytes under
+# its fabric (fleet.fabric registers its read model's move; inventory cannot import fabric).
+_fabric_changes: list[Callable[[int, str, str], None]] = []
+
+
+def on_fabric_change(callback: Callable[[int, str, str], None]) -> None:
+    if callback not in _fabric_changes:
+        _fabric_changes.append(callback)
+
+
 class NodeInterface(models.Model):
     """A node's network port, created when node_exporter first reports it: an InfiniBand port
     (``mlx5_0/1``: device and port) or a network interface (``eth0``)."""
@@ -199,10 +212,8 @@ class NodeInterface(models.Model):
         with transaction.atomic():
             super().save(*args, **kwargs)
             if before is not None and before != self.fabric:
-                # The fabric page's throughput per fabric counts the port's bytes under its fabric.
-                from fleet.fabric import readmodel
-
-                readmodel.move_fabric(self.pk, before, self.fabric)
+                for moved in _fabric_changes:
+                    moved(self.pk, before, self.fabric)
 
 
 def purpose_of_mountpoint(mountpoint: str) -> str:
