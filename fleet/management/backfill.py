@@ -364,12 +364,22 @@ _ROLLUP_COLUMNS = f"gpu_id, bucket, {rollups.GPU_COLUMNS}"
 _ROLLUP_TYPES = ["int8", "timestamptz", "int4", *["float4"] * 6, "float8", "int4", "int4", "int4"]
 
 
-def _copy_rollups(table: partitions.PartitionedTable, rows: Iterable[tuple[Any, ...]], buckets: list[datetime]) -> int:
+def _copy_rows(
+    table: partitions.PartitionedTable,
+    columns: str,
+    types: list[str],
+    rows: Iterable[tuple[Any, ...]],
+    buckets: list[datetime],
+) -> int:
+    """COPY ``rows`` into ``table``'s ``columns`` (binary, with these types), making the buckets'
+    partitions first; return the rows written."""
     partitions.ensure_partitions_for(table, buckets)
     n = 0
-    sql = f"COPY {table.name} ({_ROLLUP_COLUMNS}) FROM STDIN (FORMAT BINARY)"
-    with connection.cursor() as cursor, cursor.cursor.copy(sql) as copy:
-        copy.set_types(_ROLLUP_TYPES)
+    with (
+        connection.cursor() as cursor,
+        cursor.cursor.copy(f"COPY {table.name} ({columns}) FROM STDIN (FORMAT BINARY)") as copy,
+    ):
+        copy.set_types(types)
         for row in rows:
             copy.write_row(row)
             n += 1
@@ -397,8 +407,8 @@ def _rollups(fleet_sim: FleetSimulator, drivers: _Drivers, start: datetime, now:
                 parts = drivers.parts(gpu, bucket, seconds)
                 yield (gpu_id, bucket, *row(gpu, seconds, parts, load=loads[gpu.utc_offset_h], hot_share=hot))
 
-    written = _copy_rollups(partitions.GPU_ROLLUP_1M, rows(minutes, 60.0), minutes)
-    written += _copy_rollups(partitions.GPU_ROLLUP_1H, rows(hours, 3600.0), hours)
+    written = _copy_rows(partitions.GPU_ROLLUP_1M, _ROLLUP_COLUMNS, _ROLLUP_TYPES, rows(minutes, 60.0), minutes)
+    written += _copy_rows(partitions.GPU_ROLLUP_1H, _ROLLUP_COLUMNS, _ROLLUP_TYPES, rows(hours, 3600.0), hours)
     rollups._mark("1m", minutes)
     rollups._mark("1h", hours)
     # Minutes (the copied ones and the raw ones) into groups, then every hour: from its minutes
@@ -875,7 +885,8 @@ def _node_history(
                 (partitions.DISK_ROLLUP_1M, "node_id, device", ["int8", "text"], "disk"),
                 (partitions.MOUNT_ROLLUP_1M, "mount_id", ["int8"], "mount"),
             ):
-                written += _copy_series(table, keys, types, rows[kind], buckets)
+                columns = f"{keys}, {_SERIES_COLUMNS}"
+                written += _copy_rows(table, columns, [*types, *_SERIES_TYPES], rows[kind], buckets)
             minute += timedelta(minutes=count)
     finally:
         nodes.activity = live
@@ -883,19 +894,3 @@ def _node_history(
     # throughput per fabric, the ports' latest state and rate) is read from them here.
     fabric_readmodel.rebuild(start, end)
     return written
-
-
-def _copy_series(
-    table: partitions.PartitionedTable,
-    keys: str,
-    key_types: list[str],
-    rows: list[tuple[Any, ...]],
-    buckets: list[datetime],
-) -> int:
-    partitions.ensure_partitions_for(table, buckets)
-    sql = f"COPY {table.name} ({keys}, {_SERIES_COLUMNS}) FROM STDIN (FORMAT BINARY)"
-    with connection.cursor() as cursor, cursor.cursor.copy(sql) as copy:
-        copy.set_types([*key_types, *_SERIES_TYPES])
-        for row in rows:
-            copy.write_row(row)
-    return len(rows)
