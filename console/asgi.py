@@ -19,7 +19,7 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware  # noqa: E40
 
 from console import limits, live  # noqa: E402
 from console.routing import websocket_urlpatterns  # noqa: E402
-from console.runtime import announce_mode  # noqa: E402
+from console.runtime import announce_mode, settle_heap  # noqa: E402
 from console.sockets import SameOriginValidator  # noqa: E402
 
 announce_mode("web")
@@ -51,3 +51,5 @@ _served: Any = (
 
 # Outermost: a body past its route's limit is refused before anything reads it (console.limits).
 application = limits.RequestBodyLimit(_served)
+
+settle_heap()  # last: everything above is start-up's, and lives as long as the process

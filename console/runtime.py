@@ -21,3 +21,24 @@ def describe_mode() -> str:
 
 def announce_mode(role: str) -> None:
     print(f"[goodput:{role}] {describe_mode()}", file=sys.stderr, flush=True)
+
+
+def settle_heap() -> int:
+    """Put what start-up built (modules, URL patterns, settings, the app registry) beyond the
+    garbage collector's reach, once this process is ready to serve.
+
+    A full collection walks every tracked object. A web process holds some 200,000 from start-up,
+    which never die, and walking them took about 75 ms: every eighth or so request of the fabric
+    page (which makes enough short-lived containers to trigger one) paid it, tripling its p95, and
+    so did every websocket push on the event loop at that moment. Frozen, they are skipped; what
+    requests allocate is collected as before. The URL patterns are loaded first (Django reads
+    them on the first request otherwise) so every view module is frozen with the rest. Returns
+    the objects frozen."""
+    import gc
+
+    from django.urls import get_resolver
+
+    get_resolver().url_patterns  # noqa: B018 (imports every view module now)
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
