@@ -15,10 +15,10 @@ otherwise) and Redis database (BENCH_REDIS_URL, flushed):
   hosts go in one push (``--hosts-per-push``, a ``hostname`` label on every line, as a Prometheus
   relabelling or a federating agent sends them), every line with the scrape's timestamp (15 s
   apart). The pushes go over keep-alive HTTP to the real door, POST /api/v1/ingest/prometheus,
-  with an agent token (uvicorn and a Celery worker as subprocesses, production mode: the body is
-  stashed in Redis beside a Celery task, ``fleet.tasks.ingest_prometheus_batch``, which parses it
-  again and writes it through fleet.telemetry.series: binary COPY and the 1-minute rollup of the
-  series touched, in one transaction per push). Client threads POST for ``--duration`` seconds
+  with an agent token (uvicorn and a Celery worker as subprocesses, production mode: the
+  door's parse, packed, is stashed in Redis beside a Celery task, ``fleet.tasks.ingest_prometheus_batch``,
+  which writes it through fleet.telemetry.series: binary COPY and the 1-minute rollup of the
+  series touched, in one transaction per table). Client threads POST for ``--duration`` seconds
   after one warm-up scrape of every host (which registers the nodes, ports and mounts).
   samples/s = rows committed to fleet_portsample, fleet_mountsample and fleet_disksample / (first
   POST -> last commit, seen by polling the batch table once the queue has drained), as ingest.py
@@ -42,7 +42,7 @@ afterwards; their ports are deleted, so the API phase reads its 8,000 ports only
 Prints progress on stderr and ends with
 RESULT node_samples_per_s=... copy_rows_per_s=... share=... gpu_share=... fabric_api_p50_ms_1h=...
 fabric_api_p95_ms_1h=... fabric_api_p50_ms_24h=... fabric_api_p95_ms_24h=... nodes=1000 ports=8
-target_p95_ms=150 met|missed
+target_p95_ms=150 api=met|missed ingest=met|missed met|missed (both)
 """
 
 from __future__ import annotations
@@ -439,7 +439,7 @@ def run_node_e2e(workload: NodeWorkload, args: argparse.Namespace, procs: Proces
 
 def run_breakdown(workload: NodeWorkload, pushes: int) -> None:
     """Where a push's time goes, in this process, one push at a time: parsing the exposition (the
-    door parses it once to validate and answer, the worker again to store) and storing it."""
+    door's work) and storing it (the worker's)."""
     from fleet.ingest.prometheus import parse_exposition, store_exposition
     from fleet.inventory.models import Site
 
@@ -459,9 +459,9 @@ def run_breakdown(workload: NodeWorkload, pushes: int) -> None:
     per = 1000 / pushes
     log(
         f"breakdown: {pushes} pushes of {samples // pushes} samples, ms a push: parse_exposition "
-        f"{parse_s * per:.1f} (twice on the path: door and worker), store_exposition {store_s * per:.1f} "
-        f"(COPY and 1-minute rollups of ports, mounts, disks); in-process limit "
-        f"{samples / (2 * parse_s + store_s):,.0f} samples/s on one core"
+        f"{parse_s * per:.1f} (the door), store_exposition {store_s * per:.1f} "
+        f"(the worker: COPY and 1-minute rollups of ports, mounts, disks); in-process limit "
+        f"{samples / (parse_s + store_s):,.0f} samples/s on one core"
     )
 
 
@@ -808,13 +808,17 @@ def main() -> None:
     share = e2e["rate"] / results["copy"]
     gpu_share = results.get("gpu_share")
     log(f"share: node samples {share:.3f} of raw COPY" + (f", GPU samples {gpu_share:.3f}" if gpu_share else ""))
-    verdict = "met" if api["p95_24h"] <= TARGET_P95_MS and api["p95_1h"] <= TARGET_P95_MS else "missed"
+    api_met = api["p95_24h"] <= TARGET_P95_MS and api["p95_1h"] <= TARGET_P95_MS
+    # The ingest target: node samples take as large a share of raw COPY as GPU samples do.
+    ingest_met = gpu_share is not None and share >= gpu_share
     print(
         f"RESULT node_samples_per_s={e2e['rate']:.0f} copy_rows_per_s={results['copy']:.0f} share={share:.3f} "
         f"gpu_share={'n/a' if gpu_share is None else f'{gpu_share:.3f}'} "
         f"fabric_api_p50_ms_1h={api['p50_1h']:.1f} fabric_api_p95_ms_1h={api['p95_1h']:.1f} "
         f"fabric_api_p50_ms_24h={api['p50_24h']:.1f} fabric_api_p95_ms_24h={api['p95_24h']:.1f} "
-        f"nodes={args.nodes} ports={PORTS} target_p95_ms={TARGET_P95_MS} {verdict}"
+        f"nodes={args.nodes} ports={PORTS} target_p95_ms={TARGET_P95_MS} "
+        f"api={'met' if api_met else 'missed'} ingest={'met' if ingest_met else 'missed'} "
+        f"{'met' if api_met and ingest_met else 'missed'}"
     )
 
 

@@ -25,7 +25,14 @@ from console.queues import queue_depth, stash_payload
 from fleet.ingest import push_queue, remote_write
 from fleet.ingest import stream as ingest_stream
 from fleet.ingest.batches import ScopeCheck, batch_key, check_site_scope, parse_gpu_batch
-from fleet.ingest.prometheus import IGNORED_NAMES_SHOWN, KINDS, check_scope, exposition_key, parse_exposition
+from fleet.ingest.prometheus import (
+    IGNORED_NAMES_SHOWN,
+    KINDS,
+    check_scope,
+    exposition_key,
+    packed,
+    parse_exposition,
+)
 from fleet.ingest.tasks import ingest_prometheus_batch
 from fleet.telemetry.store import store_gpu_samples
 from fleet.validation import IngestError, read_body, rejected
@@ -84,17 +91,18 @@ def admit() -> Response | None:
     return None
 
 
-def dispatch(task: Any, site_id: int, key: str, body: bytes, *args: Any) -> Response | None:
-    """Queue a validated Prometheus push for a worker; a 503 Response when the broker is down.
+def dispatch(task: Any, site_id: int, key: str, payload: bytes, *args: Any) -> Response | None:
+    """Queue a validated Prometheus push (its parsed values: prometheus.packed) for a worker; a
+    503 Response when the broker is down.
 
-    In production the body waits in Redis beside a small task (console.queues); eager mode has no
-    broker and hands the body over directly. (GPU sample batches go through queue_gpu_batch.)
+    In production the payload waits in Redis beside a small task (console.queues); eager mode has
+    no broker and hands it over directly. (GPU sample batches go through queue_gpu_batch.)
     """
     try:
         if settings.EAGER_TASKS:
-            task.apply_async(args=[site_id, key, body.decode(), *args])
+            task.apply_async(args=[site_id, key, payload, *args])
         else:
-            stash_payload(key, body)
+            stash_payload(key, payload)
             push_queue.accepted(key)
             task.apply_async(args=[site_id, key, None, *args])
     except (BrokerError, redis.RedisError, OSError) as exc:
@@ -238,7 +246,7 @@ class PrometheusIngestView(APIView):
             )
         except IngestError as exc:
             return rejected(exc)
-        refused = dispatch(ingest_prometheus_batch, token.site_id, key, body, options, options["now"])
+        refused = dispatch(ingest_prometheus_batch, token.site_id, key, packed(exposition), options, options["now"])
         if refused is not None:
             return refused
         counters.increment("goodput_ingest_accepted_total", kind="prometheus")
@@ -339,7 +347,7 @@ class PrometheusRemoteWriteView(APIView):
                 key = exposition_key(
                     site_id=token.site_id, body=chunk.text, idempotency_key=None, options=options, timestamped=True
                 )
-                queued.append((key, chunk.text.encode()))
+                queued.append((key, packed(exposition)))
         except IngestError as exc:
             return rejected(exc)
         for key, body in queued:

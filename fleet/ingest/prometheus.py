@@ -752,6 +752,42 @@ def _fold_queue_points(queued: list[tuple[str, QueueSeries, QueuePoint]], out: E
     return list(folded.values())
 
 
+# --- handing over to the writers ---------------------------------------------------------------
+# The door queues the exposition it parsed and checked, not its body, so the worker stores it
+# without parsing it again (prometheus_client's parser is most of a push's cost). Marked by a NUL,
+# which no text exposition holds (parse_exposition refuses one): a body queued as text (a task
+# from before this mark, a dead letter kept from then) is still parsed.
+PARSED_MARK = b"\x00goodput-exposition/1\x00"
+
+
+class _Parsed(msgspec.Struct, array_like=True):
+    gpu_samples: list[GpuSampleIn]  # type: ignore[valid-type]
+    serving: list[ServingPoint]
+    node: list[NodePoint]
+    scheduler: list[QueuePoint]
+
+
+_PACK = msgspec.msgpack.Encoder()
+_UNPACK = msgspec.msgpack.Decoder(_Parsed)
+
+
+def packed(exposition: Exposition) -> bytes:
+    """The exposition's values as the queue carries them (MessagePack, after ``PARSED_MARK``)."""
+    parsed = _Parsed(exposition.gpu_samples, exposition.serving, exposition.node, exposition.scheduler)
+    return PARSED_MARK + _PACK.encode(parsed)
+
+
+def unpacked(payload: bytes | str, options: dict[str, Any]) -> Exposition:
+    """The exposition a queued payload holds: the door's parse (``packed``), or a text body parsed
+    with the door's options (the same receive time, so the same samples)."""
+    if isinstance(payload, bytes) and payload.startswith(PARSED_MARK):
+        parsed = _UNPACK.decode(memoryview(payload)[len(PARSED_MARK) :])
+        return Exposition(
+            gpu_samples=parsed.gpu_samples, serving=parsed.serving, node=parsed.node, scheduler=parsed.scheduler
+        )
+    return parse_exposition(payload.decode() if isinstance(payload, bytes) else payload, **options)
+
+
 # --- storing --------------------------------------------------------------------------------
 
 

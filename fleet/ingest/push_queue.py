@@ -2,8 +2,9 @@
 when their own data fails, so a push answered 202 is stored, still being retried, or in the
 dead-letter stream with its error, never lost.
 
-The body waits in the payload stash (console.queues) beside a small Celery task. The task parses
-it again (the same options, the same receive time, so the same samples) and stores it. A
+What the door parsed waits in the payload stash (console.queues) beside a small Celery task,
+which stores it without parsing it again (fleet.ingest.prometheus.packed; a text body stashed
+before that is parsed with the door's options and receive time, so the same samples). A
 database that cannot be reached (anything but bad data, see ``ingest_stream.is_outage``) is an
 outage: the task is retried with capped backoff and the body stays stashed. Anything else is the
 push's own fault, and the body moves to ``goodput:ingest:prometheus:dead`` with its error;

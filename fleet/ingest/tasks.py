@@ -17,7 +17,7 @@ from fleet.telemetry.models import IngestBatch
 logger = logging.getLogger(__name__)
 
 
-def _payload(batch_key: str, body: str | None) -> bytes | str | None:
+def _payload(batch_key: str, body: bytes | str | None) -> bytes | str | None:
     """The batch body: inline (eager mode) or from the stash (production)."""
     if body is not None:
         return body
@@ -38,19 +38,19 @@ def drain_gpu_ingest(slot: int | None = None, token: str | None = None) -> int:
     name="fleet.tasks.ingest_prometheus_batch", bind=True, ignore_result=True, max_retries=push_queue.MAX_RETRIES
 )
 def ingest_prometheus_batch(
-    self: Task, site_id: int, batch_key: str, body: str | None, options: dict, enqueued_at: str | None = None
+    self: Task, site_id: int, batch_key: str, body: bytes | str | None, options: dict, enqueued_at: str | None = None
 ) -> int:
-    """Store a validated Prometheus exposition (GPU samples and serving series): retried through a
-    database outage, dead-lettered on its own fault (fleet.ingest.push_queue)."""
-    from fleet.ingest.prometheus import parse_exposition, store_exposition
+    """Store a validated Prometheus exposition (GPU samples, serving, node and scheduler series),
+    as the door parsed it (or a text body, parsed here): retried through a database outage,
+    dead-lettered on its own fault (fleet.ingest.push_queue)."""
+    from fleet.ingest.prometheus import store_exposition, unpacked
 
     try:
         payload = _payload(batch_key, body)
         if payload is None:
             push_queue.done(batch_key)
             return 0
-        text = payload.decode() if isinstance(payload, bytes) else payload
-        exposition = parse_exposition(text, **options)
+        exposition = unpacked(payload, options)
         stored = store_exposition(
             exposition,
             site_id=site_id,

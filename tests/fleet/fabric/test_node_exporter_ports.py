@@ -173,3 +173,22 @@ def test_parse_exposition_reads_the_port_labels_into_points() -> None:
 @pytest.mark.parametrize("name", sorted(NODE_SERIES))
 def test_every_mapped_name_is_one_node_exporter_prints(name: str) -> None:
     assert f"# TYPE {name} " in FIXTURE and f"# HELP {name} " in FIXTURE
+
+
+def test_a_minute_after_a_gap_counts_from_the_last_value_before_it_within_the_lookback(client, token_a) -> None:
+    """A minute's first increase starts from the series' last value before it, read from that
+    minute's rollup: three minutes back it counts; past the lookback (10 minutes) it starts at 0,
+    as a series seen for the first time does."""
+    start = _minute_ago(20)
+    series = 'node_infiniband_symbol_error_total{device="mlx5_0",port="1"}'
+    # 10 at +0:05, 16 at +3:05 (a slow scrape), then a pause of 12 minutes, 30 at +15:05.
+    for offset, value in ((5, 10), (185, 16), (905, 30)):
+        response = push(client, token_a, exposition([f"{series} {value}"], _ms(start + timedelta(seconds=offset))))
+        assert response.status_code == 202
+    rows = {r.bucket: r.increase for r in PortRollup1m.objects.filter(quantity="symbol_errors")}
+    assert rows == {start: 0, start + timedelta(minutes=3): 6, start + timedelta(minutes=15): 0}
+    # The value before a late sample's minute is read again: 12 at +2:05 splits the 6.
+    line = f"{series} 12"
+    assert push(client, token_a, exposition([line], _ms(start + timedelta(seconds=125)))).status_code == 202
+    rows = {r.bucket: r.increase for r in PortRollup1m.objects.filter(quantity="symbol_errors")}
+    assert rows[start + timedelta(minutes=2)] == 2 and rows[start + timedelta(minutes=3)] == 4

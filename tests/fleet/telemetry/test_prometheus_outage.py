@@ -21,7 +21,7 @@ from fleet.ingest import push_queue
 from fleet.models import GpuSample, IngestBatch, ServingSample, Site
 from fleet.tasks import ingest_prometheus_batch
 from tests.conftest import redis_url
-from tests.fleet.telemetry.test_prometheus_ingest import DCGM, VLLM, push
+from tests.fleet.telemetry.test_prometheus_ingest import DCGM, FIXTURES, VLLM, push
 from tests.stack import Stack, TcpProxy, database_address, proxied_database_url
 
 
@@ -112,3 +112,34 @@ def test_pushes_waiting_in_a_retrying_worker_still_count_toward_back_pressure(br
     push_queue.done(key.decode())
     queues.reset()
     assert push(client, token_a, DCGM).status_code == 202
+
+
+@pytest.mark.django_db
+def test_the_worker_stores_what_the_door_parsed_without_parsing_it_again(
+    broker_mode, client, site_a, token_a, monkeypatch
+):
+    """The door queues its parse (prometheus.packed), not the body: the worker's cost is the
+    store alone. A body queued as text (before the mark existed) is still parsed: the replay test
+    above stashes one."""
+    from console.queues import STASH_PREFIX
+    from fleet.fabric.models import PortSample
+    from fleet.ingest import prometheus
+    from fleet.storage.models import DiskSample, MountSample
+
+    node = (FIXTURES / "node-exporter.prom").read_text()
+    response = push(client, token_a, node, "?hostname=gpu-node-7")
+    assert response.status_code == 202, response.content
+    accepted, key = response.json()["node_samples"], response.json()["batch"]
+    payload = broker_mode.get(STASH_PREFIX + key)
+    assert payload.startswith(prometheus.PARSED_MARK) and b"node_infiniband" not in payload
+
+    def parse_again(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("the worker parsed the push again")
+
+    monkeypatch.setattr(prometheus, "parse_exposition", parse_again)
+    now = timezone.now().isoformat()
+    options = {"hostname": "gpu-node-7", "endpoint": None, "kind": "auto", "now": now, "openmetrics": False}
+    stored = ingest_prometheus_batch.apply(args=[site_a.pk, key, None, options, now]).get()
+    assert broker_mode.xlen(push_queue.DEAD_LETTERS) == 0
+    rows = PortSample.objects.count() + MountSample.objects.count() + DiskSample.objects.count()
+    assert stored == accepted == rows > 0
