@@ -82,13 +82,14 @@ class NodeMountAdmin(_SeenByIngest):
 
 @admin.register(SchedulerQueue)
 class SchedulerQueueAdmin(_SeenByIngest):
-    """A scheduler's queues (ClusterQueues, partitions, namespaces): the pool each admits onto."""
+    """A scheduler's queues (ClusterQueues, partitions, namespaces): the pool each admits onto and
+    the team whose work it admits."""
 
-    editable = ("pool",)
-    list_display = ["site", "scheduler", "name", "cohort", "pool"]
+    editable = ("pool", "team")
+    list_display = ["site", "scheduler", "name", "cohort", "pool", "team"]
     list_filter = ["scheduler", "site"]
     search_fields = ["name", "cohort"]
-    list_select_related = ["site", "pool__site"]
+    list_select_related = ["site", "pool__site", "team"]
 
 
 @admin.register(Gpu)

@@ -22,6 +22,7 @@ without the writer (the demo's history, the migration over existing data, the be
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import connection
 
@@ -177,3 +178,11 @@ def move_fabric(interface_id: int, before: str, after: str) -> None:
     partitions.ensure_partitions_for(partitions.FABRIC_ROLLUP_1M, days)
     with connection.cursor() as cursor:
         cursor.execute(MOVE_FABRIC_SQL, {"interface": interface_id, "before": before, "after": after})
+
+
+def forget_port(sender: Any, instance: Any, **kwargs: Any) -> None:
+    """A deleted port's status row goes with it (``post_delete`` of NodeInterface: the table has
+    no foreign key, which Django's flush could not truncate past). Its rollups and samples stay
+    for retention, as a GPU's do; its bytes stay in the fabric minutes they were measured in."""
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM fleet_portstatus WHERE interface_id = %s", [instance.pk])

@@ -32,6 +32,14 @@ class SchedulerQueue(models.Model):
         related_name="scheduler_queues",
         help_text="The capacity pool whose GPUs this queue admits work onto",
     )
+    team = models.ForeignKey(
+        "fleet.Team",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="scheduler_queues",
+        help_text="The team whose work this queue admits (a Kueue ClusterQueue or LocalQueue, a Slurm account)",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
