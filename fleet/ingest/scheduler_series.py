@@ -1,18 +1,28 @@
 """The scheduler series the Prometheus door maps, by exposed name: Kueue's controller metrics,
-kube-state-metrics and a Slurm exporter. Names and labels as each project documents them:
+kube-state-metrics and a Slurm exporter. Names, labels and types as each project defines them
+(checked against Kueue v0.19.2, kube-state-metrics v2.20.0 and prometheus-slurm-exporter 0.20):
 
-- Kueue: site/content/en/docs/reference/metrics.md ("Prometheus Metrics"). Recent releases add a
-  ``replica_role`` label (leader, follower, standalone) and ``priority_class`` on the counters
-  and histograms; a follower's series are ignored (the leader's are the scheduler's), and
-  ``priority_class`` is kept so that each class's counters reset on their own. The resource
-  gauges need ``metrics.enableClusterQueueResources``; an unset borrowing or lending limit is
-  reported as +Inf (kept: it means "no limit").
-- kube-state-metrics: docs/metrics/workload/pod-metrics.md, node-metrics.md and
-  resourcequota-metrics.md. Pod gauges are summed per namespace (pods per phase, unschedulable
-  pods, GPUs requested per node); restarts stay per pod and container (a counter per series).
-- Slurm: vpenso/prometheus-slurm-exporter (nodes.go, gpus.go, queue.go, partitions.go): cluster
-  node, GPU and job counts without labels, and per ``partition`` pending jobs and CPUs. Other
-  exporters (rivosinc, SckyzO) name these differently and are not mapped.
+- Kueue: site/content/en/docs/reference/metrics.md ("Prometheus Metrics") and
+  pkg/metrics/metrics.go. Since v0.16 every series carries ``replica_role`` (leader, follower,
+  standalone); a follower's series are ignored (the leader's are the scheduler's).
+  ``priority_class`` (on the admitted and evicted counters and the wait histogram since v0.14) is
+  kept so that each class's counters reset on their own. The wait histogram's bounds are 1 s
+  then 2.5 s doubling (16 bounds to 40960 s since v0.17, 14 before). The resource gauges need
+  ``metrics.enableClusterQueueResources``; ``cohort`` is empty for a ClusterQueue without one,
+  and an unset borrowing or lending limit is reported as +Inf (kept: it means "no limit").
+- kube-state-metrics: docs/metrics/workload/pod-metrics.md, docs/metrics/cluster/node-metrics.md
+  and docs/metrics/policy/resourcequota-metrics.md (internal/store/pod.go, node.go,
+  resourcequota.go). Pod gauges are summed per namespace (pods per phase, unschedulable pods,
+  pods by scheduled condition, GPUs requested per node); restarts stay per pod and container (a
+  counter per series). Resource names are sanitised in requests and allocatable
+  (``nvidia_com_gpu``) but not in ``kube_resourcequota`` (``requests.nvidia.com/gpu``).
+- Slurm: vpenso/prometheus-slurm-exporter (README.md; nodes.go, gpus.go, queue.go,
+  partitions.go): node, GPU and job counts for the whole cluster, without labels, and per
+  ``partition`` pending jobs and CPUs. A partition series is printed only while its value is
+  above zero (partitions.go), so a partition's pending jobs fall to zero by vanishing. The GPU
+  series need ``-gpus-acct``; ``slurm_gpus_other`` is printed by the development branch only
+  (release 0.20 prints alloc, idle = total - alloc, total and utilization). Other exporters
+  (rivosinc, SckyzO) name these differently and are not mapped.
 """
 
 from __future__ import annotations
@@ -46,7 +56,8 @@ def _gpu(labels: dict[str, str]) -> bool:
 
 
 def _gpu_quota(labels: dict[str, str]) -> bool:
-    return labels.get("resource", "").endswith("nvidia.com/gpu")  # requests.nvidia.com/gpu, limits.nvidia.com/gpu
+    # A quota on an extended resource takes only the requests. prefix (Kubernetes, "Resource Quotas").
+    return labels.get("resource") == "requests.nvidia.com/gpu"
 
 
 _CQ = "cluster_queue"

@@ -15,7 +15,8 @@ from fleet.scheduler.services import WAIT_WINDOWS, admission_waits, wait_histogr
 from fleet.telemetry.histograms import histogram_quantile
 from tests.fleet.scheduler.support import minute_ago, push, stamped
 
-BOUNDS = ("1", "2", "4", "8", "16", "32", "64", "+Inf")
+# Kueue's first bounds (pkg/metrics/metrics.go generateExponentialBuckets: 1, then 2.5 doubling), cut short.
+BOUNDS = ("1", "2.5", "5", "10", "20", "40", "80", "+Inf")
 TYPES = {"kueue_admission_wait_time_seconds": "histogram", "kueue_admitted_workloads_total": "counter"}
 
 
@@ -41,9 +42,9 @@ def _queue(name: str) -> int:
 
 # Three scrapes a minute apart; Kueue restarts before the third (every bucket falls back).
 SCRAPES = [
-    {"1": 2, "2": 4, "4": 10, "8": 20, "16": 30, "32": 40, "64": 40, "+Inf": 40},
-    {"1": 4, "2": 9, "4": 18, "8": 36, "16": 54, "32": 66, "64": 70, "+Inf": 72},
-    {"1": 1, "2": 1, "4": 3, "8": 5, "16": 8, "32": 10, "64": 12, "+Inf": 12},
+    {"1": 2, "2.5": 4, "5": 10, "10": 20, "20": 30, "40": 40, "80": 40, "+Inf": 40},
+    {"1": 4, "2.5": 9, "5": 18, "10": 36, "20": 54, "40": 66, "80": 70, "+Inf": 72},
+    {"1": 1, "2.5": 1, "5": 3, "10": 5, "20": 8, "40": 10, "80": 12, "+Inf": 12},
 ]
 
 
@@ -54,27 +55,27 @@ def test_percentiles_equal_histogram_quantile_done_by_hand_across_a_restart(clie
     increase = {
         le: sum(b[le] - a[le] if b[le] >= a[le] else b[le] for a, b in itertools.pairwise(SCRAPES)) for le in BOUNDS
     }
-    assert increase == {"1": 3, "2": 6, "4": 11, "8": 21, "16": 32, "32": 36, "64": 42, "+Inf": 44}
-    # p50: rank 22 falls in (8, 16] holding 32 - 21 = 11: 8 + 8 * (22 - 21) / 11.
-    # p95: rank 41.8 falls in (32, 64] holding 42 - 36 = 6: 32 + 32 * (41.8 - 36) / 6.
+    assert increase == {"1": 3, "2.5": 6, "5": 11, "10": 21, "20": 32, "40": 36, "80": 42, "+Inf": 44}
+    # p50: rank 22 falls in (10, 20] holding 32 - 21 = 11: 10 + 10 * (22 - 21) / 11.
+    # p95: rank 41.8 falls in (40, 80] holding 42 - 36 = 6: 40 + 40 * (41.8 - 36) / 6.
     wait = admission_waits([_queue("team-a-h100")], window=WAIT_WINDOWS["1h"])[_queue("team-a-h100")]
-    assert wait.p50 == pytest.approx(8 + 8 * 1 / 11)
-    assert wait.p95 == pytest.approx(32 + 32 * 5.8 / 6)
+    assert wait.p50 == pytest.approx(10 + 10 * 1 / 11)
+    assert wait.p95 == pytest.approx(40 + 40 * 5.8 / 6)
     assert wait.admissions == 44
 
 
 def test_a_rank_in_the_inf_bucket_gives_the_highest_finite_bound(client, token_a) -> None:
     start = minute_ago(5)
     low = dict.fromkeys(BOUNDS, 0)
-    high = {"1": 1, "2": 1, "4": 1, "8": 1, "16": 1, "32": 1, "64": 1, "+Inf": 20}
+    high = {"1": 1, "2.5": 1, "5": 1, "10": 1, "20": 1, "40": 1, "80": 1, "+Inf": 20}
     _push_scrapes(client, token_a, "slow", [low, high], start)
     wait = admission_waits([_queue("slow")], window=WAIT_WINDOWS["1h"])[_queue("slow")]
-    assert (wait.p50, wait.p95) == (64, 64)
+    assert (wait.p50, wait.p95) == (80, 80)
 
 
 def test_the_first_bucket_interpolates_from_zero(client, token_a) -> None:
     start = minute_ago(5)
-    after = {"1": 10, "2": 10, "4": 10, "8": 10, "16": 10, "32": 10, "64": 10, "+Inf": 10}
+    after = {"1": 10, "2.5": 10, "5": 10, "10": 10, "20": 10, "40": 10, "80": 10, "+Inf": 10}
     _push_scrapes(client, token_a, "fast", [dict.fromkeys(BOUNDS, 0), after], start)
     wait = admission_waits([_queue("fast")], window=WAIT_WINDOWS["1h"])[_queue("fast")]
     assert (wait.p50, wait.p95) == (0.5, 0.95)
@@ -83,21 +84,21 @@ def test_the_first_bucket_interpolates_from_zero(client, token_a) -> None:
 def test_priority_classes_are_added_bucket_by_bucket_before_the_quantile(client, token_a) -> None:
     start = minute_ago(5)
     zero = dict.fromkeys(BOUNDS, 0)
-    quick = {"1": 10, "2": 10, "4": 10, "8": 10, "16": 10, "32": 10, "64": 10, "+Inf": 10}
-    slow = {"1": 0, "2": 0, "4": 0, "8": 0, "16": 0, "32": 10, "64": 10, "+Inf": 10}
+    quick = {"1": 10, "2.5": 10, "5": 10, "10": 10, "20": 10, "40": 10, "80": 10, "+Inf": 10}
+    slow = {"1": 0, "2.5": 0, "5": 0, "10": 0, "20": 0, "40": 10, "80": 10, "+Inf": 10}
     _push_scrapes(client, token_a, "q", [zero, quick], start, priority_class="high")
     _push_scrapes(client, token_a, "q", [zero, slow], start, priority_class="low")
     wait = admission_waits([_queue("q")], window=WAIT_WINDOWS["1h"])[_queue("q")]
-    # sum by (le): 10 at le=1 ... 20 from le=32; p50 is rank 10, the top of (0, 1]; p95 rank 19 in (16, 32].
-    assert wait.p50 == 1 and wait.p95 == pytest.approx(16 + 16 * 9 / 10) and wait.admissions == 20
+    # sum by (le): 10 at le=1 ... 20 from le=40; p50 is rank 10, the top of (0, 1]; p95 rank 19 in (20, 40].
+    assert wait.p50 == 1 and wait.p95 == pytest.approx(20 + 20 * 9 / 10) and wait.admissions == 20
 
 
 def test_the_window_counts_only_its_own_minutes(client, token_a) -> None:
     now = minute_ago(0)
     early = now - timedelta(hours=3)
     zero = dict.fromkeys(BOUNDS, 0)
-    slow = {"1": 0, "2": 0, "4": 0, "8": 0, "16": 0, "32": 0, "64": 4, "+Inf": 4}
-    fast = {"1": 6, "2": 6, "4": 6, "8": 6, "16": 6, "32": 6, "64": 10, "+Inf": 10}  # six more, each under 1 s
+    slow = {"1": 0, "2.5": 0, "5": 0, "10": 0, "20": 0, "40": 0, "80": 4, "+Inf": 4}
+    fast = {"1": 6, "2.5": 6, "5": 6, "10": 6, "20": 6, "40": 6, "80": 10, "+Inf": 10}  # six more, each under 1 s
     _push_scrapes(client, token_a, "q", [zero, slow], early)  # three hours ago: four slow admissions
     _push_scrapes(client, token_a, "q", [slow, fast], now - timedelta(minutes=20))  # six quick ones since
     queue = _queue("q")
@@ -105,9 +106,9 @@ def test_the_window_counts_only_its_own_minutes(client, token_a) -> None:
     day = admission_waits([queue], window=WAIT_WINDOWS["24h"], now=now)[queue]
     # The hour: six admissions in (0, 1]; p95 is rank 5.7 of 6 there.
     assert hour.admissions == 6 and hour.p95 == pytest.approx(5.7 / 6)
-    # The day: ten; p50 rank 5 of the six in (0, 1]; p95 rank 9.5 in (32, 64], which holds 4.
+    # The day: ten; p50 rank 5 of the six in (0, 1]; p95 rank 9.5 in (40, 80], which holds 4.
     assert day.admissions == 10 and day.p50 == pytest.approx(5 / 6)
-    assert day.p95 == pytest.approx(32 + 32 * (9.5 - 6) / 4)
+    assert day.p95 == pytest.approx(40 + 40 * (9.5 - 6) / 4)
 
 
 def test_a_queue_without_admissions_in_the_window_is_left_out(client, token_a) -> None:

@@ -45,7 +45,7 @@ def test_every_kueue_line_is_stored_under_its_cluster_queue_and_quantity(client,
             series = label_text({k: labels[k] for k in keep if k in labels})
             expected[("kueue", labels[queue_label], quantity, series)] = value
     assert stored() == expected
-    assert response.json()["scheduler_samples"] == len(expected) == 59
+    assert response.json()["scheduler_samples"] == len(expected) == 63
     assert expected[("kueue", "team-b-h100", "pending_workloads", 'status="inadmissible"')] == 4
     assert expected[("kueue", "team-a-h100", "preempted_workloads", 'reason="InCohortReclamation"')] == 5
 
@@ -90,11 +90,11 @@ def test_a_queue_moved_to_another_cohort_follows_it(client, token_a) -> None:
 def test_kueue_series_this_console_does_not_use_are_counted_as_ignored(client, token_a) -> None:
     body = push(client, token_a, KUEUE).json()
     unused = [name for name, _, _ in samples(KUEUE) if name not in KUEUE_READING]
-    assert body["ignored"] == len(unused) == 7
+    assert body["ignored"] == len(unused) == 10
     assert body["ignored_metrics"] == {
         "kueue_admission_attempts_total": 2,
         "kueue_build_info": 1,
-        "kueue_cluster_queue_status": 3,
+        "kueue_cluster_queue_status": 6,
         "go_goroutines": 1,
     }
 
@@ -132,7 +132,7 @@ def test_kube_state_metrics_pods_are_summed_per_namespace_and_gpus_kept(client, 
             add(ns, "gpus_requested", f'node="{labels["node"]}"', value)
         elif name == "kube_node_status_allocatable" and labels["resource"] == "nvidia_com_gpu":
             add("", "gpus_allocatable", f'node="{labels["node"]}"', value)
-        elif name == "kube_resourcequota" and labels["resource"].endswith("nvidia.com/gpu"):
+        elif name == "kube_resourcequota" and labels["resource"] == "requests.nvidia.com/gpu":
             add(ns, "resource_quota", label_text({k: labels[k] for k in ("resource", "resourcequota", "type")}), value)
     assert stored() == expected
     assert expected[("kubernetes", "team-a", "pods", 'phase="Running"')] == 2
@@ -143,7 +143,9 @@ def test_kube_state_metrics_pods_are_summed_per_namespace_and_gpus_kept(client, 
         ("kubernetes", "team-a"),
         ("kubernetes", "team-b"),
     }
-    assert response.json()["ignored"] == 6  # cpu, memory, a CPU request, the pods quota twice, kube_pod_info
+    # Each node's cpu, ephemeral_storage, memory and pods (12), the CPU requests (3), the pods quota
+    # (hard and used) and kube_pod_info (5).
+    assert response.json()["ignored"] == 22
 
 
 def test_the_slurm_exporters_series_map_to_partitions_and_the_cluster(client, token_a) -> None:
@@ -169,7 +171,7 @@ def test_the_slurm_exporters_series_map_to_partitions_and_the_cluster(client, to
     assert stored() == expected
     assert expected[("slurm", "", "nodes", 'state="drain"')] == 3
     assert expected[("slurm", "h100", "jobs", 'state="pending"')] == 17
-    assert response.json()["ignored"] == ignored == 5
+    assert response.json()["ignored"] == ignored == 7
 
 
 def test_a_bad_line_is_refused_naming_it_and_nothing_is_written(client, token_a) -> None:
@@ -222,7 +224,7 @@ def test_values_no_read_can_use_are_ignored_and_counted(client, token_a) -> None
 def test_a_redelivery_writes_nothing(client, token_a) -> None:
     for _ in range(2):
         assert push(client, token_a, KUEUE, **{"Idempotency-Key": "kueue-0001"}).status_code == 202
-    assert SchedulerSample.objects.count() == 59
+    assert SchedulerSample.objects.count() == 63
     assert IngestBatch.objects.filter(key__endswith=":scheduler").count() == 1
 
 
@@ -250,7 +252,7 @@ def test_remote_write_carries_the_same_series_as_the_text_door(client, token_a) 
     through_remote_write = stored()
     SchedulerSample.objects.all().delete()
     assert push(client, token_a, KUEUE).status_code == 202
-    assert through_remote_write == stored() and len(through_remote_write) == 59
+    assert through_remote_write == stored() and len(through_remote_write) == 63
 
 
 def test_a_histogram_with_a_part_no_read_can_use_is_ignored_whole(client, token_a) -> None:
