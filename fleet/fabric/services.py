@@ -355,7 +355,10 @@ def _flaps(win: Window) -> list[dict[str, Any]]:
 
 def _throughput(win: Window, *, read_model: bool = True) -> dict[str, Any]:
     """Bytes per second (received plus transmitted) per fabric, a point a minute: from the
-    per-site, per-fabric minutes, or (``read_model=False``) from every port's rollups."""
+    per-site, per-fabric minutes, or (``read_model=False``) from every port's rollups. The minute
+    in progress is left out: it holds only the nodes that have pushed so far, and drawn it would
+    be a drop at the chart's edge that no link saw."""
+    end = min(win.end, timezone.now().replace(second=0, microsecond=0))
     if read_model:
         with connection.cursor() as cursor:
             # The minute comes as its ISO text (datetime.isoformat's, buckets being whole minutes
@@ -369,7 +372,7 @@ def _throughput(win: Window, *, read_model: bool = True) -> dict[str, Any]:
                 GROUP BY bucket, fabric
                 ORDER BY bucket
                 """,
-                [win.start, win.end],
+                [win.start, end],
             )
             return _series(cursor.fetchall())
     with connection.cursor() as cursor:
@@ -382,7 +385,7 @@ def _throughput(win: Window, *, read_model: bool = True) -> dict[str, Any]:
             GROUP BY r.bucket, i.fabric
             ORDER BY r.bucket
             """,
-            [win.start, win.end],
+            [win.start, end],
         )
         return _series(cursor.fetchall())
 
