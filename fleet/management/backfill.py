@@ -20,6 +20,11 @@ it, each part through the writer its door uses and rolled up by the code that ro
   systems as 1-minute rollups for the last 2 hours, by COPY, following what the GPUs did (a hung
   or idle node carries no collective traffic and reads no data), with the compute port that
   flapped just before the scripted hang; the fabric page's read model is read from those rollups;
+* Kueue's series (fleet.scheduler.simulator): every simulated ClusterQueue's pending and admitted
+  workloads, evictions, preemptions, admission wait histogram and GPU quota and usage as 1-minute
+  rollups for the last 6 hours, by COPY, rolled up as the series writer (fleet.telemetry.series)
+  rolls up Kueue's scrapes every 15 s, so the queue figures and their waits show on first open;
+  the live run's Kueue goes on from those counters;
 * incidents: each GPU fault, job failure and hang, and the collapse, as the detectors would have
   opened them, resolved, with their detection, acknowledgement and resolution times (MTTx); the
   scripted hang's as fleet.correlation joins it to the flap under it ("Fabric fault → job hang");
@@ -43,12 +48,16 @@ import msgspec
 from django.db import connection, transaction
 from django.utils import timezone
 
-from fleet.choices import Fabric, InterfaceKind
+from fleet.choices import Fabric, InterfaceKind, QueueScheduler
 from fleet.correlation.causes import FABRIC_EFFECT
 from fleet.fabric import detectors as fabric_detectors
 from fleet.fabric import readmodel as fabric_readmodel
 from fleet.ingest.batches import parse_gpu_batch
+from fleet.ingest.scheduler_series import SCHEDULER_SERIES
 from fleet.inventory.models import DEFAULT_FABRIC, Gpu, Node, NodeInterface, NodeMount, purpose_of_mountpoint
+from fleet.scheduler.models import SchedulerQueue
+from fleet.scheduler.simulator import KueueSimulator, Sample
+from fleet.scheduler.store import QUEUE_COUNTERS
 from fleet.serving import rollups as serving_rollups
 from fleet.serving.simulator import ServingSimulator
 from fleet.telemetry import partitions, rollups
@@ -97,6 +106,9 @@ HANG = (0, timedelta(minutes=100))
 # on the last hour; the storage detector's baseline is the hour before its window). Six hours
 # would be three quarters of a million rows: longer than a first start should take.
 NODE_MINUTES = timedelta(hours=2)
+# Kueue's series: minute rollups for the last 6 hours (the capacity page's 1-hour waits, and a
+# quarter of its 24-hour ones); about 120,000 rows.
+QUEUE_MINUTES = timedelta(hours=6)
 GPU_FAULTS = (
     ScriptedFault("ams1-l40s-002", 6, "xid79", timedelta(hours=130), timedelta(minutes=5)),
     ScriptedFault("iad2-a100-003", 1, "dbe", timedelta(hours=100), timedelta(minutes=3)),
@@ -127,6 +139,7 @@ def backfill(
     site_ids: dict[str, int],
     now: datetime,
     nodes: NodeExporterSimulator | None = None,
+    queues: KueueSimulator | None = None,
     log: Callable[[str], None] = lambda message: None,
 ) -> dict[str, int]:
     """Write the week before ``now`` (see the module's docstring); return what was written."""
@@ -172,6 +185,9 @@ def backfill(
             flap = _hang_flap(nodes, training, now)
             done["node_rollups"] = _node_history(fleet_sim, nodes, drivers, start=now - NODE_MINUTES, now=now)
             say(f"{done['node_rollups']} port, disk and file system rollup rows")
+        if queues is not None:
+            done["scheduler_rollups"] = _queue_history(queues, site_ids, start=now - QUEUE_MINUTES, now=now)
+            say(f"{done['scheduler_rollups']} Kueue rollup rows")
         done["incidents"] = _incidents(training, serving, faults, now, flap=flap)
         say(f"{done['incidents']} resolved incidents")
         # Last, up to the moment the live run takes over: the raw samples of the last minutes.
@@ -893,4 +909,79 @@ def _node_history(
     # The port rollups went in by COPY, past the port writer: the fabric page's read model (its
     # throughput per fabric, the ports' latest state and rate) is read from them here.
     fabric_readmodel.rebuild(start, end)
+    return written
+
+
+# --- Kueue's series --------------------------------------------------------------------------------
+
+
+def queue_values(site: str, samples: list[Sample]) -> list[tuple[str, str, str, float]]:
+    """(ClusterQueue, quantity, series, value) of each of a Kueue scrape's samples, as the
+    Prometheus door maps them (fleet.ingest.scheduler_series: the label naming the queue, the
+    labels kept, in canonical Prometheus label text); a name the door does not map is left out."""
+    out = []
+    for name, labels, value in samples:
+        spec = SCHEDULER_SERIES.get(name)
+        if spec is None or spec.queue_label is None:
+            continue
+        kept = {k: labels[k] for k in spec.keep if k in labels}
+        kept.update(spec.fixed)
+        series = ",".join(f'{k}="{_escaped(v)}"' for k, v in sorted(kept.items()))
+        out.append((labels[spec.queue_label], spec.quantity, series, value))
+    return out
+
+
+def _escaped(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _queue_history(queues: KueueSimulator, site_ids: dict[str, int], *, start: datetime, now: datetime) -> int:
+    """Every simulated ClusterQueue's minutes from ``start`` (a whole hour) to this minute by COPY:
+    the queues run scrape by scrape (every ``interval``) and each series' scrapes of a minute
+    rolled up as the series writer rolls them up (fleet.telemetry.series.SeriesTable.rollup_sql):
+    the samples, min, max and last, and for a counter its increase from the scrape before (none
+    before the first: 0; a fall: a reset, counted from zero). The queues must be registered
+    (fleet.scheduler.simulator.seed_queues); the live run goes on from ``now``."""
+    start = _floor_hour(start)
+    end = now.replace(second=0, microsecond=0)
+    names = {pk: name for name, pk in site_ids.items()}
+    ids = {
+        (names[site_id], name): pk
+        for site_id, name, pk in SchedulerQueue.objects.filter(
+            site_id__in=list(names), scheduler=QueueScheduler.KUEUE
+        ).values_list("site_id", "name", "pk")
+    }
+    step = queues.interval.total_seconds()
+    per_minute = max(1, round(60 / step))
+    previous: dict[tuple[int, str, str], float] = {}
+    queues.advance(start)
+    written = 0
+    minute = start
+    while minute < end:  # an hour of minutes at a time: one COPY, bounded memory
+        count = min(60, int((end - minute).total_seconds() // 60))
+        buckets = [minute + timedelta(minutes=k) for k in range(count)]
+        rows: list[tuple[Any, ...]] = []
+        for bucket in buckets:
+            seen: dict[tuple[int, str, str], list[float]] = {}
+            for i in range(per_minute):
+                queues.advance(bucket + timedelta(seconds=i * step))
+                for site in queues.sites:
+                    for queue, quantity, series, value in queue_values(site, queues.samples(site)):
+                        key = ids.get((site, queue))
+                        if key is not None:
+                            seen.setdefault((key, series, quantity), []).append(value)
+            for key, values in seen.items():
+                increase = None
+                if key[2] in QUEUE_COUNTERS:
+                    increase, prev = 0.0, previous.get(key)
+                    for value in values:
+                        if prev is not None:
+                            increase += value - prev if value >= prev else value
+                        prev = value
+                previous[key] = values[-1]
+                rows.append((*key, bucket, len(values), increase, min(values), max(values), values[-1]))
+        columns = f"queue_id, series, {_SERIES_COLUMNS}"
+        written += _copy_rows(partitions.SCHEDULER_ROLLUP_1M, columns, ["int8", "text", *_SERIES_TYPES], rows, buckets)
+        minute += timedelta(minutes=count)
+    queues.advance(now)
     return written

@@ -33,7 +33,11 @@ from fleet.models import (
     JobEvent,
     NodeInterface,
     NodeMount,
+    SchedulerQueue,
+    SchedulerRollup1m,
 )
+from fleet.scheduler.services import admission_waits
+from fleet.scheduler.simulator import STARVING
 from fleet.serving import slo as serving
 from fleet.serving.simulator import SURGE_NOTE
 from fleet.training.simulator import JOB_KINDS, NCCL_TIMEOUT
@@ -173,6 +177,22 @@ def test_a_first_start_writes_a_week_that_every_page_shows_and_that_agrees_with_
     training = set(NodeMount.objects.filter(purpose="datasets").values_list("node__hostname", flat=True))
     assert below == {h for h in training if h.startswith("iad2-")} and len(below) == 12, below
     assert all(m["free_pct"] is not None for m in storage["mounts"])
+
+    # Kueue's queues open on history: every simulated ClusterQueue mapped to its pool and team, its
+    # minutes over the last hours, and the team that waits while its pool has idle GPUs waiting
+    # longer than the admission-starvation threshold (p95 over 30 min) in the last hour.
+    queues = SchedulerQueue.objects.filter(scheduler="kueue")
+    assert queues.count() == 10
+    assert not queues.filter(pool__isnull=True).exists() and not queues.filter(team__isnull=True).exists()
+    minutes = SchedulerRollup1m.objects.filter(bucket__gte=now - backfill.QUEUE_MINUTES + timedelta(minutes=5))
+    assert minutes.values("bucket").distinct().count() >= 5 * 60 + 50
+    assert set(minutes.values_list("queue_id", flat=True).distinct()) == set(queues.values_list("pk", flat=True))
+    assert minutes.filter(quantity="admitted_workloads", increase__gt=0).exists()
+    waits = admission_waits(queues.values_list("pk", flat=True), window=timedelta(hours=1), now=now)
+    site, pool, team = STARVING
+    starving = queues.get(site__name=site, name=f"{team}-{pool}")
+    assert waits[starving.pk].p95 > 1800, waits[starving.pk]
+    assert len(waits) >= 8 and all(w.p95 < waits[starving.pk].p95 for pk, w in waits.items() if pk != starving.pk)
 
     # Reservations in every tier, from the capacity seed.
     assert set(Reservation.objects.values_list("tier", flat=True)) == {"reserved", "on-demand", "preemptible"}

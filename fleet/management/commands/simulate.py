@@ -18,6 +18,7 @@ from console.models import AgentToken, hash_secret
 from fleet.capacity.simulator import seed_capacity
 from fleet.choices import Interconnect
 from fleet.models import Node, Rack, Site
+from fleet.scheduler.simulator import KueueSimulator, seed_queues
 from fleet.serving.simulator import ServingSimulator, push_history, serving_for_command
 from fleet.telemetry.node_simulator import FLAP_LEAD, SCRIPTED_FLAP_PORT, NodeExporterSimulator
 from fleet.telemetry.simulator import (
@@ -59,6 +60,7 @@ class Session:
     training: TrainingSimulator | None
     serving: ServingSimulator | None
     nodes: NodeExporterSimulator | None = None
+    queues: KueueSimulator | None = None  # Kueue on each site's cluster, queueing for the capacity pools
     history: dict[str, int] = field(default_factory=dict)  # what the backfill wrote (empty: none)
 
 
@@ -153,6 +155,11 @@ class Command(BaseCommand):
                 for rejected in session.nodes.rejected:
                     self.stderr.write(f"node_exporter scrape rejected: {rejected}")
                 session.nodes.rejected.clear()
+            if session.queues is not None:
+                session.queues.tick(utcnow(), poster)
+                for rejected in session.queues.rejected:
+                    self.stderr.write(f"Kueue scrape rejected: {rejected}")
+                session.queues.rejected.clear()
             if serving is not None:
                 serving.tick(utcnow())
                 for rejected in serving.rejected:
@@ -220,7 +227,11 @@ class Command(BaseCommand):
         nodes = NodeExporterSimulator(
             fleet, seed=options["seed"], activity=training.node_activity if training is not None else None
         )
-        session = Session(options, fleet, sim, poster, run, training, serving, nodes)
+        # Kueue's ClusterQueues for the capacity seed's quotas, registered and mapped to their pools
+        # and teams before the first scrape (fleet.scheduler.simulator).
+        queues = KueueSimulator(fleet, seed=options["seed"])
+        seed_queues(queues)
+        session = Session(options, fleet, sim, poster, run, training, serving, nodes, queues)
         if options.get("history"):
             from fleet.management.backfill import backfill, history_needed
 
@@ -234,6 +245,7 @@ class Command(BaseCommand):
                     site_ids=site_ids,
                     now=utcnow(),
                     nodes=nodes,
+                    queues=queues,
                     log=lambda m: self.stdout.write(f"  {m}"),
                 )
         close_old_connections()
