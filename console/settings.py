@@ -491,6 +491,33 @@ FABRIC_SYMBOL_ERRORS_PER_HOUR = envfloat("GOODPUT_FABRIC_SYMBOL_ERRORS_PER_HOUR"
 FABRIC_LINK_RECOVERIES_PER_HOUR = envfloat("GOODPUT_FABRIC_LINK_RECOVERIES_PER_HOUR", 6.0, minimum=0.0)
 FABRIC_TRANSMIT_WAIT_PER_WINDOW = envfloat("GOODPUT_FABRIC_TRANSMIT_WAIT_PER_WINDOW", 1e8, minimum=0.0)
 FABRIC_TRANSMIT_DISCARDS_PER_WINDOW = envfloat("GOODPUT_FABRIC_TRANSMIT_DISCARDS_PER_WINDOW", 100.0, minimum=0.0)
+# Scheduler detectors (fleet.scheduler.detectors). Admission starvation: a ClusterQueue's p95
+# admission wait over the last 30 min above this while its pool has idle GPUs; per pool, as
+# "site/pool=seconds" pairs (ams-1/H100=3600), the pool's own limit.
+SCHEDULER_ADMISSION_WAIT_SECONDS = envint("GOODPUT_SCHEDULER_ADMISSION_WAIT_SECONDS", 1800, minimum=1)
+
+
+def _seconds_by_pool(name: str) -> dict[str, int]:
+    mapping = {}
+    for pair in filter(None, (p.strip() for p in (env(name) or "").split(","))):
+        pool, _, seconds = pair.rpartition("=")
+        if "/" not in pool or not seconds.strip().isdigit() or int(seconds) < 1:
+            raise ImproperlyConfiguredEnv(f"{name}: {pair!r} is not site/pool=seconds (e.g. ams-1/H100=3600)")
+        mapping[pool.strip()] = int(seconds)
+    return mapping
+
+
+SCHEDULER_ADMISSION_WAIT_BY_POOL = _seconds_by_pool("GOODPUT_SCHEDULER_ADMISSION_WAIT_BY_POOL")
+# Eviction storm: this many evictions (preemptions included) of one queue's workloads or more
+# within the window.
+SCHEDULER_EVICTION_STORM_COUNT = envint("GOODPUT_SCHEDULER_EVICTION_STORM_COUNT", 5, minimum=1)
+SCHEDULER_EVICTION_STORM_WINDOW_SECONDS = envint("GOODPUT_SCHEDULER_EVICTION_STORM_WINDOW_SECONDS", 600, minimum=60)
+# Drained capacity: more than this share of a cluster's nodes drained or down, for this long.
+SCHEDULER_DRAINED_SHARE = envfloat("GOODPUT_SCHEDULER_DRAINED_SHARE", 0.10, minimum=0.0)
+SCHEDULER_DRAINED_SECONDS = envint("GOODPUT_SCHEDULER_DRAINED_SECONDS", 900, minimum=60)
+# Reservation unused: an approved or active reservation whose team admitted nothing on the pool
+# for this long.
+SCHEDULER_RESERVATION_IDLE_SECONDS = envint("GOODPUT_SCHEDULER_RESERVATION_IDLE_SECONDS", 7200, minimum=60)
 # How often agents and scrapes report; a GPU silent for 3 intervals is a finding.
 FLEET_SAMPLE_INTERVAL_SECONDS = envint("GOODPUT_FLEET_SAMPLE_INTERVAL_SECONDS", 15, minimum=1)
 NOTIFICATION_TIMEOUT_SECONDS = envint("GOODPUT_NOTIFICATION_TIMEOUT_SECONDS", 5, minimum=1)
