@@ -8,10 +8,13 @@ and storage detectors.
   SCHEDULER_ADMISSION_WAIT_SECONDS, per pool SCHEDULER_ADMISSION_WAIT_BY_POOL), while workloads
   still wait and the pool has idle GPUs: the nominal quota of the pool's ClusterQueues
   (``nvidia.com/gpu``, every flavor) above their usage. The finding names the cause: *quota*
-  (the team holds all it may: its nominal quota plus what it may borrow, within its borrowing
-  limit and what the others lend) or *fragmentation* (its quota has room and GPUs are idle, yet
-  its workloads are not admitted: they do not fit the free GPUs). A full pool raises nothing:
-  waiting for GPUs that are all in use is capacity, not starvation;
+  when the team's quota keeps it from part of the idle GPUs (what it may still take, its nominal
+  quota plus what it may borrow within its borrowing limit and what the others lend, is less
+  than the pool has idle) or *fragmentation* when its quota would let it take every idle GPU and
+  its workloads are still not admitted (they do not fit the free GPUs' shape: gang size, flavor,
+  topology). Kueue exports no workload's size, so a quota that leaves room for fewer GPUs than the
+  team's workloads take counts as quota, as it should. A full pool raises nothing: waiting for
+  GPUs that are all in use is capacity, not starvation;
 * scheduler-eviction-storm: SCHEDULER_EVICTION_STORM_COUNT or more evictions (preemptions
   included: Kueue's reason ``Preempted``) of one ClusterQueue's workloads within
   SCHEDULER_EVICTION_STORM_WINDOW_SECONDS, with the reasons and the preempting queues: Kueue
@@ -103,11 +106,12 @@ def quota_room(queue: Any, quotas: Mapping[Any, QueueQuota]) -> float:
 
 def starvation_cause(queue: Any, quotas: Mapping[Any, QueueQuota]) -> str | None:
     """Why a queue waits while its pool may have GPUs: None when the pool has none idle (genuinely
-    full: capacity, not starvation), ``quota`` when the queue holds all its quota lets it,
-    ``fragmentation`` when its quota has room and GPUs are idle yet nothing is admitted."""
-    if cohort_idle(quotas) <= 0:
+    full: capacity, not starvation), ``quota`` when its quota lets it take fewer GPUs than the
+    pool has idle, ``fragmentation`` when its quota lets it take them all yet nothing is admitted."""
+    idle = cohort_idle(quotas)
+    if idle <= 0:
         return None
-    return "fragmentation" if quota_room(queue, quotas) > 0 else "quota"
+    return "quota" if quota_room(queue, quotas) < idle else "fragmentation"
 
 
 def drained_share(out: float, total: float) -> float:
@@ -257,16 +261,11 @@ def scheduler_admission_starvation(now: datetime) -> list[FindingSpec]:
         wait, limit = waits[queue.pk], admission_wait_limit(queue.pool)
         assert wait.p95 is not None
         borrowing = "no limit" if math.isinf(own.borrowing_limit) else _n(own.borrowing_limit)
+        quota = f"using {_n(own.usage)}, nominal {_n(own.nominal)}, borrowing limit {borrowing}"
         if cause == "quota":
-            why = (
-                f"quota: the team holds {_n(own.usage)} GPUs, all its quota allows (nominal {_n(own.nominal)}, "
-                f"borrowing limit {borrowing}, and what the others lend)"
-            )
+            why = f"quota: it may take {_n(room)} of the {_n(idle)} idle GPUs ({quota}, and what the others lend)"
         else:
-            why = (
-                f"fragmentation: its quota has room for {_n(room)} more GPUs (using {_n(own.usage)} of nominal "
-                f"{_n(own.nominal)}), yet its workloads are not admitted"
-            )
+            why = f"fragmentation: its quota lets it take all {_n(idle)} idle GPUs ({quota}), yet nothing is admitted"
         specs.append(
             FindingSpec(
                 fingerprint=_fingerprint("scheduler-admission-starvation", queue),

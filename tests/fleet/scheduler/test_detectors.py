@@ -160,7 +160,7 @@ def test_a_team_at_its_quota_while_the_pool_idles_starves_on_quota(client, token
     assert spec.impact["p95_seconds"] == pytest.approx(4992)
     assert spec.impact["idle_gpus"] == 16 and spec.impact["pending_workloads"] == 7
     assert "p95 admission wait 83 min over 30 min (limit 30 min)" in spec.summary
-    assert "7 workloads waiting while 16 GPUs of the pool are idle; quota: the team holds 24 GPUs" in spec.summary
+    assert "7 workloads waiting while 16 GPUs of the pool are idle; quota: it may take 0 of the 16" in spec.summary
 
 
 def test_room_in_the_quota_and_idle_gpus_yet_waiting_is_fragmentation(client, token_a, pool) -> None:
@@ -170,7 +170,7 @@ def test_room_in_the_quota_and_idle_gpus_yet_waiting_is_fragmentation(client, to
     [spec] = detectors.scheduler_admission_starvation(_now())
     assert spec.labels["cause"] == "fragmentation"
     assert spec.impact["quota_room_gpus"] == 16 and spec.impact["idle_gpus"] == 16
-    assert "fragmentation: its quota has room for 16 more GPUs (using 24 of nominal 32)" in spec.summary
+    assert "fragmentation: its quota lets it take all 16 idle GPUs (using 24, nominal 32" in spec.summary
 
 
 def test_waiting_in_a_genuinely_full_pool_raises_nothing(client, token_a, pool) -> None:
@@ -222,15 +222,18 @@ def test_starvation_holds_while_nothing_is_admitted_and_clears_once_nothing_wait
 
 def test_the_quota_rules_follow_kueue_borrowing_and_lending() -> None:
     quotas = {
-        "a": QueueQuota(nominal=16, usage=20, borrowing_limit=8),
-        "b": QueueQuota(nominal=16, usage=4, lending_limit=6),
+        "a": QueueQuota(nominal=16, usage=12, borrowing_limit=8),
+        "b": QueueQuota(nominal=16, usage=12),
     }
     assert cohort_idle(quotas) == 8
-    # a may borrow 4 more under its limit, and b lends 6 of its 12 unused: 4.
-    assert quota_room("a", quotas) == 4 and starvation_cause("a", quotas) == "fragmentation"
-    quotas["b"] = QueueQuota(nominal=16, usage=4, lending_limit=0)
-    assert quota_room("a", quotas) == 0 and starvation_cause("a", quotas) == "quota"
-    quotas["b"] = QueueQuota(nominal=16, usage=12)
+    # a's own 4 unused, and 4 more borrowed of b's unused 4: every idle GPU.
+    assert quota_room("a", quotas) == 8 and starvation_cause("a", quotas) == "fragmentation"
+    quotas["b"] = QueueQuota(nominal=16, usage=12, lending_limit=1)
+    assert quota_room("a", quotas) == 5 and starvation_cause("a", quotas) == "quota"
+    quotas["a"] = QueueQuota(nominal=16, usage=22, borrowing_limit=6)  # at its borrowing limit
+    quotas["b"] = QueueQuota(nominal=16, usage=2)
+    assert cohort_idle(quotas) == 8 and quota_room("a", quotas) == 0 and starvation_cause("a", quotas) == "quota"
+    quotas["b"] = QueueQuota(nominal=16, usage=10)
     assert cohort_idle(quotas) == 0 and starvation_cause("a", quotas) is None
 
 
@@ -397,3 +400,37 @@ def test_a_reservation_not_yet_approved_or_without_reporting_queues_raises_nothi
     assert detectors.scheduler_reservation_unused(_now()) == []
     _reservation(pool, "team-b", started=timedelta(hours=4))  # team-b has no queue on the pool
     assert detectors.scheduler_reservation_unused(_now()) == []
+
+
+# --- the demo's Kueue ----------------------------------------------------------------------------
+
+
+def test_the_demos_starving_team_is_found_waiting_behind_its_quota() -> None:
+    """The simulated Kueue (fleet.scheduler.simulator) over its last 40 minutes, a scrape a minute:
+    the team it starves is the one finding, and its cause is its quota."""
+    from fleet.capacity.simulator import seed_capacity
+    from fleet.management.backfill import queue_values
+    from fleet.models import Site
+    from fleet.scheduler.simulator import STARVING, KueueSimulator, seed_queues
+    from fleet.telemetry.simulator import DEFAULT_SITES, build_fleet
+
+    for spec in DEFAULT_SITES:
+        Site.objects.create(name=spec.name, region=spec.region, contracted_power_kw=spec.contracted_power_kw)
+    sim = KueueSimulator(build_fleet(DEFAULT_SITES, gpu_limit=None, seed=7), seed=7)
+    seed_capacity(DEFAULT_SITES, seed=7, now=_now())
+    seed_queues(sim)
+    sites = dict(Site.objects.values_list("name", "pk"))
+    for m in range(40, -1, -1):
+        sim.advance(minute_ago(m))
+        for site in sim.sites:
+            points = [
+                QueuePoint("kueue", queue, quantity, series, minute_ago(m), value)
+                for queue, quantity, series, value in queue_values(site, sim.samples(site))
+            ]
+            store_queue_points(site_id=sites[site], batch_key=f"sim-{site}-{m}", points=points)
+    specs = detectors.scheduler_admission_starvation(_now())
+    site, pool, team = STARVING
+    assert [(s.labels["site"], s.labels["pool"], s.labels["team"]) for s in specs] == [(site, pool, team)]
+    # Its two-node evaluations take 16 GPUs; its quota leaves it 8 of the pool's 16 idle.
+    assert specs[0].labels["cause"] == "quota", specs[0].summary
+    assert specs[0].impact["quota_room_gpus"] < specs[0].impact["idle_gpus"]
