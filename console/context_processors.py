@@ -15,7 +15,6 @@ NAV: list[tuple[str, ...]] = [
     ("Training", "training:dashboard"),
     ("Serving", "serving:dashboard"),
     ("Capacity", "capacity:plan"),
-    ("Queues", "scheduler:queues"),
     ("Power", "power:dashboard"),
     ("Fabric", "fabric:dashboard"),
     ("Storage", "storage:dashboard"),

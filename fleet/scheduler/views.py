@@ -30,6 +30,25 @@ from fleet.scheduler.models import SchedulerQueue
 MAP_PERMISSION = "fleet.change_schedulerqueue"
 
 
+def overview_tile(request: HttpRequest) -> dict[str, Any]:
+    """The overview's scheduler tile: queues known and mapped, and those whose quota drifts."""
+    mapped = drift.quota_drift()
+    return {
+        "queues": SchedulerQueue.objects.exclude(name="").count(),
+        "mapped": len(mapped),
+        "drifted": [d for d in mapped if d.drifted],
+    }
+
+
+def register() -> None:
+    """Register the overview tile (called from FleetConfig.ready)."""
+    from console import overview
+
+    overview.register_section(
+        overview.Section(name="scheduler", template="scheduler/_overview.html", context=overview_tile, order=29)
+    )
+
+
 class SchedulerQueuesView(DashboardRequiredMixin, TemplateView):
     template_name = "scheduler/queues.html"
 

@@ -195,3 +195,9 @@ def test_the_page_shows_the_drift_and_an_admin_imports_from_it(mapped, admin_cli
     quota = TeamQuota.objects.get(team=mapped["team-a"], pool=mapped["pool"])
     assert (quota.nominal_gpus, quota.borrowing_limit_gpus, quota.lending_limit_gpus) == (32, 16, 8)
     assert f'data-drift="{mapped["a"].pk}" data-status="match"' in admin_client.get(PAGE).content.decode()
+
+
+def test_the_overview_counts_mapped_queues_and_drift(mapped, viewer_client) -> None:
+    html = viewer_client.get("/").content.decode()
+    assert 'id="scheduler-tile"' in html
+    assert "2<small> of 2</small>" in html and "team-a-h100, team-b-h100" in html  # both lack a console quota
