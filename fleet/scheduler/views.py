@@ -65,7 +65,7 @@ class SchedulerQueuesView(DashboardRequiredMixin, TemplateView):
             return self._refuse({"detail": "Unknown action."}, 400)
         queue = get_object_or_404(SchedulerQueue.objects.select_related("site", "pool", "team"), pk=int(pk))
         if action == "import":
-            return self._import(request, queue, may_import)
+            return self._import(request, queue)
         if not may_map:
             raise PermissionDenied("Mapping a queue to a pool and team needs an Operator or an Admin.")
         if action == "accept":
@@ -102,7 +102,7 @@ class SchedulerQueuesView(DashboardRequiredMixin, TemplateView):
                 raise mapping.MappingRefused("team", f"No team named {team_name}.")
         return {"pool": pool, "team": team}
 
-    def _import(self, request: HttpRequest, queue: SchedulerQueue, may_import: bool) -> HttpResponse:
+    def _import(self, request: HttpRequest, queue: SchedulerQueue) -> HttpResponse:
         try:
             quota = drift.import_quota(queue, actor=request.user)
         except approvals.ApprovalRefused as exc:
