@@ -38,6 +38,7 @@ _READ_FLEET = [
     "fleet.view_team",
     "fleet.view_teamquota",
     "fleet.view_reservation",
+    "fleet.view_schedulerqueue",
     "incidents.view_incident",
     "incidents.view_finding",
     "incidents.view_timelineentry",
@@ -65,6 +66,7 @@ ROLE_PERMISSIONS: dict[str, list[str]] = {
         "fleet.add_jobevent",
         "fleet.add_pool",
         "fleet.change_pool",
+        "fleet.change_schedulerqueue",  # map a queue to its pool and team
         "fleet.add_procurementorder",
         "fleet.change_procurementorder",
         "fleet.add_powerapproval",

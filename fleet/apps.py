@@ -16,6 +16,7 @@ class FleetConfig(AppConfig):
         from fleet.power import detectors as power_detectors  # noqa: F401  (registers its detectors)
         from fleet.power import services as power
         from fleet.scheduler import detectors as scheduler_detectors  # noqa: F401  (registers its detectors)
+        from fleet.scheduler import views as scheduler_views
         from fleet.serving import dashboard as serving_dashboard
         from fleet.serving import detectors as serving_detectors  # noqa: F401  (registers its detectors)
         from fleet.storage import detectors as storage_detectors  # noqa: F401  (registers its detectors)
@@ -44,6 +45,7 @@ class FleetConfig(AppConfig):
         # mounts come from the room above all three.
         correlation_episodes.register()
         capacity_pages.register()
+        scheduler_views.register()
         overview.register_section(
             overview.Section(
                 name="fleet",

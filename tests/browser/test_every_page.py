@@ -32,6 +32,7 @@ from fleet.models import (
     PowerApproval,
     ProcurementOrder,
     Reservation,
+    SchedulerQueue,
     Site,
     Team,
     TeamQuota,
@@ -40,6 +41,7 @@ from incidents.services.engine import raise_finding
 from tests.browser.support import ARTIFACTS, BrowserLog, launch, wait_for, wait_until
 from tests.conftest import PASSWORD, make_sample
 from tests.fleet.fabric.node_exporter import FIXTURE as NODE_EXPORTER_FIXTURE
+from tests.fleet.scheduler.support import KUEUE as KUEUE_FIXTURE
 from tests.stack import Stack
 
 pytestmark = [pytest.mark.browser]
@@ -116,6 +118,22 @@ def _capacity_data(site: Site) -> None:
     )
     Reservation.objects.create(
         pool=pool, team=ml, gpus=1, start=start, end=start + timedelta(days=9), state="requested"
+    )
+
+
+def _scheduler_data(stack: Stack, token: str) -> None:
+    """Kueue's ClusterQueues pushed through the door, one mapped to the capacity pool and a team whose
+    quota differs from Kueue's, so the queues page draws its mapping and drift tables."""
+    response = requests.post(
+        stack.base_url + "/api/v1/ingest/prometheus",
+        data=KUEUE_FIXTURE,
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "text/plain; version=0.0.4"},
+        timeout=10,
+    )
+    assert response.status_code == 202, response.text
+    wait_for(lambda: SchedulerQueue.objects.filter(name="team-a-h100").exists(), "the worker to register the queues")
+    SchedulerQueue.objects.filter(name="team-a-h100").update(
+        pool=Pool.objects.get(name="every-page"), team=Team.objects.get(name="qa")
     )
 
 
@@ -245,6 +263,7 @@ def test_every_page_works_offline_on_desk_and_phone(stack: Stack, admin_user: Us
         f"XID 79 on {HOSTNAME} GPU 0",
     )
     _capacity_data(site_a)
+    _scheduler_data(stack, token_a)
     urls = _urls(finding.incident_id)
     username = admin_user.username
 

@@ -52,7 +52,7 @@ from console.asgi import application
 from console.models import PersonalToken
 from console.routing import websocket_urlpatterns
 from fleet.capacity.models import Pool, PowerApproval, ProcurementOrder, Reservation, Team, TeamQuota
-from fleet.models import Endpoint, Gpu, Job, Node, NodeInterface, NodeMount, Rack, ScrapeTarget, Site
+from fleet.models import Endpoint, Gpu, Job, Node, NodeInterface, NodeMount, Rack, SchedulerQueue, ScrapeTarget, Site
 from incidents.models import ActionItem, Incident, MaintenanceWindow, NotificationChannel, Silence
 from incidents.services.engine import raise_finding
 from tests.conftest import _make_user
@@ -291,6 +291,8 @@ RULES: dict[str, Rule] = {
     "power:dashboard": page(),
     "fabric:dashboard": page(),
     "storage:dashboard": page(),
+    # map queues (fleet.change_schedulerqueue) or import the scheduler's quota (the quota rule)
+    "scheduler:queues": page(post=OPERATORS | APPROVERS),
     "capacity:plan": page(post=APPROVERS),  # approve or reject orders and power approvals
     # request (fleet.add_reservation), approve and cancel (fleet.change_reservation)
     "capacity:reservations": page(post=OPERATORS),
@@ -340,6 +342,13 @@ RULES: dict[str, Rule] = {
     "api:fleet-api:scrapetarget-detail": api(patch=OPERATORS, delete=OPERATORS, target="scrape_target"),
     # a node's ports and mounts: found by ingest (no POST, no DELETE); operators set the fabric,
     # kind and purpose
+    # scheduler queues: found by ingest; operators map them to a pool and team. Importing the
+    # scheduler's quota into TeamQuota follows the quota rule (fleet.capacity.approvals).
+    "api:scheduler-api:api-root": api(),
+    "api:scheduler-api:schedulerqueue-list": api(),
+    "api:scheduler-api:schedulerqueue-detail": api(patch=OPERATORS, target="scheduler_queue"),
+    "api:scheduler-api:quota-drift": api(),
+    "api:scheduler-api:quota-drift-import": api(read=None, post=APPROVERS),
     "api:fleet-api:interface-list": api(),
     "api:fleet-api:interface-detail": api(patch=OPERATORS, target="interface"),
     "api:fleet-api:mount-list": api(),
@@ -631,6 +640,7 @@ def targets(site_a: Site, site_b: Site, admin_user: User) -> dict[str, Any]:
         "node": node,
         "gpu": gpu,
         "interface": NodeInterface.objects.create(node=node, name="mlx5_0/1", kind="ib"),
+        "scheduler_queue": SchedulerQueue.objects.create(site=site_b, scheduler="kueue", name="team-b-h100"),
         "mount": NodeMount.objects.create(node=node, mountpoint="/mnt/datasets", fstype="xfs", device="/dev/nvme1n1"),
         "endpoint": Endpoint.objects.create(site=site_b, name="llama-3-70b"),
         "scrape_target": ScrapeTarget.objects.create(site=site_b, name="dcgm-b", url="http://127.0.0.1:9/metrics"),
