@@ -15,6 +15,7 @@ class FleetConfig(AppConfig):
         from fleet.ingest import stream as ingest_stream
         from fleet.power import detectors as power_detectors  # noqa: F401  (registers its detectors)
         from fleet.power import services as power
+        from fleet.scheduler import panels as scheduler_panels
         from fleet.serving import dashboard as serving_dashboard
         from fleet.serving import detectors as serving_detectors  # noqa: F401  (registers its detectors)
         from fleet.storage import detectors as storage_detectors  # noqa: F401  (registers its detectors)
@@ -43,6 +44,9 @@ class FleetConfig(AppConfig):
         # mounts come from the room above all three.
         correlation_episodes.register()
         capacity_pages.register()
+        # Capacity does not import the scheduler (it sits above): its queue panel, API part and
+        # live topic are handed to capacity's hooks here.
+        scheduler_panels.register()
         overview.register_section(
             overview.Section(
                 name="fleet",

@@ -9,6 +9,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db.models import Sum
 from django.utils import timezone
@@ -78,3 +79,173 @@ def admission_waits(
         per_queue.setdefault(row["queue_id"], []).append((row["series"], row["increase"] or 0.0))
     waits = {queue_id: admission_wait(wait_histogram(pairs)) for queue_id, pairs in per_queue.items()}
     return {queue_id: wait for queue_id, wait in waits.items() if wait.admissions > 0}
+
+
+# --- the capacity page's queue figures --------------------------------------------------------------
+
+GPU_RESOURCE = 'resource="nvidia.com/gpu"'
+# A gauge is read from its newest minute within this many minutes; an older one is the scheduler
+# gone quiet, shown as unknown rather than as a stale figure.
+GAUGE_FRESH = timedelta(minutes=10)
+# The gauges the panel reads, and for each the series it keeps (None: every series of it).
+_GAUGES: dict[str, tuple[str, ...] | None] = {
+    "pending_workloads": ('status="active"', 'status="inadmissible"'),
+    "jobs": ('state="pending"',),  # Slurm, per partition
+    "resource_usage": None,  # the GPU series are picked below: the flavor is part of the text
+    "gpus": ('state="alloc"',),  # Slurm, the cluster's own series
+    "nodes": ('state="drain"', 'state="down"'),  # Slurm, the cluster's own series
+}
+_EVENT_COUNTERS = ("evicted_workloads", "preempted_workloads")
+
+
+def _latest_gauges(queue_ids: list[int], now: datetime) -> dict[int, dict[tuple[str, str], float]]:
+    """queue id -> (quantity, series) -> the newest minute's last value within GAUGE_FRESH: one
+    statement, DISTINCT ON over the rollup's primary key (queue, series, quantity, bucket)."""
+    from django.db import connection
+
+    end = now.replace(second=0, microsecond=0)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT DISTINCT ON (queue_id, series, quantity) queue_id, series, quantity, last"
+            " FROM fleet_schedulerrollup_1m"
+            " WHERE queue_id = ANY(%s) AND quantity = ANY(%s) AND bucket > %s AND bucket <= %s"
+            " ORDER BY queue_id, series, quantity, bucket DESC",
+            [queue_ids, list(_GAUGES), end - GAUGE_FRESH, end],
+        )
+        out: dict[int, dict[tuple[str, str], float]] = {}
+        for queue_id, series, quantity, last in cursor.fetchall():
+            kept = _GAUGES[quantity]
+            if (kept is None and GPU_RESOURCE in series) or (kept is not None and series in kept):
+                out.setdefault(queue_id, {})[(quantity, series)] = last
+        return out
+
+
+def _event_increases(queue_ids: list[int], start: datetime, end: datetime) -> dict[int, dict[str, dict[str, float]]]:
+    """queue id -> counter -> reason -> increase over [start, end] (minutes), resets counted (the
+    1-minute rollups' increases added up)."""
+    rows = (
+        SchedulerRollup1m.objects.filter(
+            queue_id__in=queue_ids, quantity__in=_EVENT_COUNTERS, bucket__gte=start, bucket__lte=end
+        )
+        .values("queue_id", "quantity", "series")
+        .annotate(increase=Sum("increase"))
+        .order_by()
+    )
+    out: dict[int, dict[str, dict[str, float]]] = {}
+    for row in rows:
+        reason = parse_series(row["series"]).get("reason", "")
+        per_reason = out.setdefault(row["queue_id"], {}).setdefault(row["quantity"], {})
+        per_reason[reason] = per_reason.get(reason, 0.0) + (row["increase"] or 0.0)
+    return out
+
+
+def _wait(wait: AdmissionWait | None) -> dict[str, float | None] | None:
+    if wait is None:
+        return None
+    return {"p50": wait.p50, "p95": wait.p95, "admissions": wait.admissions}
+
+
+def pool_queues(
+    pool_ids: Iterable[int] | None = None, *, window: timedelta = WAIT_WINDOWS["24h"], now: datetime | None = None
+) -> dict[int, dict[str, Any]]:
+    """Per capacity pool (those asked, or every pool with a mapped queue), the scheduler's side of
+    it, for the capacity page and its API:
+
+    - ``queues``: each mapped queue with its pending workloads now (Kueue's active and inadmissible;
+      a Slurm partition's pending jobs as active), p50/p95 admission wait over 1 h and 24 h
+      (``admission_waits``), its evictions and the preemptions it caused over ``window``, and the
+      GPUs it holds (Kueue's resource usage of ``nvidia.com/gpu`` over its flavors);
+    - ``teams``: evictions (the evicted queue's team) and preemptions (the preempting queue's team)
+      over ``window``, with the reasons;
+    - ``gpus_allocated`` (the scheduler's, summed over the pool's queues, Slurm's allocated GPUs
+      included; None when no queue reports one) against ``gpus_reserved`` (the console's approved
+      and active reservations holding the pool now, every tier);
+    - ``nodes_drained`` / ``nodes_down`` (Slurm's, None without a Slurm cluster mapped to the pool).
+
+    A handful of statements whatever the number of queues: the queues, the newest gauges, the
+    event counters, two admission-wait windows and the reservations. The window ends with the
+    current minute."""
+    from fleet.capacity.models import Reservation
+    from fleet.scheduler.models import SchedulerQueue
+
+    now = now or timezone.now()
+    end = now.replace(second=0, microsecond=0)
+    pool_ids = None if pool_ids is None else list(pool_ids)
+    queues = SchedulerQueue.objects.filter(pool__isnull=False).select_related("team").order_by("pool_id", "name")
+    if pool_ids is not None:
+        queues = queues.filter(pool_id__in=list(pool_ids))
+    queues = list(queues)
+    out: dict[int, dict[str, Any]] = {
+        pk: _empty_pool(pk, window) for pk in (pool_ids if pool_ids is not None else {q.pool_id for q in queues})
+    }
+    if not out:
+        return out
+    ids = [q.pk for q in queues]
+    gauges = _latest_gauges(ids, now) if ids else {}
+    events = _event_increases(ids, end - window + timedelta(minutes=1), end) if ids else {}
+    waits = {key: admission_waits(ids, window=span, now=now) if ids else {} for key, span in WAIT_WINDOWS.items()}
+    for pool_id, gpus in (
+        Reservation.objects.committed()
+        .filter(pool_id__in=list(out), start__lte=now, end__gt=now)
+        .values("pool_id")
+        .annotate(gpus=Sum("gpus"))
+        .values_list("pool_id", "gpus")
+        .order_by()
+    ):
+        out[pool_id]["gpus_reserved"] = gpus or 0
+    for queue in queues:
+        pool = out[queue.pool_id]
+        latest = gauges.get(queue.pk, {})
+        counters = events.get(queue.pk, {})
+        usage = [v for (quantity, _), v in latest.items() if quantity in ("resource_usage", "gpus")]
+        evicted, preempted = counters.get("evicted_workloads", {}), counters.get("preempted_workloads", {})
+        row = {
+            "id": queue.pk,
+            "name": queue.name or "(cluster)",
+            "scheduler": queue.scheduler,
+            "cohort": queue.cohort,
+            "team": queue.team.name if queue.team else None,
+            "pending": latest.get(("pending_workloads", 'status="active"'), latest.get(("jobs", 'state="pending"'))),
+            "inadmissible": latest.get(("pending_workloads", 'status="inadmissible"')),
+            "wait_1h": _wait(waits["1h"].get(queue.pk)),
+            "wait_24h": _wait(waits["24h"].get(queue.pk)),
+            "evicted": sum(evicted.values()),
+            "preempted": sum(preempted.values()),
+            "gpus_allocated": sum(usage) if usage else None,
+        }
+        pool["queues"].append(row)
+        if usage:
+            pool["gpus_allocated"] = (pool["gpus_allocated"] or 0) + sum(usage)
+        for state, key in (('state="drain"', "nodes_drained"), ('state="down"', "nodes_down")):
+            if (value := latest.get(("nodes", state))) is not None:
+                pool[key] = (pool[key] or 0) + value
+        for pending_key in ("pending", "inadmissible"):
+            pool[pending_key] += row[pending_key] or 0
+        if evicted or preempted:
+            team = pool["teams"].setdefault(row["team"] or row["name"], _no_events())
+            for key, per_reason in (("evicted", evicted), ("preempted", preempted)):
+                team[key] += sum(per_reason.values())
+                for reason, n in per_reason.items():
+                    team[f"{key}_reasons"][reason] = team[f"{key}_reasons"].get(reason, 0.0) + n
+    for pool in out.values():
+        pool["teams"] = [{"team": name, **figures} for name, figures in sorted(pool["teams"].items())]
+    return out
+
+
+def _no_events() -> dict[str, Any]:
+    return {"evicted": 0.0, "preempted": 0.0, "evicted_reasons": {}, "preempted_reasons": {}}
+
+
+def _empty_pool(pool_id: int, window: timedelta) -> dict[str, Any]:
+    return {
+        "pool": pool_id,
+        "queues": [],
+        "teams": {},
+        "pending": 0.0,
+        "inadmissible": 0.0,
+        "gpus_allocated": None,
+        "gpus_reserved": 0,
+        "nodes_drained": None,
+        "nodes_down": None,
+        "window_hours": window / timedelta(hours=1),
+    }

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from fleet.scheduler.models import SchedulerQueue
+from fleet.scheduler.panels import request_push
 from fleet.telemetry import partitions
 from fleet.telemetry.series import SeriesTable, store_series
 
@@ -57,7 +58,10 @@ def store_queue_points(*, site_id: int, batch_key: str, points: Sequence[QueuePo
         ids = resolve_queues(site_id, points)
         return [(ids[(p.scheduler, p.queue)], p.series, p.ts, p.quantity, p.value) for p in points]
 
-    return store_series(QUEUES, site_id=site_id, batch_key=batch_key, stamps=[p.ts for p in points], rows=rows)
+    stored = store_series(QUEUES, site_id=site_id, batch_key=batch_key, stamps=[p.ts for p in points], rows=rows)
+    if stored:  # the capacity page's queue panel follows them while someone watches it
+        request_push()
+    return stored
 
 
 def resolve_queues(site_id: int, points: Sequence[QueuePoint]) -> dict[tuple[str, str], int]:
