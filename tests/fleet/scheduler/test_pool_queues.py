@@ -10,7 +10,7 @@ import itertools
 import math
 import re
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
 from django.core.cache import cache
@@ -18,7 +18,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from console import live
-from fleet.models import Pool, SchedulerQueue, Site
+from fleet.models import Pool, SchedulerCounterHour, SchedulerQueue, Site
 from fleet.scheduler import panels
 from fleet.scheduler.services import pool_queues
 from tests.fleet.capacity import days_ahead, make_pool, reserve, team
@@ -248,13 +248,15 @@ def test_the_statements_do_not_grow_with_the_queues(client, token_a, pool: Pool)
     ]
     assert push(client, token_a, "\n".join(lines) + "\n").status_code == 202
     SchedulerQueue.objects.update(pool=pool)
+    counted()  # sums the day's settled hours
     few = counted()
     lines += [
         f'kueue_pending_workloads{{cluster_queue="q{i}",status="active"}} {i} {ms(minute_ago(1))}' for i in range(2, 40)
     ]
     assert push(client, token_a, "\n".join(lines) + "\n").status_code == 202
     SchedulerQueue.objects.update(pool=pool)
-    assert counted() == few <= 6
+    assert counted() <= few + 4  # the new queues' hours summed: one statement in a transaction
+    assert counted() == few <= 7
 
 
 def test_the_plan_api_carries_each_pools_queues(kueue, pool: Pool, viewer_client) -> None:
@@ -316,3 +318,52 @@ def test_a_push_of_queue_series_asks_for_a_live_push_while_the_page_is_watched(
     with django_capture_on_commit_callbacks(execute=True):
         assert push(client, token_a, scrape(KUEUE, minute_ago(1))).status_code == 202
     assert asked == [(), ("scheduler",)]
+
+
+def _evictions(client, token, points: list[tuple[int, float]], reason: str = "Preempted") -> None:  # type: ignore[no-untyped-def]
+    for m, v in points:  # one scrape a push: an exposition holds a series once
+        body = (
+            "# TYPE kueue_evicted_workloads_total counter\n"
+            f'kueue_evicted_workloads_total{{cluster_queue="team-d",reason="{reason}"}} {v} {ms(minute_ago(m))}\n'
+        )
+        response = push(client, token, body)
+        assert response.status_code == 202, response.content
+
+
+def test_a_day_reads_summed_hours_and_recent_minutes_as_the_minutes_alone_would(client, token_a, pool: Pool) -> None:
+    # Minutes ago and value: scrapes in pairs a minute apart (a minute's increase starts from the
+    # minute before), steady across the gaps; Kueue restarted 89 minutes ago.
+    points = [(300, 0), (299, 2), (200, 2), (199, 5), (90, 5), (89, 1), (30, 1), (29, 4), (2, 4), (1, 6)]
+    _evictions(client, token_a, points)
+    SchedulerQueue.objects.filter(name="team-d").update(pool=pool, team=team("team-d"))
+    values = [v for _, v in points]
+    by_hand = sum(b - a if b >= a else b for a, b in itertools.pairwise(values))
+    assert by_hand == 2 + 3 + 1 + 3 + 2
+    queue = SchedulerQueue.objects.get(name="team-d").pk
+    assert _by_name(pool_queues([pool.pk])[pool.pk], "team-d")["evicted"] == by_hand  # sums the settled hours
+    assert SchedulerCounterHour.objects.filter(queue_id=queue, quantity="").count() >= 5
+    summed = sum(SchedulerCounterHour.objects.filter(queue_id=queue).values_list("increase", flat=True))
+    assert 0 < summed <= by_hand
+    assert _by_name(pool_queues([pool.pk])[pool.pk], "team-d")["evicted"] == by_hand  # read from them
+
+
+def test_a_late_value_in_a_summed_hour_is_summed_again(client, token_a, pool: Pool) -> None:
+    _evictions(client, token_a, [(300, 0), (299, 2), (2, 2)])
+    SchedulerQueue.objects.filter(name="team-d").update(pool=pool, team=team("team-d"))
+    assert _by_name(pool_queues([pool.pk])[pool.pk], "team-d")["evicted"] == 2
+    _evictions(client, token_a, [(240, 0), (239, 3)], reason="PodsReadyTimeout")  # a scrape that arrived late
+    figures = pool_queues([pool.pk])[pool.pk]
+    assert _by_name(figures, "team-d")["evicted"] == 2 + 3
+    assert figures["teams"][0]["evicted_reasons"] == {"Preempted": 2, "PodsReadyTimeout": 3}
+
+
+def test_a_day_is_the_current_clock_hour_and_the_23_before_it(client, token_a, pool: Pool) -> None:
+    now = minute_ago(0) + timedelta(seconds=30)
+    current = now.replace(minute=0)
+    oldest = current - timedelta(hours=23)
+    # One eviction in the minute before the day's first, one in the minute after it.
+    into_day = int((now - oldest) / timedelta(minutes=1))
+    before, inside = into_day + 2, into_day - 1
+    _evictions(client, token_a, [(before + 1, 0), (before, 1), (inside + 1, 1), (inside, 2)])
+    SchedulerQueue.objects.filter(name="team-d").update(pool=pool)
+    assert _by_name(pool_queues([pool.pk], now=now)[pool.pk], "team-d")["evicted"] == 1
