@@ -367,3 +367,11 @@ def test_a_day_is_the_current_clock_hour_and_the_23_before_it(client, token_a, p
     _evictions(client, token_a, [(before + 1, 0), (before, 1), (inside + 1, 1), (inside, 2)])
     SchedulerQueue.objects.filter(name="team-d").update(pool=pool)
     assert _by_name(pool_queues([pool.pk], now=now)[pool.pk], "team-d")["evicted"] == 1
+
+
+def test_a_figure_the_scheduler_does_not_report_reads_as_a_dash(client, token_a, pool: Pool, viewer_client) -> None:
+    _evictions(client, token_a, [(2, 0), (1, 1)])
+    SchedulerQueue.objects.filter(name="team-d").update(pool=pool)
+    html = viewer_client.get("/capacity/").content.decode()
+    assert '<td class="num" data-value="pending">–</td>' in html
+    assert '<td class="num" data-value="evicted">1</td>' in html
