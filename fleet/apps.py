@@ -16,6 +16,7 @@ class FleetConfig(AppConfig):
         from fleet.power import detectors as power_detectors  # noqa: F401  (registers its detectors)
         from fleet.power import services as power
         from fleet.scheduler import detectors as scheduler_detectors  # noqa: F401  (registers its detectors)
+        from fleet.scheduler import panels as scheduler_panels
         from fleet.scheduler import views as scheduler_views
         from fleet.serving import dashboard as serving_dashboard
         from fleet.serving import detectors as serving_detectors  # noqa: F401  (registers its detectors)
@@ -46,6 +47,9 @@ class FleetConfig(AppConfig):
         correlation_episodes.register()
         capacity_pages.register()
         scheduler_views.register()
+        # Capacity does not import the scheduler (it sits above): its queue panel, API part and
+        # live topic are handed to capacity's hooks here.
+        scheduler_panels.register()
         overview.register_section(
             overview.Section(
                 name="fleet",

@@ -10,6 +10,7 @@ but an Admin approves their own request (403 naming the rule).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import date
 from decimal import Decimal
 from typing import Any
@@ -543,8 +544,20 @@ PLAN_PARAMETERS = [
 ]
 
 
+# Parts the rooms above capacity add to the plan's answer (fleet.scheduler's ``queues``), by key:
+# each is given the plan's pool ids and returns what the key holds. Registered from
+# FleetConfig.ready (capacity cannot import them), as the job snapshot's parts are
+# (fleet.training.dashboard_api.register_job_snapshot_part).
+_capacity_parts: dict[str, Callable[[list[int]], Any]] = {}
+
+
+def register_capacity_part(key: str, part: Callable[[list[int]], Any]) -> None:
+    _capacity_parts[key] = part
+
+
 class PlanView(CapacityAPIMixin, APIView):
-    """Supply against reserved demand by tier, per pool and in total, per month."""
+    """Supply against reserved demand by tier, per pool and in total, per month; with the parts the
+    rooms above add for the same pools now (``queues``: each pool's scheduler queues, fleet.scheduler)."""
 
     @extend_schema(parameters=PLAN_PARAMETERS, responses=OpenApiTypes.OBJECT)
     def get(self, request: Request) -> Response:
@@ -552,7 +565,10 @@ class PlanView(CapacityAPIMixin, APIView):
         if isinstance(args, Response):
             return args
         months, start = args
-        return Response(capacity.plan(months=months, start=start))
+        data = capacity.plan(months=months, start=start)
+        pool_ids = [p["id"] for p in data["pools"]]
+        data.update({key: part(pool_ids) for key, part in _capacity_parts.items()})
+        return Response(data)
 
 
 class PlanCsvView(CapacityAPIMixin, APIView):

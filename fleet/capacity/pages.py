@@ -8,11 +8,14 @@ number of queries that grows with the pools, not with the reservations.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any
 
+from django.template.loader import render_to_string
 from django.utils import timezone
+from django.utils.safestring import SafeString, mark_safe
 
 from fleet.capacity import services as capacity
 from fleet.capacity.models import OrderStatus, Pool, PowerApproval, ProcurementOrder, Reservation
@@ -49,6 +52,25 @@ def pool_rows(*, now: datetime | None = None) -> list[PoolRow]:
         quotas = [_with_share(q) for q in capacity.quota_use(pool, now=now)]
         rows.append(PoolRow(pool=pool, figures=f, at_risk=at_risk, quotas=quotas))
     return rows
+
+
+# Sections the rooms above capacity add to the plan page beside the pools (fleet.scheduler's live
+# queues): a template and its context from the pools shown, registered from FleetConfig.ready
+# (capacity cannot import them), as the job page's are (fleet.training.views.register_job_section).
+_pool_sections: list[tuple[str, Callable[[list[Pool]], dict[str, Any]]]] = []
+
+
+def register_pool_section(template: str, context: Callable[[list[Pool]], dict[str, Any]]) -> None:
+    if (template, context) not in _pool_sections:
+        _pool_sections.append((template, context))
+
+
+def pool_sections(pools: list[Pool], request: Any = None) -> list[SafeString]:
+    """The registered sections rendered for these pools, in registration order."""
+    return [
+        mark_safe(render_to_string(template, context(pools), request=request))  # our templates, autoescaped
+        for template, context in _pool_sections
+    ]
 
 
 def _with_share(quota: dict[str, Any]) -> dict[str, Any]:

@@ -81,6 +81,7 @@ class CapacityPlanView(DashboardRequiredMixin, TemplateView):
         context["can_approve"] = approvals.may_approve_capacity(self.request.user)
         if not rows:
             return context
+        context["pool_sections"] = capacity_pages.pool_sections([r.pool for r in rows], self.request)
         plan = capacity.plan(months=capacity_pages.PLAN_MONTHS, now=now)
         late, upcoming = capacity_pages.open_orders(today)
         context.update(

@@ -12,7 +12,7 @@ from fleet.capacity.models import (
 )
 from fleet.fabric.models import PortRollup1m, PortSample
 from fleet.inventory.models import ClaimConflict, Gpu, Node, NodeInterface, NodeMount, Rack, Site
-from fleet.scheduler.models import SchedulerQueue, SchedulerRollup1m, SchedulerSample
+from fleet.scheduler.models import SchedulerCounterHour, SchedulerQueue, SchedulerRollup1m, SchedulerSample
 from fleet.serving.models import (
     Endpoint,
     EndpointChange,
@@ -75,6 +75,7 @@ __all__ = [
     "Reservation",
     "ReservationState",
     "RollupDirty",
+    "SchedulerCounterHour",
     "SchedulerQueue",
     "SchedulerRollup1m",
     "SchedulerSample",

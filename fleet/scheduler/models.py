@@ -91,3 +91,26 @@ class SchedulerRollup1m(models.Model):
 
     def __str__(self) -> str:
         return f"queue {self.queue_id} {self.quantity}{{{self.series}}} {self.bucket:%Y-%m-%d %H:%M} {self.last}"
+
+
+class SchedulerCounterHour(models.Model):
+    """One queue counter's 1-minute increases added up over one settled clock hour, so the capacity
+    page reads a day of Kueue's histogram as 23 rows a series rather than 1,380 (bench/scheduler.py).
+
+    Filled on read (fleet.scheduler.services.counter_windows) once the hour has been over for a few
+    minutes, never by the ingest path; the writer drops a queue's hour when a late value lands in it
+    (fleet.scheduler.store), and the next read sums it again. A row with a blank ``quantity`` marks
+    the queue's hour as summed, counters or not."""
+
+    pk = models.CompositePrimaryKey("queue", "hour", "quantity", "series")
+    queue = models.ForeignKey(SchedulerQueue, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+")
+    hour = models.DateTimeField()
+    quantity = models.CharField(max_length=32, blank=True)
+    series = models.CharField(max_length=1024, blank=True)
+    increase = models.FloatField()
+
+    class Meta:
+        db_table = "fleet_schedulercounterhour"
+
+    def __str__(self) -> str:
+        return f"queue {self.queue_id} {self.quantity}{{{self.series}}} {self.hour:%Y-%m-%d %H}:00 +{self.increase}"

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from fleet.scheduler.models import SchedulerQueue
+from django.utils import timezone
+
+from fleet.scheduler.models import SchedulerCounterHour, SchedulerQueue
+from fleet.scheduler.panels import request_push
 from fleet.telemetry import partitions
 from fleet.telemetry.series import SeriesTable, store_series
 
@@ -53,11 +56,33 @@ class QueuePoint:
 def store_queue_points(*, site_id: int, batch_key: str, points: Sequence[QueuePoint]) -> int:
     """Store queue values under a batch key; return the rows written (0: a redelivery)."""
 
+    late: set[tuple[int, datetime]] = set()
+
     def rows() -> list[tuple]:
         ids = resolve_queues(site_id, points)
+        current = timezone.now().replace(minute=0, second=0, microsecond=0)
+        for p in points:  # a value in an hour already over (or in its last minute, which the next
+            # minute's increase starts from): that hour's sums are dropped below
+            if p.quantity in QUEUE_COUNTERS:
+                for moment in (p.ts, p.ts + timedelta(minutes=1)):
+                    if (hour := moment.replace(minute=0, second=0, microsecond=0)) < current:
+                        late.add((ids[(p.scheduler, p.queue)], hour))
         return [(ids[(p.scheduler, p.queue)], p.series, p.ts, p.quantity, p.value) for p in points]
 
-    return store_series(QUEUES, site_id=site_id, batch_key=batch_key, stamps=[p.ts for p in points], rows=rows)
+    stored = store_series(QUEUES, site_id=site_id, batch_key=batch_key, stamps=[p.ts for p in points], rows=rows)
+    if stored and late:
+        forget_counter_hours(late)
+    if stored:  # the capacity page's queue panel follows them while someone watches it
+        request_push()
+    return stored
+
+
+def forget_counter_hours(late: set[tuple[int, datetime]]) -> None:
+    """Drop the summed hours (SchedulerCounterHour) that counter values just landed in, markers
+    included: the next read of the capacity page sums them again from the 1-minute rollups."""
+    queues = sorted({q for q, _ in late})
+    hours = sorted({h for _, h in late})
+    SchedulerCounterHour.objects.filter(queue_id__in=queues, hour__in=hours).delete()
 
 
 def resolve_queues(site_id: int, points: Sequence[QueuePoint]) -> dict[tuple[str, str], int]:

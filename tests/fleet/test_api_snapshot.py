@@ -982,7 +982,7 @@ def test_the_api_answers_for_a_seeded_fleet_match_the_goldens(world: World) -> N
     total = plan["total"]
     assert len(total) == 9 and any(m["conflict"] for m in total) and total[-1]["installed"] > total[0]["installed"]
     assert total[0]["energised"] < total[0]["installed"] and any(m["reserved"]["preemptible"] for m in total)
-    goldens.check("capacity-plan", normalise(w, plan, {"id": "pool"}))
+    goldens.check("capacity-plan", normalise(w, plan, {"id": "pool", "queues/pool": "pool"}))
     assert {a["status"] for a in approvals} == {200, 409}
     goldens.check("capacity-approvals", normalise(w, approvals, {"id": "reservation", "pool": "pool"}))
 

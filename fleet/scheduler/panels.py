@@ -1,0 +1,77 @@
+"""The scheduler's side of the capacity page: the live queue panel beside the pools, the plan API's
+``queues`` part and the ``scheduler`` live topic. Capacity sits below the scheduler and cannot
+import it, so each is handed to capacity's hooks (fleet.capacity.pages.register_pool_section,
+fleet.capacity.api.register_capacity_part) from FleetConfig.ready."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+
+from fleet.capacity.models import Pool
+from fleet.scheduler.services import pool_queues
+
+TOPIC = "scheduler"
+
+
+def duration(seconds: float | None) -> str:
+    """An admission wait as a person reads it: 42 s, 3.5 min, 2.1 h; a dash without one (the same
+    rule as static/js/scheduler_queues.js, which redraws the figures live)."""
+    if seconds is None:
+        return "–"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def queues_part(pool_ids: list[int]) -> list[dict[str, Any]]:
+    """The plan API's ``queues``: one entry per pool of the plan, in the plan's order."""
+    figures = pool_queues(pool_ids)
+    return [figures[pk] for pk in pool_ids]
+
+
+def pool_section(pools: list[Pool]) -> dict[str, Any]:
+    """The panel's context: the pools with a mapped queue, each with its figures and its waits as text."""
+    figures = pool_queues([p.pk for p in pools])
+    rows = []
+    for pool in pools:
+        f = figures[pool.pk]
+        if not f["queues"]:
+            continue
+        for q in f["queues"]:
+            for key in ("wait_1h", "wait_24h"):
+                w = q[key] or {}
+                q[f"{key}_text"] = f"{duration(w.get('p50'))} / {duration(w.get('p95'))}"
+        over = f["gpus_allocated"] is not None and f["gpus_allocated"] > f["gpus_reserved"]
+        rows.append({"pool": pool, "figures": f, "over_reserved": over})
+    return {"pool_queue_rows": rows, "unmapped": not rows, "topic": TOPIC}
+
+
+def build_scheduler_delta(topic: str, watermark: Any) -> tuple[dict[str, Any] | None, Any]:
+    """The ``scheduler`` topic's push: every mapped pool's queue figures, when they changed."""
+    figures = [f for _, f in sorted(pool_queues().items())]
+    if figures == watermark:
+        return None, watermark
+    return {"type": "scheduler.delta", "topic": topic, "pools": figures}, figures
+
+
+def request_push() -> None:
+    """After a write of queue series commits: push the figures while a capacity page follows them."""
+    from console import live
+
+    transaction.on_commit(lambda: live.request_push(*live.watched([TOPIC])))
+
+
+def register() -> None:
+    """Register the panel, the API part and the live topic (called from FleetConfig.ready)."""
+    from console import live
+    from fleet.capacity.api import register_capacity_part
+    from fleet.capacity.pages import register_pool_section
+
+    register_pool_section("scheduler/_pool_queues.html", pool_section)
+    register_capacity_part("queues", queues_part)
+    live.register_topic_builder(TOPIC, build_scheduler_delta)
+    live.register_topic_watcher(TOPIC, live.watch_topic)
