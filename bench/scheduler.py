@@ -17,7 +17,8 @@ On the bench's own database (``bench_scheduler`` unless BENCH_DATABASE_URL says 
   against reserved) through Django's test client with a Viewer's session (middleware, auth, DRF,
   JSON), ``--requests`` timed after 2 warm-ups (which sum the day's settled hours, read-through,
   as a page's first read of the hour does; the table is then analysed): p50 and p95. The queue part alone
-  (fleet.scheduler.services.pool_queues) and the plan without it are timed too, on stderr.
+  (fleet.scheduler.services.pool_queues), quota drift (fleet.scheduler.drift.quota_drift, which the
+  capacity page's panel reads too) and the plan without the queues are timed too, on stderr.
 
 Prints progress on stderr and ends with
 RESULT capacity_api_p50_ms=... capacity_api_p95_ms=... queues=50 days=7 target_p95_ms=150 met|missed
@@ -279,6 +280,7 @@ def main() -> None:
 
     from console.runtime import settle_heap
     from fleet.capacity import api as capacity_api
+    from fleet.scheduler.drift import quota_drift
     from fleet.scheduler.services import pool_queues
 
     client = viewer_client()
@@ -292,6 +294,8 @@ def main() -> None:
 
     part = time_call(lambda: pool_queues(pool_ids), args.requests)
     log(f"the queues part alone (pool_queues): p50 {percentile(part, 50):.1f} ms, p95 {percentile(part, 95):.1f} ms")
+    drifts = time_call(quota_drift, args.requests)
+    log(f"quota drift (the capacity panel): p50 {percentile(drifts, 50):.1f} ms, p95 {percentile(drifts, 95):.1f} ms")
     parts = dict(capacity_api._capacity_parts)
     capacity_api._capacity_parts.clear()
     try:

@@ -4,12 +4,17 @@ a Capacity approver (audited, within TeamQuota's rules), refused for Operators a
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from compliance.models import AuditEntry
 from console import roles
 from fleet.models import Pool, SchedulerQueue, Team, TeamQuota
-from fleet.scheduler.drift import quota_drift
+from fleet.scheduler.drift import quota_drift, scheduler_quotas
 from tests.conftest import _client_for, _make_user
 from tests.fleet.scheduler.support import KUEUE, push
 
@@ -201,3 +206,23 @@ def test_the_overview_counts_mapped_queues_and_drift(mapped, viewer_client) -> N
     html = viewer_client.get("/").content.decode()
     assert 'id="scheduler-tile"' in html
     assert "2<small> of 2</small>" in html and "team-a-h100, team-b-h100" in html  # both lack a console quota
+
+
+def test_a_queue_reporting_now_is_read_from_its_recent_minutes_alone(mapped) -> None:
+    ids = list(SchedulerQueue.objects.values_list("pk", flat=True))
+    with CaptureQueriesContext(connection) as ctx:
+        now = scheduler_quotas(ids)
+    assert len(ctx.captured_queries) == 1  # no queue left to look for over the day
+    assert (now[mapped["a"].pk].nominal, now[mapped["a"].pk].borrowing_limit) == (32, 16)
+
+
+def test_a_queue_gone_quiet_keeps_its_last_quota_of_the_day(mapped) -> None:
+    ids = list(SchedulerQueue.objects.values_list("pk", flat=True))
+    later = timezone.now() + timedelta(hours=2)  # the push is two hours old: past the recent minutes
+    with CaptureQueriesContext(connection) as ctx:
+        quiet = scheduler_quotas(ids, now=later)
+    assert len(ctx.captured_queries) == 2
+    assert {pk: (q.nominal, q.borrowing_limit, q.lending_limit) for pk, q in quiet.items()} == {
+        pk: (q.nominal, q.borrowing_limit, q.lending_limit) for pk, q in scheduler_quotas(ids).items()
+    }
+    assert scheduler_quotas(ids, now=timezone.now() + timedelta(days=2)) == {}  # a day and more: none
