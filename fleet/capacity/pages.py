@@ -65,12 +65,20 @@ def register_pool_section(template: str, context: Callable[[list[Pool]], dict[st
         _pool_sections.append((template, context))
 
 
-def pool_sections(pools: list[Pool], request: Any = None) -> list[SafeString]:
-    """The registered sections rendered for these pools, in registration order."""
-    return [
-        mark_safe(render_to_string(template, context(pools), request=request))  # our templates, autoescaped
-        for template, context in _pool_sections
-    ]
+def pool_sections(pools: list[Pool], request: Any = None, *, rows: list[PoolRow] | None = None) -> list[SafeString]:
+    """The registered sections rendered for these pools, in registration order. A section's
+    context may carry ``quota_notes``, {(pool id, team): {"text", "title"}}: each is set on the
+    matching quota of ``rows`` as its ``queue`` (the scheduler's wait beside the team's quota),
+    read from the same figures the section shows rather than a second time."""
+    out = []
+    quotas = {(row.pool.pk, q["team"]): q for row in rows or [] for q in row.quotas}
+    for template, context in _pool_sections:
+        data = context(pools)
+        for key, note in data.get("quota_notes", {}).items():
+            if key in quotas:
+                quotas[key]["queue"] = note
+        out.append(mark_safe(render_to_string(template, data, request=request)))  # our templates, autoescaped
+    return out
 
 
 def _with_share(quota: dict[str, Any]) -> dict[str, Any]:

@@ -81,7 +81,7 @@ class CapacityPlanView(DashboardRequiredMixin, TemplateView):
         context["can_approve"] = approvals.may_approve_capacity(self.request.user)
         if not rows:
             return context
-        context["pool_sections"] = capacity_pages.pool_sections([r.pool for r in rows], self.request)
+        context["pool_sections"] = capacity_pages.pool_sections([r.pool for r in rows], self.request, rows=rows)
         plan = capacity.plan(months=capacity_pages.PLAN_MONTHS, now=now)
         late, upcoming = capacity_pages.open_orders(today)
         context.update(
@@ -94,6 +94,7 @@ class CapacityPlanView(DashboardRequiredMixin, TemplateView):
             upcoming_orders=[{"order": o, "days_to_go": (o.promised_on - today).days} for o in upcoming],
             approvals=capacity_pages.power_approvals(),
             quota_rows=[r for r in rows if r.quotas],
+            quota_queues=any("queue" in q for r in rows for q in r.quotas),
             totals={
                 name: sum(getattr(r.figures, name) for r in rows)
                 for name in ("installed", "energised", "healthy", "reserved", "reserved_preemptible", "available")

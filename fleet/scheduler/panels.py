@@ -10,6 +10,7 @@ from typing import Any
 from django.db import transaction
 
 from fleet.capacity.models import Pool
+from fleet.scheduler import drift
 from fleet.scheduler.services import pool_queues
 
 TOPIC = "scheduler"
@@ -34,8 +35,11 @@ def queues_part(pool_ids: list[int]) -> list[dict[str, Any]]:
 
 
 def pool_section(pools: list[Pool]) -> dict[str, Any]:
-    """The panel's context: the pools with a mapped queue, each with its figures and its waits as text."""
+    """The panel's context: the pools with a mapped queue, each with its figures, its waits as text
+    and its queues whose quota drifts from the console's; and ``quota_notes``, each team's queue
+    wait to set beside its quota in capacity's quota table (fleet.capacity.pages.pool_sections)."""
     figures = pool_queues([p.pk for p in pools])
+    drifts = _drifts_by_pool(pools)
     rows = []
     for pool in pools:
         f = figures[pool.pk]
@@ -46,8 +50,75 @@ def pool_section(pools: list[Pool]) -> dict[str, Any]:
                 w = q[key] or {}
                 q[f"{key}_text"] = f"{duration(w.get('p50'))} / {duration(w.get('p95'))}"
         over = f["gpus_allocated"] is not None and f["gpus_allocated"] > f["gpus_reserved"]
-        rows.append({"pool": pool, "figures": f, "over_reserved": over})
-    return {"pool_queue_rows": rows, "unmapped": not rows, "topic": TOPIC}
+        rows.append({"pool": pool, "figures": f, "over_reserved": over, "drifts": drifts.get(pool.pk, [])})
+    return {
+        "pool_queue_rows": rows,
+        "unmapped": not rows,
+        "topic": TOPIC,
+        "quota_notes": quota_notes(figures),
+    }
+
+
+# How each of the console's quota fields reads in the panel's drift lines.
+DRIFT_FIELDS = {
+    "nominal_gpus": "nominal",
+    "borrowing_limit_gpus": "borrowing limit",
+    "lending_limit_gpus": "lending limit",
+}
+
+
+def _limit(value: Any) -> str:
+    """A quota figure as the drift line prints it."""
+    return "no limit" if value is None else f"{drift._number(value)}"
+
+
+def _drifts_by_pool(pools: list[Pool]) -> dict[int, list[dict[str, Any]]]:
+    """pool id -> its queues whose quota drifts, each with the fields that differ (the scheduler's
+    value against the console's). quota_drift's three statements, whatever the number of queues:
+    the same reading the queues page and its import act on."""
+    shown = {p.pk for p in pools}
+    out: dict[int, list[dict[str, Any]]] = {}
+    for d in drift.quota_drift():
+        if not d.drifted or d.queue.pool_id not in shown:
+            continue
+        fields = [
+            {"field": DRIFT_FIELDS[name], "scheduler": _limit(theirs), "console": _limit(ours)}
+            for name, (theirs, ours) in d.differences.items()
+        ]
+        out.setdefault(d.queue.pool_id, []).append(
+            {
+                "queue": d.queue.name,
+                "team": d.queue.team.name if d.queue.team else None,
+                "status": d.status,
+                "fields": fields,
+            }
+        )
+    return out
+
+
+def quota_notes(figures: dict[int, dict[str, Any]]) -> dict[tuple[int, str], dict[str, str]]:
+    """(pool id, team) -> the team's p95 admission wait over the last hour on that pool, as text,
+    with a title naming the queue and its 24 h figure. A team with several queues on a pool shows
+    its longest wait: the one it feels."""
+    notes: dict[tuple[int, str], dict[str, str]] = {}
+    worst: dict[tuple[int, str], float] = {}
+    for pool_id, f in figures.items():
+        for q in f["queues"]:
+            if not q["team"]:
+                continue
+            key = (pool_id, q["team"])
+            p95 = (q["wait_1h"] or {}).get("p95")
+            if key in notes and (p95 is None or p95 <= worst.get(key, -1.0)):
+                continue
+            day = (q["wait_24h"] or {}).get("p95")
+            notes[key] = {
+                "text": duration(p95),
+                "title": f"{q['name']}: p95 admission wait {duration(p95)} over 1 h, {duration(day)} over 24 h; "
+                f"{q['pending'] or 0:.0f} pending",
+            }
+            if p95 is not None:
+                worst[key] = p95
+    return notes
 
 
 def build_scheduler_delta(topic: str, watermark: Any) -> tuple[dict[str, Any] | None, Any]:

@@ -18,7 +18,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from console import live
-from fleet.models import Pool, SchedulerCounterHour, SchedulerQueue, Site
+from fleet.models import Pool, SchedulerCounterHour, SchedulerQueue, Site, TeamQuota
 from fleet.scheduler import panels
 from fleet.scheduler.services import pool_queues
 from tests.fleet.capacity import days_ahead, make_pool, reserve, team
@@ -375,3 +375,101 @@ def test_a_figure_the_scheduler_does_not_report_reads_as_a_dash(client, token_a,
     html = viewer_client.get("/capacity/").content.decode()
     assert '<td class="num" data-value="pending">–</td>' in html
     assert '<td class="num" data-value="evicted">1</td>' in html
+
+
+# --- quota drift and each team's wait on the capacity page ------------------------------------------
+
+
+def _quota(pool: Pool, owner: str, nominal: int, borrowing: int | None, lending: int | None) -> TeamQuota:
+    return TeamQuota.objects.create(
+        team=team(owner), pool=pool, nominal_gpus=nominal, borrowing_limit_gpus=borrowing, lending_limit_gpus=lending
+    )
+
+
+def test_the_panel_names_each_drifting_queue_with_the_fields_that_differ(kueue, pool: Pool, viewer_client) -> None:
+    _quota(pool, "team-a", 30, 16, None)  # Kueue: nominal 32, borrowing 16, lending 8
+    _quota(pool, "team-b", 16, None, None)  # Kueue: nominal 16, no limits: agrees
+    html = viewer_client.get("/capacity/").content.decode()
+    block = re.search(r'<div class="pool-queues-drift[^>]*>(.*?)</div>', html, re.S)
+    assert block, "no drift block"
+    text = " ".join(block[1].split())
+    assert "team-a-h100" in text and "team-b-h100" not in text
+    assert "nominal 32 in the scheduler, 30 here" in text
+    assert "lending limit 8 in the scheduler, no limit here" in text
+    assert "borrowing limit" not in text
+    assert 'href="/scheduler/queues/#quota-drift"' in block[1]
+
+
+def test_a_team_without_a_console_quota_is_drift_too(kueue, pool: Pool, viewer_client) -> None:
+    _quota(pool, "team-a", 32, 16, 8)
+    html = viewer_client.get("/capacity/").content.decode()
+    block = re.search(r'<div class="pool-queues-drift[^>]*>(.*?)</div>', html, re.S)
+    assert block and "team-b-h100" in block[1] and "no quota in the console" in block[1]
+    assert "team-a-h100" not in block[1]
+
+
+def test_the_panel_says_nothing_of_drift_when_the_quotas_agree(kueue, pool: Pool, viewer_client) -> None:
+    _quota(pool, "team-a", 32, 16, 8)
+    _quota(pool, "team-b", 16, None, None)
+    assert "pool-queues-drift" not in viewer_client.get("/capacity/").content.decode()
+
+
+def test_the_panel_reads_drift_in_statements_that_do_not_grow_with_the_queues(client, token_a, pool: Pool) -> None:
+    def counted() -> int:
+        with CaptureQueriesContext(connection) as ctx:
+            panels.pool_section([pool])
+        return len(ctx.captured_queries)
+
+    def push_queues(n: int) -> None:
+        lines = ["# TYPE kueue_cluster_queue_nominal_quota gauge"]
+        lines += [
+            f'kueue_cluster_queue_nominal_quota{{cluster_queue="q{i}",flavor="f",resource="nvidia.com/gpu"}} {i} '
+            f"{ms(minute_ago(1))}"
+            for i in range(n)
+        ]
+        assert push(client, token_a, "\n".join(lines) + "\n").status_code == 202
+        for queue in SchedulerQueue.objects.all():
+            SchedulerQueue.objects.filter(pk=queue.pk).update(pool=pool, team=team(f"team-{queue.name}"))
+
+    push_queues(2)
+    counted()  # sums the day's settled hours
+    few = counted()
+    push_queues(40)
+    counted()
+    assert counted() == few <= 7 + 3  # pool_queues' statements and quota_drift's three (every queue reports)
+
+
+def test_each_teams_quota_shows_its_queue_wait_over_the_last_hour(kueue, pool: Pool, viewer_client) -> None:
+    _quota(pool, "team-b", 16, None, None)
+    _quota(pool, "team-c", 8, None, None)  # no queue mapped to team-c
+    html = viewer_client.get("/capacity/").content.decode()
+    assert "Queue wait p95 1 h" in html
+    wait = _by_name(pool_queues([pool.pk])[pool.pk], "team-b-h100")["wait_1h"]
+    row = re.search(rf'<tr data-team="team-b" data-pool="{pool.pk}">(.*?)</tr>', html, re.S)
+    assert row
+    cell = re.search(r'<td class="num" data-value="queue_wait" title="([^"]*)">([^<]*)</td>', row[1])
+    assert cell and cell[2] == panels.duration(wait["p95"])
+    assert cell[1].startswith("team-b-h100: p95 admission wait")
+    other = re.search(rf'<tr data-team="team-c" data-pool="{pool.pk}">(.*?)</tr>', html, re.S)
+    assert other and "no queue" in other[1]
+
+
+def test_the_quota_table_has_no_wait_column_without_mapped_queues(pool: Pool, viewer_client) -> None:
+    _quota(pool, "team-a", 8, None, None)
+    html = viewer_client.get("/capacity/").content.decode()
+    assert 'id="quota-table"' in html and "Queue wait p95 1 h" not in html
+
+
+def test_a_team_with_several_queues_on_a_pool_shows_its_longest_wait() -> None:
+    def queue(name: str, team: str | None, p95: float | None) -> dict:
+        wait = None if p95 is None else {"p50": 1.0, "p95": p95, "admissions": 3.0}
+        return {"name": name, "team": team, "wait_1h": wait, "wait_24h": wait, "pending": 2.0}
+
+    figures = {
+        7: {"queues": [queue("a-1", "team-a", None), queue("a-2", "team-a", 600.0), queue("a-3", "team-a", 60.0)]},
+        8: {"queues": [queue("b-1", "team-b", None), queue("cluster", None, 30.0)]},
+    }
+    notes = panels.quota_notes(figures)
+    assert set(notes) == {(7, "team-a"), (8, "team-b")}  # a queue with no team stands beside no quota
+    assert notes[(7, "team-a")]["text"] == "10.0 min" and notes[(7, "team-a")]["title"].startswith("a-2:")
+    assert notes[(8, "team-b")]["text"] == "–"
