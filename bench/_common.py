@@ -279,3 +279,18 @@ class Processes:
 
 def _raise_system_exit(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)
+
+
+def viewer_client() -> Any:
+    """Django's test client signed in as a Viewer (the benches time the read APIs through the whole
+    request path: middleware, session, DRF)."""
+    from django.contrib.auth.models import Group, User
+    from django.test import Client
+
+    from console.roles import VIEWER
+
+    user, _ = User.objects.get_or_create(username="bench-viewer")
+    user.groups.add(Group.objects.get(name=VIEWER))
+    client = Client()
+    client.force_login(user)
+    return client

@@ -38,7 +38,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from _common import BENCH_DATABASE_URL, bench_fleet, ensure_inventory, log, percentile, setup_django
+from _common import BENCH_DATABASE_URL, bench_fleet, ensure_inventory, log, percentile, setup_django, viewer_client
 
 INTERVAL = timedelta(seconds=15)
 RAW_HOURS = 24
@@ -337,19 +337,6 @@ def timed(fn: Any, *args: Any, **kwargs: Any) -> tuple[float, Any]:
     started = time.perf_counter()
     result = fn(*args, **kwargs)
     return (time.perf_counter() - started) * 1000, result
-
-
-def viewer_client() -> Any:
-    from django.contrib.auth.models import Group, User
-    from django.test import Client
-
-    from console.roles import VIEWER
-
-    user, _ = User.objects.get_or_create(username="bench-viewer")
-    user.groups.add(Group.objects.get(name=VIEWER))
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def time_overview(client: Any, range_key: str, requests: int) -> tuple[list[float], dict[str, Any]]:

@@ -73,6 +73,7 @@ from _common import (
     log,
     percentile,
     setup_django,
+    viewer_client,
 )
 
 PUSH_PATH = "/api/v1/ingest/prometheus"
@@ -658,19 +659,6 @@ def prepare_api(args: argparse.Namespace) -> list[int]:
     )[0]
     log(f"api: {len(ids):,} ports, {total:,} rollup rows in the last 24 h")
     return ids
-
-
-def viewer_client() -> Any:
-    from django.contrib.auth.models import Group, User
-    from django.test import Client
-
-    from console.roles import VIEWER
-
-    user, _ = User.objects.get_or_create(username="bench-viewer")
-    user.groups.add(Group.objects.get(name=VIEWER))
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def time_api(client: Any, query: str, requests: int, budget: float) -> tuple[list[float], dict[str, Any]]:

@@ -39,7 +39,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from _common import BENCH_DATABASE_URL, log, percentile, setup_django
+from _common import BENCH_DATABASE_URL, log, percentile, setup_django, viewer_client
 
 API_PATH = "/api/v1/capacity/plan"
 SITES = tuple(f"bench-sched-{c}" for c in "abcde")
@@ -200,19 +200,6 @@ def prepare(args: argparse.Namespace) -> tuple[list[int], list[int]]:
     )[0]
     log(f"seed: {len(ids)} queues in {len(pool_ids)} pools, {total:,} rollup rows over {args.days} days")
     return pool_ids, ids
-
-
-def viewer_client() -> Any:
-    from django.contrib.auth.models import Group, User
-    from django.test import Client
-
-    from console.roles import VIEWER
-
-    user, _ = User.objects.get_or_create(username="bench-viewer")
-    user.groups.add(Group.objects.get(name=VIEWER))
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def time_get(client: Any, requests: int) -> tuple[list[float], dict[str, Any]]:

@@ -55,6 +55,7 @@ from _common import (
     log,
     percentile,
     setup_django,
+    viewer_client,
 )
 
 from console.processes import healthy, uvicorn_command
@@ -473,19 +474,6 @@ def write_history(site: Any, days: int) -> int:
             log(f"  history: {n + 1}/{len(jobs)} jobs, {total:,} events ({total / elapsed:,.0f}/s)")
     sql("ANALYZE fleet_jobevent, fleet_job")
     return total
-
-
-def viewer_client() -> Any:
-    from django.contrib.auth.models import Group, User
-    from django.test import Client
-
-    from console.roles import VIEWER
-
-    user, _ = User.objects.get_or_create(username="bench-viewer")
-    user.groups.add(Group.objects.get(name=VIEWER))
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def time_get(client: Any, url: str, requests: int) -> tuple[list[float], Any]:
