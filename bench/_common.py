@@ -294,3 +294,13 @@ def viewer_client() -> Any:
     client = Client()
     client.force_login(user)
     return client
+
+
+def timed_get(client: Any, url: str) -> tuple[float, Any]:
+    """One GET through ``client``: (milliseconds, response); anything but a 200 ends the bench."""
+    started = time.perf_counter()
+    response = client.get(url)
+    ms = (time.perf_counter() - started) * 1000
+    if response.status_code != 200:
+        raise SystemExit(f"GET {url}: HTTP {response.status_code} {response.content[:300]!r}")
+    return ms, response

@@ -73,6 +73,7 @@ from _common import (
     log,
     percentile,
     setup_django,
+    timed_get,
     viewer_client,
 )
 
@@ -668,12 +669,7 @@ def time_api(client: Any, query: str, requests: int, budget: float) -> tuple[lis
     url = API_PATH + query
 
     def get() -> tuple[float, Any]:
-        started = time.perf_counter()
-        response = client.get(url)
-        ms = (time.perf_counter() - started) * 1000
-        if response.status_code != 200:
-            raise SystemExit(f"GET {url}: HTTP {response.status_code} {response.content[:300]!r}")
-        return ms, response
+        return timed_get(client, url)
 
     warm_ms = get()[0]
     if warm_ms < 2000:

@@ -39,7 +39,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from _common import BENCH_DATABASE_URL, log, percentile, setup_django, viewer_client
+from _common import BENCH_DATABASE_URL, log, percentile, setup_django, timed_get, viewer_client
 
 API_PATH = "/api/v1/capacity/plan"
 SITES = tuple(f"bench-sched-{c}" for c in "abcde")
@@ -206,12 +206,7 @@ def time_get(client: Any, requests: int) -> tuple[list[float], dict[str, Any]]:
     """``requests`` timed GETs of the plan API after 2 warm-ups."""
 
     def get() -> tuple[float, Any]:
-        started = time.perf_counter()
-        response = client.get(API_PATH)
-        ms = (time.perf_counter() - started) * 1000
-        if response.status_code != 200:
-            raise SystemExit(f"GET {API_PATH}: HTTP {response.status_code} {response.content[:300]!r}")
-        return ms, response
+        return timed_get(client, API_PATH)
 
     get()
     get()
