@@ -13,6 +13,7 @@ Two ways to run the same code:
 from __future__ import annotations
 
 import ipaddress
+import re
 import secrets
 from pathlib import Path
 
@@ -441,6 +442,14 @@ WS_MAX_TOPICS = envint("GOODPUT_WS_MAX_TOPICS", 50, minimum=1)
 # Power a GPU node draws besides its GPUs (CPUs, memory, NICs, fans), for energised capacity and
 # rack draw: a DGX H100 draws about 10.2 kW at full load, 5.6 kW of it in its eight GPUs.
 NODE_OVERHEAD_W = envint("GOODPUT_NODE_OVERHEAD_W", 2000, minimum=0)
+# The currency a new pool price is entered in (fleet.cost): an ISO 4217 code. Figures are never
+# converted: a sum over prices in two currencies is refused.
+_cost_currency = env("GOODPUT_COST_CURRENCY", "EUR") or "EUR"
+if not re.fullmatch(r"[A-Za-z]{3}", _cost_currency.strip()):
+    raise ImproperlyConfiguredEnv(
+        f"GOODPUT_COST_CURRENCY={_cost_currency!r} is not a three-letter ISO 4217 code such as EUR"
+    )
+COST_CURRENCY = _cost_currency.strip().upper()
 
 
 # --- outbound requests ----------------------------------------------------------------------

@@ -15,6 +15,7 @@ from fleet.capacity.models import (
 )
 from fleet.capacity.services import ConflictError
 from fleet.choices import ClaimResolution
+from fleet.cost.models import PoolPrice
 from fleet.inventory import claims
 from fleet.inventory.models import ClaimConflict, NodeInterface, NodeMount
 from fleet.models import Endpoint, Gpu, IngestBatch, Node, PartitionDrop, Rack, ScrapeTarget, Site
@@ -189,6 +190,41 @@ class PartitionDropAdmin(admin.ModelAdmin):
 class PoolAdmin(admin.ModelAdmin):
     list_display = ["name", "site", "gpu_model"]
     list_filter = ["site"]
+
+
+@admin.register(PoolPrice)
+class PoolPriceAdmin(admin.ModelAdmin):
+    """A pool's price per GPU-hour over dates: a rate, or owned hardware's figures
+    (fleet.cost.prices derives the rate). A price change is a new row; the old one gets its last day."""
+
+    list_display = [
+        "pool",
+        "valid_from",
+        "valid_to",
+        "mode",
+        "currency",
+        "rate_per_gpu_hour",
+        "cloud_rate_per_gpu_hour",
+    ]
+    list_filter = ["mode", "pool__site", "currency"]
+    list_select_related = ["pool__site"]
+    fieldsets = [
+        (None, {"fields": ["pool", "valid_from", "valid_to", "currency", "mode", "note"]}),
+        ("Rate", {"fields": ["rate_per_gpu_hour"]}),
+        (
+            "Owned hardware",
+            {
+                "fields": [
+                    "purchase_price_per_gpu",
+                    "depreciation_months",
+                    "energy_price_per_kwh",
+                    "pue",
+                    "yearly_operations_per_gpu",
+                ]
+            },
+        ),
+        ("Own or rent", {"fields": ["cloud_rate_per_gpu_hour"]}),
+    ]
 
 
 class _ApprovalAdmin(admin.ModelAdmin):

@@ -10,6 +10,7 @@ from fleet.capacity.models import (
     Team,
     TeamQuota,
 )
+from fleet.cost.models import PoolPrice, PriceMode
 from fleet.fabric.models import PortRollup1m, PortSample
 from fleet.inventory.models import ClaimConflict, Gpu, Node, NodeInterface, NodeMount, Rack, Site
 from fleet.scheduler.models import SchedulerCounterHour, SchedulerQueue, SchedulerRollup1m, SchedulerSample
@@ -66,9 +67,11 @@ __all__ = [
     "OrderStatus",
     "PartitionDrop",
     "Pool",
+    "PoolPrice",
     "PortRollup1m",
     "PortSample",
     "PowerApproval",
+    "PriceMode",
     "ProcurementOrder",
     "Rack",
     "ReclaimPolicy",

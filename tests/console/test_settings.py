@@ -89,3 +89,9 @@ def test_typed_helpers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("X_SECRET", "from-env")
     monkeypatch.setenv("X_SECRET_FILE", str(secret))
     assert env("X_SECRET") == "from-file"
+
+
+def test_a_cost_currency_that_is_not_an_iso_code_names_the_variable() -> None:
+    result = start(GOODPUT_COST_CURRENCY="euro", SECRET_KEY="s")
+    assert result.returncode != 0
+    assert "GOODPUT_COST_CURRENCY='euro' is not a three-letter ISO 4217 code" in result.stderr

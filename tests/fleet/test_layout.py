@@ -1,8 +1,9 @@
 """The fleet app's rooms and the one rule between them: imports run down, never sideways or up.
 
 inventory <- telemetry <- {training | serving | capacity <- {power | scheduler} | fabric | storage}
-<- {correlation, ingest}
-(correlation: cause and effect between sibling rooms). A room imports its own
+<- cost <- {correlation, ingest}
+(cost: prices on the training, serving, capacity and power figures; correlation: cause and effect
+between sibling rooms). A room imports its own
 modules, the rooms below it, and the shared modules at the top of ``fleet`` (``choices``,
 ``validation``); ``fleet.models`` is for the app's registration and for code outside the app. The
 walk reads every import in every module, those inside functions included, so a lazy import
@@ -28,11 +29,23 @@ BELOW: dict[str, set[str]] = {
     "fabric": {"inventory", "telemetry"},
     "storage": {"inventory", "telemetry"},
     "scheduler": {"inventory", "telemetry", "capacity"},
-    "correlation": {"inventory", "telemetry", "training", "fabric", "storage"},
-    "ingest": {"inventory", "telemetry", "training", "serving", "capacity", "power", "fabric", "storage", "scheduler"},
+    "cost": {"inventory", "telemetry", "capacity", "power", "training", "serving"},
+    "correlation": {"inventory", "telemetry", "training", "fabric", "storage", "cost"},
+    "ingest": {
+        "inventory",
+        "telemetry",
+        "training",
+        "serving",
+        "capacity",
+        "power",
+        "fabric",
+        "storage",
+        "scheduler",
+        "cost",
+    },
 }
 SHARED = {"fleet.choices", "fleet.validation"}
-DOMAIN_WORDS = ("training", "serving", "capacity", "power", "fabric", "storage", "scheduler")
+DOMAIN_WORDS = ("training", "serving", "capacity", "power", "fabric", "storage", "scheduler", "cost")
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:

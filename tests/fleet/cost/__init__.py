@@ -1,0 +1,1 @@
+"""Cost: prices and their arithmetic (fleet.cost)."""
