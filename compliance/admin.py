@@ -7,6 +7,7 @@ from django.contrib import admin
 
 from compliance.models import (
     AuditEntry,
+    BackupReport,
     CompliancePack,
     CrawledDomain,
     DataAsset,
@@ -15,6 +16,8 @@ from compliance.models import (
     LegalHold,
     Lineage,
     ProcessorRecord,
+    RecoveryItem,
+    RestoreTest,
     RetentionPolicy,
     RetentionRun,
     SubjectRequest,
@@ -170,3 +173,26 @@ class LineageAdmin(admin.ModelAdmin):
     raw_id_fields = ["job"]
     readonly_fields = ["recorded_at", "recorded_by"]
     autocomplete_fields = ["model", "dataset"]
+
+
+# --- the recovery register: items and restore tests are entered here until its page exists; backup
+# reports come from the jobs themselves (POST /api/v1/recovery/backups/) and are shown, not edited ---
+
+
+@admin.register(RecoveryItem)
+class RecoveryItemAdmin(admin.ModelAdmin):
+    list_display = ["name", "kind", "source_site", "source_tier", "method", "rpo", "rto"]
+    list_filter = ["kind", "method"]
+    search_fields = ["name", "location"]
+
+
+@admin.register(BackupReport)
+class BackupReportAdmin(ReadOnlyAdmin):
+    list_display = ["item", "external_id", "finished", "outcome", "copy_site", "copy_tier"]
+    list_filter = ["outcome"]
+
+
+@admin.register(RestoreTest)
+class RestoreTestAdmin(admin.ModelAdmin):
+    list_display = ["item", "finished", "verified", "into"]
+    list_filter = ["verified"]

@@ -6,8 +6,9 @@ class ComplianceConfig(AppConfig):
     verbose_name = "Compliance"
 
     def ready(self) -> None:
-        # The audit log's receivers: every create, change and delete of the audited models.
-        from compliance import overview, signals
+        # signals: the audit log's receivers (every create, change and delete of the audited models);
+        # detectors: importing it registers the recovery detectors with the incident engine.
+        from compliance import detectors, overview, signals  # noqa: F401
 
         signals.connect()
         overview.register()

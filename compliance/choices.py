@@ -127,3 +127,27 @@ class PackStatus(models.TextChoices):
     RUNNING = "running", "Running"
     DONE = "done", "Done"
     FAILED = "failed", "Failed"
+
+
+class RecoveryKind(models.TextChoices):
+    """What must survive the loss of a site or a storage tier (issue 26, "Recovery")."""
+
+    DATASET = "dataset", "Dataset"
+    CHECKPOINTS = "checkpoints", "Checkpoints"
+    MODEL_WEIGHTS = "model_weights", "Model weights"
+    CONSOLE_DATABASE = "console_database", "Console database"
+
+
+class BackupMethod(models.TextChoices):
+    SNAPSHOT = "snapshot", "Snapshot"
+    REPLICATION = "replication", "Replication"
+    OBJECT_STORE_VERSIONING = "object_store_versioning", "Object-store versioning"
+    VELERO = "velero", "Velero"
+    CSI_SNAPSHOT = "csi_snapshot", "CSI volume snapshot"
+    MANAGE_PY_BACKUP = "manage_py_backup", "manage.py backup"
+
+
+class BackupOutcome(models.TextChoices):
+    SUCCESS = "success", "Success"
+    FAILED = "failed", "Failed"
+    PARTIAL = "partial", "Partial"

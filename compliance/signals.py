@@ -52,6 +52,9 @@ AUDITED: dict[str, AuditSpec] = {
     "compliance.RetentionPolicy": _PLAIN,
     "compliance.LegalHold": _PLAIN,
     "compliance.RetentionRun": _PLAIN,
+    # The recovery register and its restore tests; backup reports are machines' telemetry, not edits.
+    "compliance.RecoveryItem": _PLAIN,
+    "compliance.RestoreTest": _PLAIN,
     # A pack build saves its progress many times: only a status change is worth an entry.
     "compliance.CompliancePack": AuditSpec(only=frozenset({"status"})),  # its zip is in CompliancePackChunk
     # incidents and routing (a webhook URL or integration key is a credential)

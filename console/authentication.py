@@ -87,7 +87,8 @@ class PersonalTokenAuthentication(authentication.BaseAuthentication):
             # fall back to a session cookie sent with it.
             raise exceptions.AuthenticationFailed(
                 "This route takes a personal API token (Authorization: Bearer gpt_...); "
-                "agent tokens are accepted only by the ingest routes and the Alertmanager webhook."
+                "agent tokens are accepted only by the ingest routes, the Alertmanager webhook and "
+                "the recovery backup reports."
             )
         token = PersonalToken.authenticate(plain)
         if token is None:

@@ -419,6 +419,9 @@ EXPORT_CONTROL_REVIEW_DAYS = envint("GOODPUT_EXPORT_CONTROL_REVIEW_DAYS", 180, m
 # The crawled-domain list of a training-content summary: the top 10 % of domains by bytes; an SME
 # lists the top 5 % or 1,000 domains, whichever is fewer (AI Office template, section 2.3).
 COMPLIANCE_SME = envbool("GOODPUT_COMPLIANCE_SME", False)
+# The recovery register: an item without a verified restore test this many days old or younger
+# raises recovery-rto-unproven (a quarter: a backup never restored is a wish).
+RECOVERY_RESTORE_TEST_EVERY_DAYS = envint("GOODPUT_RECOVERY_RESTORE_TEST_EVERY_DAYS", 92, minimum=1)
 # Back-pressure: ingest answers 429 once this many batches wait for a writer.
 INGEST_QUEUE_BOUND = envint("GOODPUT_INGEST_QUEUE_BOUND", 2000, minimum=1)
 # GPU batches wait in a Redis stream; up to INGEST_DRAINERS Celery tasks write them, folding up

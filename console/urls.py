@@ -23,6 +23,7 @@ api_v1 = [
     path("storage/", include("fleet.storage.api_urls")),
     path("scheduler/", include("fleet.scheduler.api_urls")),
     path("compliance/", include("compliance.api_urls")),
+    path("recovery/", include("compliance.urls_recovery")),
     path("alertmanager", AlertmanagerWebhookView.as_view(), name="alertmanager"),
     path("", include("incidents.api.urls")),
 ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 from uuid import UUID
@@ -21,6 +21,7 @@ from django.core.exceptions import ValidationError
 from django.db import connection, connections, models
 from django.http import HttpRequest
 from django.utils import timezone
+from django.utils.duration import duration_iso_string
 
 from compliance.choices import AuditAction
 from compliance.models import AuditEntry
@@ -79,6 +80,8 @@ def current_actor() -> Actor:
 def _json_safe(value: Any) -> Any:
     if isinstance(value, datetime | date):
         return value.isoformat()
+    if isinstance(value, timedelta):  # a recovery item's RPO and RTO: ISO 8601 (P1DT00H00M00S)
+        return duration_iso_string(value)
     if isinstance(value, Decimal):
         # Fixed-point, without exponent or trailing zeros: 3E+24 and the database's
         # 3000000000000000000000000.00 are one value, so they must not read as a change.

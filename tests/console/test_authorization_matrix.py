@@ -358,6 +358,9 @@ RULES: dict[str, Rule] = {
     "api:ingest-prometheus": AGENT_ONLY,
     "api:ingest-prometheus-remote-write": AGENT_ONLY,
     "api:alertmanager": AGENT_ONLY,
+    # the recovery register: backup jobs report runs with an agent token of the item's site; any role reads
+    "api:recovery-api:backup-report": AGENT_ONLY,
+    "api:recovery-api:item-list": api(),
     # REST API, incidents: operators move incidents along and own silences and action items
     "api:incidents-api:api-root": api(),
     "api:incidents-api:incident-list": api(),

@@ -1,0 +1,15 @@
+"""The recovery API routes, under /api/v1/recovery/ (console.urls): the register's own prefix, as
+backup jobs name it, not under /api/v1/compliance/ (officers only)."""
+
+from __future__ import annotations
+
+from django.urls import URLPattern, URLResolver, path
+
+from compliance.api import recovery
+
+app_name = "recovery-api"
+
+urlpatterns: list[URLPattern | URLResolver] = [
+    path("backups/", recovery.BackupReportView.as_view(), name="backup-report"),
+    path("items/", recovery.RecoveryItemListView.as_view(), name="item-list"),
+]
