@@ -67,6 +67,7 @@ AUDITED: dict[str, AuditSpec] = {
     # reservations and capacity
     "fleet.Reservation": _PLAIN,
     "fleet.Pool": _PLAIN,
+    "fleet.PoolPrice": _PLAIN,
     "fleet.ProcurementOrder": _PLAIN,
     "fleet.PowerApproval": _PLAIN,
     "fleet.TeamQuota": _PLAIN,

@@ -61,7 +61,6 @@ def test_an_admin_enters_an_owned_price_and_an_overlap_is_named(admin_client, op
     assert PoolPrice.objects.count() == 1
 
 
-@pytest.mark.xfail(strict=True, reason="fleet.PoolPrice awaits its line in compliance.signals.AUDITED")
 def test_a_price_entered_in_the_admin_is_audited(admin_client, pool: Pool) -> None:
     assert admin_client.post(URL, _form(pool, mode="rate", rate_per_gpu_hour="2.10")).status_code == 302
     price = PoolPrice.objects.get()
