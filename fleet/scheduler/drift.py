@@ -96,9 +96,9 @@ class Drift:
             "scheduler_quota": None
             if s is None
             else {
-                "nominal_gpus": _number(s.nominal),
-                "borrowing_limit_gpus": _number(s.borrowing_limit),
-                "lending_limit_gpus": _number(s.lending_limit),
+                "nominal_gpus": number(s.nominal),
+                "borrowing_limit_gpus": number(s.borrowing_limit),
+                "lending_limit_gpus": number(s.lending_limit),
                 "reported_at": s.reported_at,
             },
             "console_quota": None
@@ -109,11 +109,11 @@ class Drift:
                 "borrowing_limit_gpus": c.borrowing_limit_gpus,
                 "lending_limit_gpus": c.lending_limit_gpus,
             },
-            "differences": {k: {"scheduler": _number(a), "console": b} for k, (a, b) in self.differences.items()},
+            "differences": {k: {"scheduler": number(a), "console": b} for k, (a, b) in self.differences.items()},
         }
 
 
-def _number(value: float | None) -> float | int | None:
+def number(value: float | None) -> float | int | None:
     if value is None:
         return None
     return int(value) if float(value).is_integer() else value

@@ -7,13 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
-
 from fleet.capacity.models import Pool
 from fleet.scheduler import drift
 from fleet.scheduler.services import pool_queues
-
-TOPIC = "scheduler"
+from fleet.scheduler.store import TOPIC
 
 
 def duration(seconds: float | None) -> str:
@@ -69,7 +66,7 @@ DRIFT_FIELDS = {
 
 def _limit(value: Any) -> str:
     """A quota figure as the drift line prints it."""
-    return "no limit" if value is None else f"{drift._number(value)}"
+    return "no limit" if value is None else f"{drift.number(value)}"
 
 
 def _drifts_by_pool(pools: list[Pool]) -> dict[int, list[dict[str, Any]]]:
@@ -122,18 +119,14 @@ def quota_notes(figures: dict[int, dict[str, Any]]) -> dict[tuple[int, str], dic
 
 
 def build_scheduler_delta(topic: str, watermark: Any) -> tuple[dict[str, Any] | None, Any]:
-    """The ``scheduler`` topic's push: every mapped pool's queue figures, when they changed."""
-    figures = [f for _, f in sorted(pool_queues().items())]
-    if figures == watermark:
+    """The ``scheduler`` topic's push: the queue figures of the pools whose figures changed since
+    the last push (all of them on the first); the page redraws pool by pool."""
+    figures = pool_queues()
+    before = watermark or {}
+    changed = [f for pk, f in sorted(figures.items()) if before.get(pk) != f]
+    if not changed:
         return None, watermark
-    return {"type": "scheduler.delta", "topic": topic, "pools": figures}, figures
-
-
-def request_push() -> None:
-    """After a write of queue series commits: push the figures while a capacity page follows them."""
-    from console import live
-
-    transaction.on_commit(lambda: live.request_push(*live.watched([TOPIC])))
+    return {"type": "scheduler.delta", "topic": topic, "pools": changed}, figures
 
 
 def register() -> None:

@@ -11,14 +11,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.db import transaction
 from django.utils import timezone
 
+from console import live
 from fleet.scheduler.models import SchedulerCounterHour, SchedulerQueue
-from fleet.scheduler.panels import request_push
 from fleet.telemetry import partitions
 from fleet.telemetry.series import SeriesTable, store_series
 
 # The quantities that are counters (rolled up as increases); the rest are gauges.
+# The capacity page's queue panel's live topic (fleet.scheduler.panels builds its pushes).
+TOPIC = "scheduler"
 QUEUE_COUNTERS = frozenset(
     {
         "admitted_workloads",
@@ -73,7 +76,7 @@ def store_queue_points(*, site_id: int, batch_key: str, points: Sequence[QueuePo
     if stored and late:
         forget_counter_hours(late)
     if stored:  # the capacity page's queue panel follows them while someone watches it
-        request_push()
+        transaction.on_commit(lambda: live.request_push(*live.watched([TOPIC])))
     return stored
 
 

@@ -1,5 +1,5 @@
-// The capacity page's scheduler queue panel, kept live: the `scheduler` topic's deltas carry every
-// mapped pool's figures; after each (re)connect the plan API's `queues` part is the snapshot.
+// The capacity page's scheduler queue panel, kept live: the `scheduler` topic's deltas carry the
+// figures of the pools that changed; after each (re)connect the plan API's `queues` part is the snapshot.
 // Figures are written into the cells the server rendered (data-pool, data-queue, data-value); a
 // queue newly mapped to a pool appears on the next page load.
 (function () {
