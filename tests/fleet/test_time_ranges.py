@@ -150,12 +150,15 @@ def test_a_window_beyond_what_the_console_keeps_or_of_too_many_points_is_refused
 
 
 def test_an_incident_window_runs_from_before_its_fault_to_after_it_resolved() -> None:
-    now = timezone.now().replace(microsecond=0)
+    # Off the minute on purpose: a resolution on a whole minute is not rounded up (checked below).
+    now = timezone.now().replace(second=45, microsecond=0)
     began = now - timedelta(hours=5, seconds=30)
     resolved = now - timedelta(hours=4, minutes=1, seconds=10)
     window = incident_window(began, resolved, now=now)
     assert window.start == (began - ranges.INCIDENT_MARGIN).replace(second=0)
     assert window.end == (resolved + ranges.INCIDENT_MARGIN).replace(second=0) + timedelta(minutes=1)
+    on_the_minute = resolved.replace(second=0)
+    assert incident_window(began, on_the_minute, now=now).end == on_the_minute + ranges.INCIDENT_MARGIN
     # Open: up to now. A long incident: its last longest_span().
     assert incident_window(began, None, now=now).end == now
     long = incident_window(now - timedelta(days=2000), None, now=now)
