@@ -17,12 +17,16 @@ otherwise) and Redis database (BENCH_REDIS_URL, flushed):
   apart). The pushes go over keep-alive HTTP to the real door, POST /api/v1/ingest/prometheus,
   with an agent token (uvicorn and a Celery worker as subprocesses, production mode: the
   door's parse, packed, is stashed in Redis beside a Celery task, ``fleet.tasks.ingest_prometheus_batch``,
-  which writes it through fleet.telemetry.series: binary COPY and the 1-minute rollup of the
-  series touched, in one transaction per table). Client threads POST for ``--duration`` seconds
-  after one warm-up scrape of every host (which registers the nodes, ports and mounts).
+  which writes it through fleet.telemetry.series: binary COPY and the minutes it wrote queued for
+  the rollups, in one transaction per table). A skeleton seen before is read from its plan
+  (fleet.ingest.plans), so the warm-up scrape also makes the plans. Client threads POST for
+  ``--duration`` seconds after one warm-up scrape of every host (which registers the nodes,
+  ports and mounts).
   samples/s = rows committed to fleet_portsample, fleet_mountsample and fleet_disksample / (first
   POST -> last commit, seen by polling the batch table once the queue has drained), as ingest.py
-  measures GPU samples.
+  measures GPU samples. Then the queued minutes are folded into the rollups and the fabric read
+  model, as the beat task does every few seconds (``fold_s``: how long that took for the whole
+  run's minutes, which the beat task spreads over the run).
 * ``raw_copy``: binary COPY of as many rows as e2e stored, the same pushes' port rows (interface
   id, ts, quantity, value) straight into fleet_portsample from one psycopg 3 connection, one COPY
   and one commit per ``--fold`` pushes (ingest.py's baseline, per its writer's fold).
@@ -40,7 +44,7 @@ The ingest phases write their rows on a day of their own, three days back, and e
 afterwards; their ports are deleted, so the API phase reads its 8,000 ports only.
 
 Prints progress on stderr and ends with
-RESULT node_samples_per_s=... copy_rows_per_s=... share=... gpu_share=... fabric_api_p50_ms_1h=...
+RESULT node_samples_per_s=... copy_rows_per_s=... share=... gpu_share=... fold_s=... fabric_api_p50_ms_1h=...
 fabric_api_p95_ms_1h=... fabric_api_p50_ms_24h=... fabric_api_p95_ms_24h=... nodes=1000 ports=8
 target_p95_ms=150 api=met|missed ingest=met|missed met|missed (both)
 """
@@ -229,7 +233,7 @@ def empty_ingest_day(base: datetime) -> None:
     ):
         existing = partitions.existing_partitions(table)
         names += [n for n in (table.partition_name(table.start_of(base)),) if n in existing]
-    sql(f"TRUNCATE {', '.join([*names, 'fleet_ingestbatch'])}")
+    sql(f"TRUNCATE {', '.join([*names, 'fleet_ingestbatch', 'fleet_noderollupdirty'])}")
 
 
 def ensure_ingest_partitions(base: datetime) -> None:
@@ -419,6 +423,7 @@ def run_node_e2e(workload: NodeWorkload, args: argparse.Namespace, procs: Proces
     rows = node_rows(workload.base) - start_rows
     if rows != stats.samples:
         raise RuntimeError(f"{rows:,} rows stored for {stats.samples:,} samples accepted")
+    fold_s, folded = fold_rollups(workload.base)
     elapsed = last_commit - first_post
     result = {
         "rate": rows / elapsed,
@@ -427,13 +432,31 @@ def run_node_e2e(workload: NodeWorkload, args: argparse.Namespace, procs: Proces
         "accept_rate": stats.samples / (posted - first_post),
         "drain_s": last_commit - posted,
         "post_p95_ms": percentile(stats.latencies, 95) * 1000,
+        "fold_s": fold_s,
     }
     log(
         f"e2e: {rows:,} node samples ({stats.pushes} pushes) committed in {elapsed:.1f} s = "
         f"{result['rate']:,.0f} samples/s (accepted at {result['accept_rate']:,.0f}/s, drain "
-        f"{result['drain_s']:.1f} s, POST p95 {result['post_p95_ms']:.0f} ms)"
+        f"{result['drain_s']:.1f} s, POST p95 {result['post_p95_ms']:.0f} ms); {folded} queued minute(s) "
+        f"folded into the rollups in {fold_s:.1f} s"
     )
     return result
+
+
+def fold_rollups(base: datetime) -> tuple[float, int]:
+    """Fold the run's queued minutes (the beat task's work) and check every stored minute has its
+    port rollups; return (seconds, minutes folded)."""
+    from fleet.tasks import update_node_rollups
+
+    started = time.perf_counter()
+    folded = sum(update_node_rollups().values())
+    elapsed = time.perf_counter() - started
+    span = [base, base + timedelta(days=1)]
+    raw = sql("SELECT count(DISTINCT date_trunc('minute', ts)) FROM fleet_portsample WHERE ts >= %s AND ts < %s", span)
+    rolled = sql("SELECT count(DISTINCT bucket) FROM fleet_portrollup_1m WHERE bucket >= %s AND bucket < %s", span)
+    if raw[0][0] != rolled[0][0]:
+        raise RuntimeError(f"{raw[0][0]} minutes of port samples but {rolled[0][0]} of port rollups")
+    return elapsed, folded
 
 
 # --- per-stage breakdown, in-process ---------------------------------------------------------------
@@ -797,7 +820,7 @@ def main() -> None:
     ingest_met = gpu_share is not None and share >= gpu_share
     print(
         f"RESULT node_samples_per_s={e2e['rate']:.0f} copy_rows_per_s={results['copy']:.0f} share={share:.3f} "
-        f"gpu_share={'n/a' if gpu_share is None else f'{gpu_share:.3f}'} "
+        f"gpu_share={'n/a' if gpu_share is None else f'{gpu_share:.3f}'} fold_s={e2e['fold_s']:.1f} "
         f"fabric_api_p50_ms_1h={api['p50_1h']:.1f} fabric_api_p95_ms_1h={api['p95_1h']:.1f} "
         f"fabric_api_p50_ms_24h={api['p50_24h']:.1f} fabric_api_p95_ms_24h={api['p95_24h']:.1f} "
         f"nodes={args.nodes} ports={PORTS} target_p95_ms={TARGET_P95_MS} "

@@ -248,6 +248,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] = envint("GOODPUT_TASK_VIS
 CELERY_BEAT_SCHEDULE = {
     "update-rollups": {"task": "fleet.tasks.update_rollups", "schedule": 10.0},
     "update-serving-rollups": {"task": "fleet.tasks.update_serving_rollups", "schedule": 5.0},
+    "update-node-rollups": {"task": "fleet.tasks.update_node_rollups", "schedule": 5.0},
     # A safety net: the API schedules drains itself; this one catches batches a lost message stranded.
     "drain-gpu-ingest": {"task": "fleet.tasks.drain_gpu_ingest", "schedule": 15.0},
     "schedule-scrapes": {"task": "fleet.tasks.schedule_scrapes", "schedule": 5.0},

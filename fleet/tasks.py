@@ -18,6 +18,17 @@ def update_rollups() -> dict[str, int]:
 
 
 @shared_task(ignore_result=True, acks_late=False)
+def update_node_rollups() -> dict[str, int]:
+    """Fold the node series' queued minutes (ports, mounts, disks) into their rollups and the
+    fabric page's read model (every few seconds); the pages that follow them are pushed."""
+    import fleet.fabric.store
+    import fleet.storage.store  # noqa: F401  (each registers its tables' queues)
+    from fleet.telemetry import series
+
+    return series.update_node_rollups()
+
+
+@shared_task(ignore_result=True, acks_late=False)
 def update_serving_rollups() -> dict[str, object]:
     """Fold newly dirtied serving minutes and hours into the serving rollups (every few seconds),
     then push the endpoints whose minutes changed to their live topics that a page follows."""

@@ -1,13 +1,13 @@
-"""The fabric page's read model: figures kept current by the port writer, so the page for a
+"""The fabric page's read model: figures kept current by the port rollups, so the page for a
 window ending now reads a few thousand rows instead of every port's minutes.
 
 * ``fleet_portstatus``: one row a port, its latest state and rate (and when), the last minute it
   reported, and the highest rate it reported lately (``rate_max``, last seen at ``rate_max_at``;
-  a higher rate, or one reported 24 h after the kept one, replaces it). Upserted in the writer's
-  transaction from the minutes it recomputed.
+  a higher rate, or one reported 24 h after the kept one, replaces it). Upserted by the port
+  rollups' statement from the minutes it recomputed.
 * ``fleet_fabricrollup_1m``: received plus transmitted bytes per site, fabric and minute, day
   partitions, with the port rollup rows they sum (``rows``: a minute none is left in, after a
-  port moved fabric, is no point of that fabric's series). The writer adds what its recomputed
+  port moved fabric, is no point of that fabric's series). The rollups add what their recomputed
   minutes changed (the new increase less the old one of each port rollup row it rewrote), so a
   late sample or a recomputed minute moves the sum by its difference and a redelivery (refused
   by its batch key) moves nothing. A port whose fabric an Operator changes has its bytes moved
@@ -26,6 +26,7 @@ from typing import Any
 
 from django.db import connection
 
+from fleet.inventory import directory
 from fleet.telemetry import partitions
 
 BYTES = ("receive_bytes", "transmit_bytes")
@@ -84,15 +85,15 @@ ON CONFLICT (interface_id) DO UPDATE SET
 """
 
 
-def port_rollup_sql(rollup_sql: str) -> str:
-    """The port writer's statement: the series writer's rollup upsert (``rollup_sql``), with the
-    per-fabric minutes moved by what it changed and the ports' status merged, in one statement
-    (its parts see the rollup rows as they were before it)."""
+def port_rollup_sql(rollup_sql: str, scope: str) -> str:
+    """The port rollups' statement: the series writer's rollup upsert (``rollup_sql``, over the
+    ports ``scope`` selects), with the per-fabric minutes moved by what it changed and the ports'
+    status merged, in one statement (its parts see the rollup rows as they were before it)."""
     quantities = ", ".join(f"'{q}'" for q in BYTES)
     return f"""
 WITH old AS (
     SELECT interface_id, quantity, bucket, increase FROM fleet_portrollup_1m
-    WHERE interface_id = ANY(%(ids)s) AND quantity IN ({quantities})
+    WHERE {scope} AND quantity IN ({quantities})
       AND bucket >= %(first)s AND bucket < %(last)s + interval '2 minutes'
 ), new AS (
 {rollup_sql.strip()}
@@ -184,5 +185,6 @@ def forget_port(sender: Any, instance: Any, **kwargs: Any) -> None:
     """A deleted port's status row goes with it (``post_delete`` of NodeInterface: the table has
     no foreign key, which Django's flush could not truncate past). Its rollups and samples stay
     for retention, as a GPU's do; its bytes stay in the fabric minutes they were measured in."""
+    directory.forget_node_parts("interface", [instance.node_id])  # this process's cache; others' expire
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM fleet_portstatus WHERE interface_id = %s", [instance.pk])

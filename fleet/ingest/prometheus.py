@@ -30,7 +30,8 @@ from prometheus_client.openmetrics.parser import text_fd_to_metric_families as t
 from prometheus_client.parser import text_fd_to_metric_families
 
 from fleet.choices import ServingFramework
-from fleet.fabric.store import store_port_points
+from fleet.fabric.store import port_part
+from fleet.ingest import plans
 from fleet.ingest.batches import (
     GpuBatchIn,
     GpuSampleIn,
@@ -48,9 +49,9 @@ from fleet.ingest.scheduler_series import (
 from fleet.scheduler.store import QUEUE_COUNTERS, QueuePoint, store_queue_points
 from fleet.serving import metrics as sm
 from fleet.serving.store import ServingPoint, store_serving_points
-from fleet.storage.store import store_storage_points
+from fleet.storage.store import storage_parts
 from fleet.telemetry.fields import COUNTER_FIELDS, FIELDS_BY_NAME, GPU_SAMPLE_FIELDS, MIG_INSTANCE_FIELDS
-from fleet.telemetry.series import NodePoint
+from fleet.telemetry.series import NodePoint, store_parts
 from fleet.telemetry.store import store_gpu_samples
 from fleet.validation import HOSTNAME_PATTERN, IngestError
 
@@ -338,6 +339,12 @@ def parse_exposition(
     if len(lines.lines) > MAX_LINES:
         raise IngestError(413, f"The exposition has {len(lines.lines)} lines; at most {MAX_LINES}.")
     window = _Window.around(received)
+    shape = None if openmetrics else plans.skeleton(text, f"{hostname}\x00{endpoint}\x00{kind}")
+    if shape is not None:
+        planned = Exposition()
+        if plans.read(shape, planned, time_of=window.time_of, readable=sm.readable):
+            return planned
+    recorder = plans.Recorder()
     gpus: dict[str, dict[str, Any]] = {}
     origin: dict[tuple[str, str], int] = {}  # (uuid, field) -> line, to name the line of a bad value
     seen: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}  # series -> its line
@@ -360,6 +367,7 @@ def parse_exposition(
                 continue
             field_name = DCGM_FIELDS.get(name)
             if field_name is not None and kind in ("auto", "dcgm"):
+                recorder.other()
                 _check_labels(line, name, sample.labels, LABEL_LIMITS)
                 ts = window.time_of(timestamp, line)
                 out.timestamped &= timestamp is not None
@@ -371,8 +379,10 @@ def parse_exposition(
                 # nv_cpu_*): dcgm-exporter is the GPU source, and two sources would fight
                 # over one GPU's state.
                 out.ignore(name)
+                recorder.ignored(line, name)
                 continue
             if framework is not None and kind in ("auto", framework):
+                recorder.other()
                 _check_labels(line, name, sample.labels, SERVING_LABEL_LIMITS)
                 _check_bound(line, name, sample.labels)
                 ts = window.time_of(timestamp, line)
@@ -385,7 +395,10 @@ def parse_exposition(
                 continue
             node_series = NODE_SERIES.get(name)
             if node_series is not None and kind in ("auto", "node"):
-                point = _node_point(line, name, node_series, sample.labels, sample.value, hostname, window, timestamp)
+                fields = _node_fields(line, name, node_series, sample.labels, hostname)
+                recorder.node(line, name, fields)
+                ts = window.time_of(timestamp, line)
+                point = None if fields is None else _node_point(fields, sample.value, ts)
                 if point is None:
                     out.ignore(name)
                 else:
@@ -394,6 +407,7 @@ def parse_exposition(
                 continue
             queue_series = SCHEDULER_SERIES.get(name)
             if queue_series is not None and kind == "auto":
+                recorder.other()
                 queue_point = _queue_point(line, name, queue_series, sample.labels, sample.value, window, timestamp)
                 if queue_point is None:
                     out.ignore(name)
@@ -402,6 +416,7 @@ def parse_exposition(
                     queued.append((name, queue_series, queue_point))
                 continue
             out.ignore(name)
+            recorder.ignored(line, name)
     out.scheduler = _fold_queue_points(queued, out)
     # A series with a value no read can use (NaN, ±Inf, past MAX_MAGNITUDE, a negative count) is
     # ignored whole: for a histogram, every bucket, its sum and its count, since a histogram
@@ -413,6 +428,8 @@ def parse_exposition(
             out.serving.append(point)
     out.gpu_samples = _validated_gpu_samples(gpus, origin)
     out.timestamped &= out.count > 0
+    if shape is not None:
+        plans.keep(shape, recorder, lines.lines, lines.sample_lines)
     return out
 
 
@@ -620,21 +637,14 @@ def _serving_point(
     )
 
 
-def _node_point(
-    line: int,
-    name: str,
-    series: tuple[str, str, bool],
-    labels: dict[str, str],
-    value: float,
-    hostname: str | None,
-    window: _Window,
-    timestamp: float | None,
-) -> NodePoint | None:
-    """One node_exporter value, or None when it is not stored (the loopback interface; an NFS
-    operation other than the one kept; a value no read can use: NaN, ±Inf, past MAX_MAGNITUDE, a
-    negative counter). A series without the labels its collector always exports, or without a
-    node, is refused naming the line. A mountstats value names its mount by ``export`` (kept as the
-    point's ``device``: the filesystem collector's ``device`` of that mount)."""
+def _node_fields(
+    line: int, name: str, series: tuple[str, str, bool], labels: dict[str, str], hostname: str | None
+) -> tuple[Any, ...] | None:
+    """What a node_exporter series names (plans.Entry's fields), or None when it is not stored
+    (the loopback interface; an NFS operation other than the one kept). A series without the
+    labels its collector always exports, or without a node, is refused naming the line. A
+    mountstats value names its mount by ``export`` (kept as the point's ``device``: the
+    filesystem collector's ``device`` of that mount)."""
     source, quantity, counter = series
     _check_labels(line, name, labels, NODE_LABEL_LIMITS[source])
     for label in (*NODE_LABELS[source], "hostname", "Hostname"):
@@ -649,24 +659,29 @@ def _node_point(
         raise _bad(line, "no hostname or Hostname label; pass ?hostname= for this exporter.", field="hostname")
     if not HOSTNAME_RE.fullmatch(host):
         raise _bad(line, f"malformed hostname {host[:80]!r} (a label).", field="hostname")
-    ts = window.time_of(timestamp, line)
     if source in ("infiniband", "netdev") and labels["device"] in NODE_IGNORED_DEVICES:
         return None
     if operation is not None and labels["operation"] != operation:
         return None  # another NFS operation (WRITE, GETATTR, ...): not stored
-    if not sm.readable(value) or (counter and value < 0):
-        return None
-    return NodePoint(
-        hostname=host,
-        source=source,
-        quantity=quantity,
-        ts=ts,
-        value=value,
-        device=labels["export"] if source == "mountstats" else labels["device"],
-        port=labels.get("port", ""),
-        mountpoint=labels.get("mountpoint", ""),
-        fstype=labels.get("fstype", ""),
+    device = labels["export"] if source == "mountstats" else labels["device"]
+    return (
+        host,
+        source,
+        quantity,
+        device,
+        labels.get("port", ""),
+        labels.get("mountpoint", ""),
+        labels.get("fstype", ""),
+        counter,
     )
+
+
+def _node_point(fields: tuple[Any, ...], value: float, ts: datetime) -> NodePoint | None:
+    """One node_exporter value, or None for a value no read can use (NaN, ±Inf, past
+    MAX_MAGNITUDE, a negative counter)."""
+    if not sm.readable(value) or (fields[7] and value < 0):
+        return None
+    return NodePoint(fields[0], fields[1], fields[2], ts, value, fields[3], fields[4], fields[5], fields[6])
 
 
 # Scheduler series: the series text of a queue's kept labels, bounded as the column is.
@@ -835,12 +850,13 @@ def store_exposition(
         )
     if exposition.serving:
         stored += store_serving_points(site_id=site_id, batch_key=f"{batch_key}:serving", points=exposition.serving)
+    # Ports, mounts and disks in one transaction (each table's part under its own key).
     ports = [p for p in exposition.node if p.source in ("infiniband", "netdev")]
-    if ports:
-        stored += store_port_points(site_id=site_id, batch_key=f"{batch_key}:port", points=ports)
     storage = [p for p in exposition.node if p.source in ("filesystem", "mountstats", "disk")]
+    parts = [port_part(site_id=site_id, batch_key=f"{batch_key}:port", points=ports)] if ports else []
     if storage:
-        stored += store_storage_points(site_id=site_id, batch_key=f"{batch_key}:storage", points=storage)
+        parts += storage_parts(site_id=site_id, batch_key=f"{batch_key}:storage", points=storage)
+    stored += store_parts(site_id=site_id, parts=parts)
     if exposition.scheduler:
         stored += store_queue_points(site_id=site_id, batch_key=f"{batch_key}:scheduler", points=exposition.scheduler)
     return stored

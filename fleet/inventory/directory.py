@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from typing import Any
+
+from django.db import transaction
 
 from fleet.inventory.models import Gpu, Node
 
@@ -20,10 +23,50 @@ Entries = dict[str, tuple[int, int, float]]  # key -> (object id, site id, expir
 _gpus: Entries = {}  # by GPU UUID
 _nodes: Entries = {}  # by hostname
 
+# A node's ports and mounts, as the node series writer maps them: (kind, node id) -> ({name:
+# what the writer needs of it}, expires). Shorter-lived than the GPUs' entries: a port an
+# Operator deletes in another process is forgotten here within a minute.
+PARTS_TTL_SECONDS = 60
+_parts: dict[tuple[str, int], tuple[dict[str, Any], float]] = {}
+
 
 def clear() -> None:
     _gpus.clear()
     _nodes.clear()
+    _parts.clear()
+
+
+def node_parts(kind: str, node_ids: Iterable[int]) -> tuple[dict[int, dict[str, Any]], set[int]]:
+    """The cached parts (``kind``: interface, mount) of these nodes, and the nodes not cached."""
+    now = time.monotonic()
+    hits: dict[int, dict[str, Any]] = {}
+    misses: set[int] = set()
+    for node_id in node_ids:
+        entry = _parts.get((kind, node_id))
+        if entry is not None and entry[1] > now:
+            hits[node_id] = entry[0]
+        else:
+            misses.add(node_id)
+    return hits, misses
+
+
+def remember_node_parts(kind: str, by_node: dict[int, dict[str, Any]]) -> None:
+    """Cache what a read found, once the caller's transaction commits (a rollback of rows it
+    wrote would otherwise leave ids that never existed)."""
+    transaction.on_commit(lambda: _remember_parts(kind, by_node))
+
+
+def _remember_parts(kind: str, by_node: dict[int, dict[str, Any]]) -> None:
+    if len(_parts) > MAX_ENTRIES:
+        _parts.clear()
+    expires = time.monotonic() + PARTS_TTL_SECONDS
+    for node_id, parts in by_node.items():
+        _parts[(kind, node_id)] = (parts, expires)
+
+
+def forget_node_parts(kind: str, node_ids: Iterable[int]) -> None:
+    for node_id in node_ids:
+        _parts.pop((kind, node_id), None)
 
 
 def _fresh(

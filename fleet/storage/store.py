@@ -19,29 +19,51 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-from django.db import transaction
-
-from console import counters, live
+from console import counters
+from fleet.inventory import directory
 from fleet.inventory.models import NodeMount, purpose_of_mountpoint
 from fleet.telemetry import partitions
-from fleet.telemetry.series import NodePoint, SeriesTable, site_nodes, store_series
+from fleet.telemetry.series import NodePoint, Part, SeriesTable, queued, site_nodes, store_parts
 
 MOUNT_GAUGES = frozenset({"avail_bytes", "size_bytes"})
 # mountstats (NFS), per export: bytes from and to the server, READ operations and their summed RTT.
 MOUNT_COUNTERS = frozenset({"nfs_read_bytes", "nfs_write_bytes", "nfs_read_ops", "nfs_read_response_seconds"})
 DISK_COUNTERS = frozenset({"io_time_seconds", "read_bytes", "written_bytes", "reads", "writes"})
-MOUNTS = SeriesTable(partitions.MOUNT_SAMPLES, partitions.MOUNT_ROLLUP_1M, ("mount_id",), ("int8",), MOUNT_COUNTERS)
-DISKS = SeriesTable(
-    partitions.DISK_SAMPLES, partitions.DISK_ROLLUP_1M, ("node_id", "device"), ("int8", "text"), DISK_COUNTERS
+# Queued minutes, folded by update_node_rollups, which then updates the storage page.
+MOUNTS = queued(
+    SeriesTable(
+        partitions.MOUNT_SAMPLES,
+        partitions.MOUNT_ROLLUP_1M,
+        ("mount_id",),
+        ("int8",),
+        MOUNT_COUNTERS,
+        queue="mount",
+        topic="storage",
+    )
+)
+DISKS = queued(
+    SeriesTable(
+        partitions.DISK_SAMPLES,
+        partitions.DISK_ROLLUP_1M,
+        ("node_id", "device"),
+        ("int8", "text"),
+        DISK_COUNTERS,
+        queue="disk",
+        topic="storage",
+    )
 )
 
 
 def store_storage_points(*, site_id: int, batch_key: str, points: Sequence[NodePoint]) -> int:
     """Store file system, mountstats and disk values under a batch key (one key per table); return
     the rows written (0: a redelivery)."""
+    return store_parts(site_id=site_id, parts=storage_parts(site_id=site_id, batch_key=batch_key, points=points))
+
+
+def storage_parts(*, site_id: int, batch_key: str, points: Sequence[NodePoint]) -> list[Part]:
+    """The mounts' and disks' shares of a push, for series.store_parts."""
     mounts = [p for p in points if p.source in ("filesystem", "mountstats")]
     disks = [p for p in points if p.source == "disk"]
-    stored = 0
     unmounted = 0
 
     def mount_rows() -> list[tuple]:
@@ -66,23 +88,34 @@ def store_storage_points(*, site_id: int, batch_key: str, points: Sequence[NodeP
                 summed[(pk, p.ts, p.quantity)] += p.value
         return rows + [(pk, ts, quantity, value) for (pk, ts, quantity), value in summed.items()]
 
+    def count_unmounted() -> None:
+        if unmounted:
+            counters.increment("goodput_ingest_ignored_total", unmounted, door="node_mountstats")
+
     def disk_rows() -> list[tuple]:
         nodes = site_nodes(site_id, (p.hostname for p in disks))
         return [(nodes[p.hostname], p.device, p.ts, p.quantity, p.value) for p in disks if p.hostname in nodes]
 
+    parts = []
     if mounts:
-        stored += store_series(
-            MOUNTS, site_id=site_id, batch_key=f"{batch_key}:mount", stamps=[p.ts for p in mounts], rows=mount_rows
-        )
-    if unmounted:
-        counters.increment("goodput_ingest_ignored_total", unmounted, door="node_mountstats")
+        parts.append(Part(MOUNTS, f"{batch_key}:mount", [p.ts for p in mounts], mount_rows, count_unmounted))
     if disks:
-        stored += store_series(
-            DISKS, site_id=site_id, batch_key=f"{batch_key}:disk", stamps=[p.ts for p in disks], rows=disk_rows
-        )
-    if stored:  # the storage page follows the mounts while someone watches it
-        transaction.on_commit(lambda: live.request_push(*live.watched(["storage"])))
-    return stored
+        parts.append(Part(DISKS, f"{batch_key}:disk", [p.ts for p in disks], disk_rows))
+    return parts
+
+
+def _node_mounts(node_ids: set[int]) -> dict[int, dict[str, tuple[int, str]]]:
+    """node id -> {mount point: (mount id, device)}: from the directory's cache, else read (and
+    cached once this transaction commits)."""
+    cached, misses = directory.node_parts("mount", node_ids)
+    if misses:
+        read: dict[int, dict[str, tuple[int, str]]] = {n: {} for n in misses}
+        found = NodeMount.objects.filter(node_id__in=misses).values_list("id", "node_id", "mountpoint", "device")
+        for pk, node_id, mountpoint, device in found.order_by("id"):
+            read[node_id][mountpoint] = (pk, device)
+        directory.remember_node_parts("mount", read)
+        cached.update(read)
+    return cached
 
 
 def _resolve_exports(site_id: int, points: Sequence[NodePoint]) -> dict[tuple[str, str], list[int]]:
@@ -91,15 +124,11 @@ def _resolve_exports(site_id: int, points: Sequence[NodePoint]) -> dict[tuple[st
         return {}
     nodes = site_nodes(site_id, (p.hostname for p in points))
     wanted = {(p.hostname, p.device) for p in points if p.hostname in nodes}
-    hostnames = {node_id: h for h, node_id in nodes.items()}
-    found = NodeMount.objects.filter(
-        node_id__in={nodes[h] for h, _ in wanted}, device__in={d for _, d in wanted}
-    ).values_list("id", "node_id", "device")
+    mounts = _node_mounts({nodes[h] for h, _ in wanted})
     out: dict[tuple[str, str], list[int]] = defaultdict(list)
-    for pk, node_id, device in found.order_by("id"):
-        if (key := (hostnames[node_id], device)) in wanted:
-            out[key].append(pk)
-    return dict(out)
+    for h, device in wanted:
+        out[(h, device)] = sorted(pk for pk, d in mounts[nodes[h]].values() if d == device)
+    return {key: ids for key, ids in out.items() if ids}
 
 
 def _resolve_mounts(site_id: int, points: Sequence[NodePoint]) -> dict[tuple[str, str], int]:
@@ -110,15 +139,8 @@ def _resolve_mounts(site_id: int, points: Sequence[NodePoint]) -> dict[tuple[str
     wanted = {(p.hostname, p.mountpoint): p for p in points if p.hostname in nodes}
     if not wanted:
         return {}
-    hostnames = {node_id: h for h, node_id in nodes.items()}
-
-    def existing() -> dict[tuple[str, str], int]:
-        found = NodeMount.objects.filter(node_id__in={nodes[h] for h, _ in wanted}).values_list(
-            "id", "node_id", "mountpoint"
-        )
-        return {(hostnames[node_id], mountpoint): pk for pk, node_id, mountpoint in found}
-
-    known = existing()
+    node_ids = {nodes[h] for h, _ in wanted}
+    known = _node_mounts(node_ids)
     new = [
         NodeMount(
             node_id=nodes[h],
@@ -128,9 +150,10 @@ def _resolve_mounts(site_id: int, points: Sequence[NodePoint]) -> dict[tuple[str
             purpose=purpose_of_mountpoint(mountpoint),
         )
         for (h, mountpoint), p in sorted(wanted.items())
-        if (h, mountpoint) not in known
+        if mountpoint not in known[nodes[h]]
     ]
     if new:
         NodeMount.objects.bulk_create(new, ignore_conflicts=True)
-        known = existing()
-    return {key: known[key] for key in wanted if key in known}
+        directory.forget_node_parts("mount", node_ids)
+        known = _node_mounts(node_ids)  # read again: cached, with the new ones, once committed
+    return {(h, m): known[nodes[h]][m][0] for h, m in wanted if m in known[nodes[h]]}

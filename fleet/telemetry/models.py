@@ -185,6 +185,20 @@ class RollupDirty(models.Model):
         return f"{self.resolution} {self.bucket:%Y-%m-%d %H:%M}"
 
 
+class NodeRollupDirty(models.Model):
+    """Minutes of a node series table (ports, mounts, disks) whose 1-minute rollups must be
+    (re)computed: written by the node writer, claimed by ``update_node_rollups``
+    (fleet.telemetry.series), as RollupDirty is for the GPU rollups."""
+
+    pk = models.CompositePrimaryKey("series", "bucket")
+    series = models.CharField(max_length=16)  # the SeriesTable's queue: port, mount, disk
+    bucket = models.DateTimeField()
+    dirtied_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.series} {self.bucket:%Y-%m-%d %H:%M}"
+
+
 class PartitionDrop(models.Model):
     """A record of each expired partition dropped by retention."""
 

@@ -7,7 +7,7 @@ frees its space at once and leaves no dead rows for vacuum.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
@@ -187,10 +187,16 @@ def write_with_partitions(table: PartitionedTable, first: datetime, last: dateti
     """Make the partitions [first, last] needs (outside the write's transaction: creating one
     locks the parent table), then write. If another process (retention, a test's rollback)
     removed a partition this process believed in, forget what it believed and try once more."""
+    return write_with_partitions_of([(table, first, last)], write)
+
+
+def write_with_partitions_of(spans: Sequence[tuple[PartitionedTable, datetime, datetime]], write: Callable[[], T]) -> T:
+    """write_with_partitions for a write into several tables: each (table, first, last)."""
     from fleet.inventory import directory
 
     for attempt in (1, 2):
-        ensure_partitions(table, first, last)
+        for table, first, last in spans:
+            ensure_partitions(table, first, last)
         try:
             return write()
         except (DatabaseError, psycopg.Error) as exc:  # COPY runs on the raw psycopg cursor

@@ -1,18 +1,28 @@
-"""Narrow node series (node_exporter's ports, mounts and disks): the writer the fabric and storage
-rooms share, in the GPU samples' shape. Batch keys are claimed first, the values go in by binary
-COPY into a day-partitioned table, and the 1-minute rollup of the series touched is recomputed
-from raw in the same transaction: counters as increases between consecutive samples, as
-Prometheus ``increase()`` counts them (a value below the previous one is a reset: the new value
-counts from zero), gauges as their minimum, maximum and last value.
+"""Narrow series (node_exporter's ports, mounts and disks; scheduler queues): the writer the
+fabric, storage and scheduler rooms share, in the GPU samples' shape. Batch keys are claimed
+first, the values go in by binary COPY into a day-partitioned table, and the 1-minute rollups are
+recomputed from raw: counters as increases between consecutive samples, as Prometheus
+``increase()`` counts them (a value below the previous one is a reset: the new value counts from
+zero), gauges as their minimum, maximum and last value.
+
+Where the rollups are recomputed depends on the table's volume. The node tables (a few hundred
+values a node a scrape) queue the minutes they wrote (``fleet_noderollupdirty``, as the GPU
+samples queue theirs) and ``update_node_rollups``, a beat task every few seconds, folds each
+queued minute once for every series in it: one statement a table and run of minutes, instead of
+one a push recomputing each minute again at every scrape. The scheduler's queues (a few series a
+cluster) roll the minutes they wrote in the same transaction.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+import msgspec
 from django.db import connection, transaction
+from django.utils import timezone
 
 from console import counters
 from fleet.inventory import directory
@@ -20,15 +30,18 @@ from fleet.inventory.models import Node
 from fleet.telemetry import partitions
 from fleet.telemetry.store import claim_batch_keys
 
+logger = logging.getLogger(__name__)
+
 LOOKBACK = timedelta(minutes=10)  # how far back a minute's first sample looks for the one before it
+NODE_LOCK_KEY = 0x60_0D_9C_8  # advisory lock: one node rollup run at a time across workers
 
 
-@dataclass(frozen=True)
-class NodePoint:
+class NodePoint(msgspec.Struct, frozen=True):
     """One node_exporter value as the door read it: which collector, the labels that name what it
     measures (``device``/``port`` for a port, ``device``/``mountpoint``/``fstype`` for a mount,
     ``device`` for a disk, ``device`` = the NFS export for a mount's mountstats), the quantity it
-    maps to, and when."""
+    maps to, and when. A msgspec Struct: the door makes hundreds a push, and the queue carries
+    them (fleet.ingest.prometheus.packed)."""
 
     hostname: str
     source: str  # infiniband, netdev, filesystem, mountstats, disk
@@ -49,13 +62,17 @@ class SeriesTable:
     key_types: tuple[str, ...]
     counters: frozenset[str]  # the quantities that are counters (the rest are gauges)
     # Wraps the rollup upsert into the statement the writer runs (the ports: fleet.fabric.readmodel).
-    wrap_rollup: Callable[[str], str] | None = None
+    wrap_rollup: Callable[[str, str], str] | None = None
     # Tables the wrapped statement writes into, partitioned by minute like the rollup.
     also_partitions: tuple[partitions.PartitionedTable, ...] = ()
+    # The dirty-minute queue its rollups are folded from (update_node_rollups), with the live
+    # topic that follows them; None: rolled in the writer's transaction.
+    queue: str | None = None
+    topic: str = ""
 
-    def rollup_sql(self) -> str:
-        """Recompute the minutes from ``first`` to the one after ``last`` of the series whose first
-        key is in ``ids``. A minute's first increase starts from the series' value before it:
+    def rollup_sql(self, scope: str) -> str:
+        """Recompute the minutes from ``first`` to the one after ``last`` of the series ``scope``
+        selects (``series_scope``). A minute's first increase starts from the series' value before it:
         the raw sample before it within the span, or else the ``last`` of the series' latest
         minute before ``first`` (within ``lookback``), which is that sample's value: every write
         recomputes its minutes and the next. Reading that one rollup row a series, not its raw
@@ -67,11 +84,11 @@ WITH s AS (
     SELECT {keys}, quantity, ts, value,
            lag(value) OVER (PARTITION BY {keys}, quantity ORDER BY ts) AS prev
     FROM {self.samples.name}
-    WHERE {self.keys[0]} = ANY(%(ids)s) AND ts >= %(first)s AND ts < %(last)s + interval '2 minutes'
+    WHERE {scope} AND ts >= %(first)s AND ts < %(last)s + interval '2 minutes'
 ), before AS (
     SELECT DISTINCT ON ({using}) {using}, last AS prev
     FROM {self.rollup.name}
-    WHERE {self.keys[0]} = ANY(%(ids)s) AND bucket >= %(first)s - %(lookback)s AND bucket < %(first)s
+    WHERE {scope} AND bucket >= %(first)s - %(lookback)s AND bucket < %(first)s
     ORDER BY {using}, bucket DESC
 ), v AS (
     SELECT s.{", s.".join(self.keys)}, s.quantity, s.ts, s.value, coalesce(s.prev, before.prev) AS prev
@@ -88,6 +105,11 @@ ON CONFLICT ({keys}, quantity, bucket) DO UPDATE SET samples = EXCLUDED.samples,
     increase = EXCLUDED.increase, min = EXCLUDED.min, max = EXCLUDED.max, last = EXCLUDED.last
 """
 
+    def series_scope(self) -> str:
+        """The series a rollup statement recomputes: those the write touched (``ids``), or every
+        series with samples in the span for a queued table."""
+        return "true" if self.queue else f"{self.keys[0]} = ANY(%(ids)s)"
+
 
 def site_nodes(site_id: int, hostnames: Iterable[str]) -> dict[str, int]:
     """hostname -> node id for this site's nodes, registering the unknown ones under the site (as
@@ -101,6 +123,19 @@ def site_nodes(site_id: int, hostnames: Iterable[str]) -> dict[str, int]:
     return {h: node_id for h, (node_id, node_site) in found.items() if node_site == site_id}
 
 
+@dataclass
+class Part:
+    """One table's share of a push: the rows ``rows()`` builds (in the write's transaction: it
+    registers what it names, nodes, interfaces, mounts) as ``(*keys, ts, quantity, value)``,
+    under its own batch key; ``after`` runs once they are committed."""
+
+    table: SeriesTable
+    batch_key: str
+    stamps: Sequence[datetime]
+    rows: Callable[[], list[tuple]]
+    after: Callable[[], None] | None = None
+
+
 def store_series(
     table: SeriesTable,
     *,
@@ -109,27 +144,51 @@ def store_series(
     stamps: Sequence[datetime],
     rows: Callable[[], list[tuple]],
 ) -> int:
-    """Claim ``batch_key``, then write the rows ``rows()`` builds in the same transaction (it
-    registers what it names: nodes, interfaces, mounts) as ``(*keys, ts, quantity, value)``;
-    return the rows written (0 for a redelivery)."""
-    if not stamps:
+    """Claim ``batch_key``, then write the rows ``rows()`` builds in the same transaction; return
+    the rows written (0 for a redelivery)."""
+    return store_parts(site_id=site_id, parts=[Part(table, batch_key, stamps, rows)])
+
+
+def store_parts(*, site_id: int, parts: Sequence[Part]) -> int:
+    """Write several tables' parts of one push in one transaction (one commit a push, not one a
+    table): claim their keys in one statement, then COPY each fresh part and queue or roll its
+    minutes. A part whose key is taken (a redelivery) is skipped; return the rows written."""
+    parts = [p for p in parts if p.stamps]
+    if not parts:
         return 0
-    first, last = min(stamps), max(stamps)
-    for rollup in (table.rollup, *table.also_partitions):
-        partitions.ensure_partitions(rollup, first, last + timedelta(minutes=1))
+    spans = [(p.table.samples, min(p.stamps), max(p.stamps)) for p in parts]
+    for part, (_, first, last) in zip(parts, spans, strict=True):
+        if not part.table.queue:
+            for rollup in (part.table.rollup, *part.table.also_partitions):
+                partitions.ensure_partitions(rollup, first, last + timedelta(minutes=1))
 
-    def write() -> int:
+    def write() -> tuple[int, list[Part]]:
         with transaction.atomic():
-            if not claim_batch_keys([(batch_key, site_id, len(stamps), None)]):
-                return 0
-            values = rows()
-            if not values:
-                return 0
-            _copy(table, values)
-            _roll(table, values)
-            return len(values)
+            fresh = claim_batch_keys([(p.batch_key, site_id, len(p.stamps), None) for p in parts])
+            total, written = 0, []
+            queued: dict[str, set[datetime]] = {}
+            for part in parts:
+                if part.batch_key not in fresh:
+                    continue
+                written.append(part)
+                values = part.rows()
+                if not values:
+                    continue
+                _copy(part.table, values)
+                if part.table.queue:
+                    n = len(part.table.keys)
+                    queued.setdefault(part.table.queue, set()).update(row[n] for row in values)
+                else:
+                    _roll(part.table, values)
+                total += len(values)
+            if queued:
+                _mark_minutes(queued)
+            return total, written
 
-    stored = partitions.write_with_partitions(table.samples, first, last, write)
+    stored, written = partitions.write_with_partitions_of(spans, write)
+    for part in written:
+        if part.after:
+            part.after()
     if stored:
         counters.increment("goodput_ingest_samples_stored_total", stored)
     return stored
@@ -150,15 +209,89 @@ def _roll(table: SeriesTable, values: list[tuple]) -> None:
     from them when they came late), for the series they belong to."""
     n = len(table.keys)
     stamps = [row[n] for row in values]
-    sql = table.rollup_sql()
+    _roll_span(
+        table,
+        min(stamps).replace(second=0, microsecond=0),
+        max(stamps).replace(second=0, microsecond=0),
+        ids=sorted({row[0] for row in values}),
+    )
+
+
+def _roll_span(table: SeriesTable, first: datetime, last: datetime, *, ids: list[int] | None = None) -> None:
+    sql = table.rollup_sql(table.series_scope())
+    if table.wrap_rollup:
+        sql = table.wrap_rollup(sql, table.series_scope())
     with connection.cursor() as cursor:
         cursor.execute(
-            table.wrap_rollup(sql) if table.wrap_rollup else sql,
-            {
-                "ids": sorted({row[0] for row in values}),
-                "first": min(stamps).replace(second=0, microsecond=0),
-                "last": max(stamps).replace(second=0, microsecond=0),
-                "lookback": LOOKBACK,
-                "counters": sorted(table.counters),
-            },
+            sql,
+            {"ids": ids, "first": first, "last": last, "lookback": LOOKBACK, "counters": sorted(table.counters)},
         )
+
+
+# --- the queued tables' rollups ------------------------------------------------------------------
+
+QUEUED: dict[str, SeriesTable] = {}
+
+
+def queued(table: SeriesTable) -> SeriesTable:
+    """Register a table whose rollups update_node_rollups folds (its module calls this once)."""
+    assert table.queue, table
+    QUEUED[table.queue] = table
+    return table
+
+
+def _mark_minutes(stamps: dict[str, set[datetime]]) -> None:
+    """Queue the minutes these rows fall in (queue -> their times), in one statement; last in the
+    write's transaction, so the rollup task cannot claim a minute between our write and our
+    commit and miss our rows (the upsert holds the minute's row until we commit). In key order:
+    two writers marking the same minutes never wait on each other in a cycle."""
+    pairs = sorted({(queue, ts.replace(second=0, microsecond=0)) for queue, times in stamps.items() for ts in times})
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO fleet_noderollupdirty (series, bucket, dirtied_at) "
+            "SELECT s, b, now() FROM unnest(%s::text[], %s::timestamptz[]) AS m(s, b) "
+            "ON CONFLICT (series, bucket) DO UPDATE SET dirtied_at = EXCLUDED.dirtied_at",
+            [[q for q, _ in pairs], [b for _, b in pairs]],
+        )
+
+
+def _runs(minutes: list[datetime]) -> list[tuple[datetime, datetime]]:
+    """Sorted minutes as runs of consecutive ones: (first, last) each."""
+    runs: list[tuple[datetime, datetime]] = []
+    for minute in minutes:
+        if runs and minute - runs[-1][1] <= timedelta(minutes=1):
+            runs[-1] = (runs[-1][0], minute)
+        else:
+            runs.append((minute, minute))
+    return runs
+
+
+def update_node_rollups(*, now: datetime | None = None) -> dict[str, int]:
+    """Fold every queued minute of every queued table into its 1-minute rollups (and what the
+    table's statement keeps beside them: the fabric page's read model); return the minutes folded
+    per table. Each table in its own transaction: a failure leaves its minutes queued."""
+    from console import live
+
+    done: dict[str, int] = {}
+    for name, table in QUEUED.items():
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_try_advisory_xact_lock(%s, hashtext(%s))", [NODE_LOCK_KEY, name])
+                if not cursor.fetchone()[0]:
+                    continue  # another worker is folding this table right now
+                cursor.execute("DELETE FROM fleet_noderollupdirty WHERE series = %s RETURNING bucket", [name])
+                minutes = sorted(row[0] for row in cursor.fetchall())
+            at = now or timezone.now()
+            kept = [m for m in minutes if at - table.rollup.retention <= m <= at + timedelta(days=1)]
+            if len(kept) < len(minutes):
+                skipped = len(minutes) - len(kept)
+                logger.warning("node rollups: %d %s minute(s) outside retention or ahead skipped", skipped, name)
+            for first, last in _runs(kept):
+                for rollup in (table.rollup, *table.also_partitions):
+                    partitions.ensure_partitions(rollup, first, last + timedelta(minutes=1))
+                _roll_span(table, first, last)
+            if kept and table.topic:
+                topic = table.topic
+                transaction.on_commit(lambda topic=topic: live.request_push(*live.watched([topic])))
+        done[name] = len(kept)
+    return done

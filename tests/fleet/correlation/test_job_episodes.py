@@ -25,6 +25,7 @@ from incidents.choices import Severity
 from incidents.detectors import source_of
 from incidents.models import Finding
 from incidents.services.engine import clear_finding, raise_finding
+from tests.fleet.fabric.node_exporter import roll
 
 pytestmark = pytest.mark.django_db
 SPAN = 90  # minutes of port series, ending a minute before NOW
@@ -74,6 +75,7 @@ def _port(site: Site, hostname: str, device: str, *, flap_minutes_ago: int | Non
             points.append(NodePoint(hostname, "infiniband", "link_downed", ts, downed, device=device, port="1"))
             points.append(NodePoint(hostname, "infiniband", "state", ts, 4.0, device=device, port="1"))
     assert store_port_points(site_id=site.pk, batch_key=f"{hostname}:{device}", points=points)
+    roll()
 
 
 def _hang(job: Job, *, started_minutes_ago: int, cleared_minutes_ago: int | None = None, **impact) -> Finding:  # type: ignore[no-untyped-def]
@@ -159,6 +161,7 @@ def _disk(site: Site, hostname: str, quantity: str, rate: float, minutes: int) -
             ts = NOW - timedelta(minutes=minute, seconds=-half)
             points.append(NodePoint(hostname, "disk", quantity, ts, value, device=DISK))
     assert store_storage_points(site_id=site.pk, batch_key=f"{hostname}:{quantity}", points=points)
+    roll()
 
 
 def _space(site: Site, mount: NodeMount, free: float, size: float, minutes: int) -> None:
@@ -179,6 +182,7 @@ def _space(site: Site, mount: NodeMount, free: float, size: float, minutes: int)
                 )
             )
     assert store_storage_points(site_id=site.pk, batch_key=f"space:{mount.pk}", points=points)
+    roll()
 
 
 @pytest.fixture

@@ -12,14 +12,25 @@ _SAMPLE = re.compile(r"^(?P<name>[a-z_0-9]+)(?:\{(?P<labels>.*)\})? (?P<value>\S
 
 
 def push(client, token: str, body: str, query: str = f"?hostname={HOST}", **headers: str):  # type: ignore[no-untyped-def]
+    """POST the exposition (stored at once: Celery runs eagerly in tests), then fold the node
+    rollups' queued minutes, as the beat task does every few seconds."""
     extra = {f"HTTP_{k.upper().replace('-', '_')}": v for k, v in headers.items()}
-    return client.post(
+    response = client.post(
         f"/api/v1/ingest/prometheus{query}",
         data=body,
         content_type="text/plain; version=0.0.4",
         HTTP_AUTHORIZATION=f"Bearer {token}",
         **extra,
     )
+    roll()
+    return response
+
+
+def roll() -> dict[str, int]:
+    """Fold every queued node minute into the rollups (the beat task's work)."""
+    from fleet.tasks import update_node_rollups
+
+    return update_node_rollups()
 
 
 def fixture_samples(prefix: str) -> list[tuple[str, dict[str, str], float]]:

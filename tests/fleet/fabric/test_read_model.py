@@ -18,6 +18,7 @@ from fleet.fabric.store import store_port_points
 from fleet.inventory.models import NodeInterface
 from fleet.models import Node, Rack
 from fleet.telemetry.series import NodePoint
+from tests.fleet.fabric.node_exporter import roll
 from tests.fleet.fabric.test_pages import pushed  # noqa: F401  (the page tests' pushed scrapes)
 
 HOSTNAME = "gpu-rm-01"
@@ -92,13 +93,16 @@ def test_a_recomputed_minute_moves_the_fabric_minute_by_its_difference_and_a_red
     first = _points([(m - timedelta(seconds=15), 1000.0), (m + timedelta(seconds=5), 1600.0)])
     first += _points([(m + timedelta(seconds=35), 2200.0)])
     assert store_port_points(site_id=site_a.pk, batch_key="b1", points=first)
+    roll()
     # received 1,200 and transmitted 600 in minute m
     assert _fabric_minutes()[("compute", m)] == pytest.approx(1800.0)
     assert store_port_points(site_id=site_a.pk, batch_key="b1", points=first) == 0  # redelivered
+    roll()
     assert _fabric_minutes()[("compute", m)] == pytest.approx(1800.0)
     # A late sample inside minute m and the next minute's: both minutes recomputed from raw.
     late = _points([(m + timedelta(seconds=20), 1900.0), (m + timedelta(seconds=65), 2800.0)])
     assert store_port_points(site_id=site_a.pk, batch_key="b2", points=late)
+    roll()
     minutes = _fabric_minutes()
     assert minutes[("compute", m)] == pytest.approx(1800.0)  # the same increase, split differently
     assert minutes[("compute", m + timedelta(minutes=1))] == pytest.approx(900.0)
@@ -110,6 +114,7 @@ def test_a_counter_reset_counts_from_zero_in_the_fabric_minute(site_a, node: Nod
     points = _points([(m + timedelta(seconds=5), 5000.0), (m + timedelta(seconds=20), 5600.0)])
     points += _points([(m + timedelta(seconds=35), 300.0)])  # the HCA was reset: counts from zero
     assert store_port_points(site_id=site_a.pk, batch_key="r1", points=points)
+    roll()
     assert _fabric_minutes()[("compute", m)] == pytest.approx((600 + 300) * 1.5)
     assert _fabric_minutes() == pytest.approx(_rollup_minutes())
 
@@ -117,10 +122,13 @@ def test_a_counter_reset_counts_from_zero_in_the_fabric_minute(site_a, node: Nod
 def test_the_status_keeps_the_latest_state_and_the_highest_rate(site_a, node: Node) -> None:  # type: ignore[no-untyped-def]
     m = _minute(8)
     assert store_port_points(site_id=site_a.pk, batch_key="s1", points=_points([(m, 1.0)], rate=5e10))
+    roll()
     later = m + timedelta(minutes=3)
     assert store_port_points(site_id=site_a.pk, batch_key="s2", points=_points([(later, 2.0)], state=1, rate=2.5e10))
+    roll()
     # A sample that arrives late for an earlier minute does not replace the latest values.
     assert store_port_points(site_id=site_a.pk, batch_key="s3", points=_points([(m + timedelta(minutes=1), 1.5)]))
+    roll()
     with connection.cursor() as cursor:
         cursor.execute("SELECT seen_at, state, rate, rate_max, rate_max_at FROM fleet_portstatus")
         assert cursor.fetchall() == [(later, 1.0, 2.5e10, 5e10, m + timedelta(minutes=1))]
@@ -134,6 +142,7 @@ def test_rebuild_reads_rollups_written_without_the_writer(site_a, node: Node) ->
     assert store_port_points(
         site_id=site_a.pk, batch_key="w1", points=_points([(m, 10.0), (m + timedelta(seconds=30), 70.0)])
     )
+    roll()
     expected = _fabric_minutes()
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM fleet_fabricrollup_1m; DELETE FROM fleet_portstatus")
@@ -153,6 +162,7 @@ def test_a_port_slower_than_its_peer_and_an_ethernet_port_without_state_agree(si
         NodePoint(HOSTNAME, "netdev", "receive_bytes", m + timedelta(seconds=30), 70.0, device="eth0"),
     ]
     assert store_port_points(site_id=site_a.pk, batch_key="p1", points=points)
+    roll()
     snap = fabric.snapshot()
     assert snap["totals"] == {"ports": 3, "up": 3, "flapping": 0, "degraded": 1}
     [slow] = snap["worst_ports"]
@@ -165,6 +175,7 @@ def test_a_port_moved_to_another_fabric_takes_its_bytes_along(site_a, node: Node
     assert store_port_points(
         site_id=site_a.pk, batch_key="f1", points=_points([(m, 0.0), (m + timedelta(seconds=30), 900.0)])
     )
+    roll()
     port = NodeInterface.objects.get(node=node)
     port.fabric = Fabric.STORAGE
     port.save()
@@ -176,6 +187,7 @@ def test_a_port_moved_to_another_fabric_takes_its_bytes_along(site_a, node: Node
 def test_a_deleted_port_leaves_no_status_row(site_a, node: Node) -> None:  # type: ignore[no-untyped-def]
     m = _minute(3)
     assert store_port_points(site_id=site_a.pk, batch_key="d1", points=_points([(m, 1.0)]))
+    roll()
     other = NodeInterface.objects.create(node=node, name="mlx5_1/1", kind="ib")
     with connection.cursor() as cursor:
         cursor.execute("INSERT INTO fleet_portstatus (interface_id, seen_at) VALUES (%s, %s)", [other.pk, m])

@@ -18,6 +18,7 @@ from fleet.storage.store import store_storage_points
 from fleet.telemetry.series import NodePoint
 from incidents.detectors import run_detectors
 from incidents.models import Finding, Incident
+from tests.fleet.fabric.node_exporter import roll
 from tests.fleet.training.test_detectors import Events, at, new_job, telemetry
 
 pytestmark = pytest.mark.django_db
@@ -61,6 +62,7 @@ def datasets_disk(site, host: str, end: datetime, busy: float) -> None:  # type:
         value = busy * 30 if k == 60 else value + busy * 30
         points.append(NodePoint(host, "disk", "io_time_seconds", ts, value, device=DISK))
     assert store_storage_points(site_id=site.pk, batch_key=f"{host}:io", points=points)
+    roll()
 
 
 def test_a_starving_mount_and_the_stall_of_the_job_reading_it_are_one_incident(site_a, token_a, t0) -> None:
@@ -112,6 +114,7 @@ def datasets_nfs(site, host: str, end: datetime, slow_from: int) -> NodeMount:  
         points.append(NodePoint(host, "mountstats", "nfs_read_ops", ts, ops, device=EXPORT))
         points.append(NodePoint(host, "mountstats", "nfs_read_response_seconds", ts, waited, device=EXPORT))
     assert store_storage_points(site_id=site.pk, batch_key=f"{host}:nfs", points=points)
+    roll()
     return mount
 
 

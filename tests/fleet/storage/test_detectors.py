@@ -18,6 +18,7 @@ from incidents.choices import FindingStatus, Severity
 from incidents.detectors import run_detectors, source_of
 from incidents.models import Finding
 from incidents.services.engine import raise_finding
+from tests.fleet.fabric.node_exporter import roll
 
 pytestmark = pytest.mark.django_db
 NOW = datetime.now(UTC).replace(second=0, microsecond=0)
@@ -73,6 +74,7 @@ def _disk(site: Site, hostname: str, quantity: str, rates: list[float], *, reset
             ts = start + timedelta(minutes=i, seconds=half)
             points.append(NodePoint(hostname, "disk", quantity, ts, value, device=DISK))
     assert store_storage_points(site_id=site.pk, batch_key=f"{hostname}:{quantity}:{id(rates)}", points=points)
+    roll()
 
 
 def _space(site: Site, mount: NodeMount, avail: list[float], size: float) -> None:
@@ -95,6 +97,7 @@ def _space(site: Site, mount: NodeMount, avail: list[float], size: float) -> Non
                 )
             )
     assert store_storage_points(site_id=site.pk, batch_key=f"space:{mount.pk}:{len(avail)}:{avail[-1]}", points=points)
+    roll()
 
 
 # --- storage starvation -----------------------------------------------------------------------
@@ -269,6 +272,7 @@ def test_a_firing_checkpoint_finding_clears_on_free_space_and_holds_when_the_mou
         for q, v in (("avail_bytes", 60 * TB), ("size_bytes", 100 * TB))
     ]
     assert store_storage_points(site_id=site_a.pk, batch_key="freed", points=points)
+    roll()
     report = run_detectors(now=later, only=["storage-checkpoint-full"])
     assert report == {"storage-checkpoint-full": {"firing": 0, "held": 1}}
     firing = Finding.objects.filter(source=source_of("storage-checkpoint-full"), status=FindingStatus.FIRING)

@@ -25,6 +25,7 @@ from fleet.telemetry.series import NodePoint
 from incidents.choices import FindingStatus
 from incidents.detectors import run_detectors, source_of
 from incidents.models import Finding
+from tests.fleet.fabric.node_exporter import roll
 from tests.fleet.storage.test_detectors import NOW, _job, _node, _stall
 
 pytestmark = pytest.mark.django_db
@@ -50,6 +51,7 @@ def _counter(site: Site, mount: NodeMount, quantity: str, rates: list[float], *,
             points.append(NodePoint(mount.node.hostname, "mountstats", quantity, ts, value, device=mount.device))
     key = f"{mount.pk}:{quantity}:{len(rates)}:{rates[-1]}:{reset_at}"
     assert store_storage_points(site_id=site.pk, batch_key=key, points=points)
+    roll()
 
 
 def _reads(site: Site, mount: NodeMount, ops: float, latency: list[float], *, reset_at: int | None = None) -> None:
