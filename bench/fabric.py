@@ -400,6 +400,9 @@ def run_node_e2e(workload: NodeWorkload, args: argparse.Namespace, procs: Proces
     start_rows = node_rows(workload.base)
     numbers = itertools.count(workload.groups)
     stats = Stats()
+    from ingest import CpuMeter, component_processes
+
+    meter = CpuMeter(component_processes(procs))
     log(f"e2e: {args.clients} client(s) pushing {args.hosts_per_push}-host scrapes for {args.duration:.0f} s…")
     first_post = time.perf_counter()
     stop_at = time.monotonic() + args.duration
@@ -416,6 +419,7 @@ def run_node_e2e(workload: NodeWorkload, args: argparse.Namespace, procs: Proces
     posted = time.perf_counter()
     log(f"e2e: {stats.pushes} pushes accepted ({stats.rejected_429} answered 429); waiting for the queue…")
     last_commit = wait_for_stored(warm.samples + stats.samples, timeout=600)
+    cpu = meter.stop(component_processes(procs))
     procs.stop()
     pushes = next(numbers)
     if workload.last_ts(pushes) > workload.base + timedelta(hours=20):
@@ -440,6 +444,9 @@ def run_node_e2e(workload: NodeWorkload, args: argparse.Namespace, procs: Proces
         f"{result['drain_s']:.1f} s, POST p95 {result['post_p95_ms']:.0f} ms); {folded} queued minute(s) "
         f"folded into the rollups in {fold_s:.1f} s"
     )
+    per_k = 1000 * 1000 / rows
+    parts = ", ".join(f"{name} {cpu[name] * per_k:.1f}" for name in ("web", "worker", "postgres", "redis", "client"))
+    log(f"e2e: CPU ms per 1,000 node samples: {parts} (machine busy {cpu['machine_busy'] / elapsed:.2f} cores)")
     return result
 
 
