@@ -72,7 +72,7 @@ class RecoveryItem(models.Model):
     )
     copy_tier = models.CharField(max_length=64, blank=True)
     schedule = models.CharField(
-        max_length=200,
+        max_length=100,
         blank=True,
         db_index=True,
         help_text="The backup schedule's name in the exporter's metrics (Velero's `schedule` label)",

@@ -33,6 +33,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from compliance.choices import BackupOutcome
 from compliance.models import BackupReport, RecoveryItem
 from compliance.services import recovery
+from fleet.validation import IngestError
 
 PREFIX = "velero_backup_"
 LAST_SUCCESS = "velero_backup_last_successful_timestamp"
@@ -46,6 +47,9 @@ READ = {LAST_SUCCESS, LAST_STATUS, FAILURES, PARTIAL_FAILURES, TARBALL}
 # for recovery-backup-failing to judge, without a row per failure of a counter first seen at 500.
 FAILURES_KEPT = recovery.FAILING_RUNS
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)  # a timestamp before this is no backup of ours
+# Larger values are no count or size of ours (and would not fit a run id or a bigint): not read.
+COUNT_MAX = 2**53
+SCHEDULE_MAX = 100  # RecoveryItem.schedule's length: a run id (velero:<schedule>:...) stays within 200
 
 
 @dataclass
@@ -63,7 +67,6 @@ def read_scrape(text: str, *, openmetrics: bool = False) -> tuple[dict[str, Sche
     """Velero's figures per schedule, and the process start time (None when not exposed)."""
     schedules: dict[str, Schedule] = defaultdict(Schedule)
     started = None
-    families = openmetrics_families(text) if openmetrics else text_string_to_metric_families(text)
     attribute = {
         LAST_SUCCESS: "last_success",
         LAST_STATUS: "last_status",
@@ -71,10 +74,16 @@ def read_scrape(text: str, *, openmetrics: bool = False) -> tuple[dict[str, Sche
         PARTIAL_FAILURES: "partial_failures",
         TARBALL: "tarball_bytes",
     }
+    try:
+        # The door parsed this text already with the same parser; a second read that fails anyway
+        # is refused as the door refuses a bad exposition, never a 500.
+        families = list(openmetrics_families(text) if openmetrics else text_string_to_metric_families(text))
+    except (ValueError, IndexError, KeyError, TypeError, OverflowError) as exc:
+        raise IngestError(400, f"Velero's series cannot be read: {exc}") from None
     for family in families:
         for sample in family.samples:
             value = float(sample.value)
-            if not math.isfinite(value) or value < 0:
+            if not math.isfinite(value) or not 0 <= value < COUNT_MAX:
                 continue  # no reading
             if sample.name == PROCESS_START:
                 started = value
@@ -111,7 +120,8 @@ def reports_for(
     reports: list[dict[str, Any]] = []
     latest_ok = figures.last_status == 1
     success_at = None
-    if figures.last_success and EARLIEST <= _moment(figures.last_success) <= received + recovery.CLOCK_SKEW:
+    latest_moment = (received + recovery.CLOCK_SKEW).timestamp()
+    if figures.last_success and EARLIEST.timestamp() <= figures.last_success <= latest_moment:
         success_at = _moment(figures.last_success)
         reports.append(
             {
@@ -147,9 +157,11 @@ def map_scrape(text: str, *, site_id: int, received: datetime, openmetrics: bool
     """Record the backup reports a Velero scrape says, for the items at ``site_id`` that name its
     schedules; {"backup_reports": new reports, "schedules": schedules seen, "unmapped_schedules": [...]}."""
     schedules, process_start = read_scrape(text, openmetrics=openmetrics)
-    lifetime = str(int(process_start)) if process_start else "0"
+    plausible = process_start and EARLIEST.timestamp() <= process_start <= received.timestamp() + 86400
+    lifetime = str(int(process_start)) if plausible else "0"
     items: dict[str, list[RecoveryItem]] = defaultdict(list)
-    for item in RecoveryItem.objects.filter(schedule__in=schedules, source_site_id=site_id):
+    named = [name for name in schedules if len(name) <= SCHEDULE_MAX]
+    for item in RecoveryItem.objects.filter(schedule__in=named, source_site_id=site_id):
         items[item.schedule].append(item)
     written = 0
     for schedule, figures in schedules.items():

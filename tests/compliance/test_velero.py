@@ -148,3 +148,26 @@ def test_a_push_without_velero_series_is_untouched_by_the_mapping(client: Client
     )
     assert response.status_code == 400  # nothing this console stores, as before
     assert "mapped" not in response.json()
+
+
+def test_values_no_backup_could_have_are_ignored_not_a_500(
+    client: Client, items: dict[str, RecoveryItem], token_a: str
+) -> None:
+    long_name = "s" * 300
+    hostile = "\n".join(
+        [
+            "process_start_time_seconds 1e300",
+            'velero_backup_last_successful_timestamp{schedule="datasets-nightly"} 9e15',  # year 285 million
+            'velero_backup_last_successful_timestamp{schedule="weights-6h"} NaN',
+            'velero_backup_failure_total{schedule="checkpoints-hourly"} 1e300',
+            'velero_backup_tarball_size_bytes{schedule="datasets-nightly"} -5',
+            f'velero_backup_failure_total{{schedule="{long_name}"}} 2',
+            "",
+        ]
+    )
+    response = client.post(
+        DOOR, hostile, content_type="text/plain; version=0.0.4", HTTP_AUTHORIZATION=f"Bearer {token_a}"
+    )
+    assert response.status_code == 202, response.content
+    assert response.json()["mapped"]["velero"]["backup_reports"] == 0
+    assert not BackupReport.objects.exists()
