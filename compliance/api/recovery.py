@@ -206,7 +206,17 @@ def item_row(state: recovery.ItemState, now: datetime) -> dict[str, Any]:
         "rto_proven": not recovery.rto_unproven(state, now),
         "state": recovery.state_of(state, now),
         "problems": recovery.problems(state, now),
+        "copy": _copy(state),
+        "job": item.job_id,
+        "cluster": item.cluster,
+        "schedule": item.schedule,
     }
+
+
+def _copy(state: recovery.ItemState) -> dict[str, Any]:
+    """Where the copy lives: the last good backup's report, else the item's declared location."""
+    site, tier = recovery.copy_location(state)
+    return {"site": site.name if site else None, "tier": tier}
 
 
 class RecoveryItemListView(APIView):

@@ -340,3 +340,17 @@ def test_the_overview_tile_counts_what_the_page_counts(
         assert len(listed) == int(n), state
     assert len(page) == 4
     assert 'id="recovery-tile"' not in viewer_client.get("/").content.decode()
+
+
+def test_the_page_and_the_items_api_say_the_same_state_and_copy_for_every_item(
+    operator_client: Client, register: dict[str, RecoveryItem], site_b: Site
+) -> None:
+    declared = make_item(None, name="declared-copy", copy_site=site_b, copy_tier="tape")
+    api = {row["name"]: row for row in operator_client.get("/api/v1/recovery/items/").json()["results"]}
+    page = states(operator_client.get(PAGE).content.decode())
+    assert {name: row["state"] for name, row in api.items()} == page
+    assert api["declared-copy"]["copy"] == {"site": "iad-2", "tier": "tape"}  # no backup yet: the declared one
+    assert api["same-site"]["copy"] == {"site": "ams-1", "tier": "nfs"}  # the last good backup's
+    assert api["failing-ckpt"]["problems"] == ["failing"]
+    assert api["stale-weights"]["problems"] == ["rpo_breached", "rto_unproven"]  # worst first: its state
+    assert declared.pk in {row["id"] for row in api.values()}
