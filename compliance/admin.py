@@ -175,15 +175,17 @@ class LineageAdmin(admin.ModelAdmin):
     autocomplete_fields = ["model", "dataset"]
 
 
-# --- the recovery register: items and restore tests are entered here until its page exists; backup
-# reports come from the jobs themselves (POST /api/v1/recovery/backups/) and are shown, not edited ---
+# --- the recovery register: items and restore tests are entered on /recovery/ or here (a blank RPO or
+# RTO takes the class's default); backup reports come from the jobs themselves (POST
+# /api/v1/recovery/backups/, Velero's metrics) and are shown, not edited ---
 
 
 @admin.register(RecoveryItem)
 class RecoveryItemAdmin(admin.ModelAdmin):
-    list_display = ["name", "kind", "source_site", "source_tier", "method", "rpo", "rto"]
+    list_display = ["name", "kind", "source_site", "source_tier", "method", "copy_site", "schedule", "rpo", "rto"]
     list_filter = ["kind", "method"]
-    search_fields = ["name", "location"]
+    search_fields = ["name", "location", "schedule", "cluster"]
+    raw_id_fields = ["job"]
 
 
 @admin.register(BackupReport)

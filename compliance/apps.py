@@ -12,6 +12,14 @@ class ComplianceConfig(AppConfig):
 
         signals.connect()
         overview.register()
+        # The console's own backups and restores, recorded in the recovery register.
+        from compliance.services import recovery_console
+
+        recovery_console.connect()
+        # Velero's backup metrics pushed to the Prometheus door become backup reports.
+        from compliance.services import velero
+
+        velero.register_hook()
         # The audit floor reaches the database's purge function after each migrate (as the owner).
         from django.db.models.signals import post_migrate
 

@@ -151,3 +151,14 @@ class BackupOutcome(models.TextChoices):
     SUCCESS = "success", "Success"
     FAILED = "failed", "Failed"
     PARTIAL = "partial", "Partial"
+
+
+class RecoveryState(models.TextChoices):
+    """What the register says of an item now (compliance.services.recovery.problems): the same
+    rules as its findings, worst first."""
+
+    FAILING = "failing", "Backups failing"
+    RPO_BREACHED = "rpo_breached", "RPO breached"
+    SAME_SITE = "same_site", "Copy on the same site"
+    RTO_UNPROVEN = "rto_unproven", "RTO unproven"
+    OK = "ok", "OK"

@@ -97,6 +97,9 @@ DOMAINS = [(f"site{i:02d}.example", 9_000_000_000 // (i + 1)) for i in range(40)
 
 def seed_compliance(*, today: date) -> dict[str, int]:
     """Write the demo's compliance records where missing; returns what was added, by kind."""
+    from django.utils import timezone
+
+    from compliance.demo_recovery import seed_recovery
     from fleet.models import Job
 
     added = {"models": 0, "datasets": 0, "lineage": 0, "records": 0, "requests": 0, "policies": 0, "holds": 0}
@@ -152,6 +155,8 @@ def seed_compliance(*, today: date) -> dict[str, int]:
             defaults={"data_class": DataClass.INCIDENTS, "reason": "Counsel's request of the demo's week"},
         )
         added["holds"] += created
+        # The recovery register: the datasets above, checkpoints, weights and the console's database.
+        added["backup reports"] = seed_recovery(now=timezone.now())
     return added
 
 

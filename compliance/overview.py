@@ -1,10 +1,11 @@
-"""The compliance tile on the overview (/), shown to compliance officers and admins only."""
+"""The compliance tile on the overview (/), shown to compliance officers and admins only, and the
+recovery register's tile, shown to the roles that read it (compliance.permissions.RECOVERY_VIEW)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from compliance.permissions import COMPLIANCE_PERMISSION
+from compliance.permissions import COMPLIANCE_PERMISSION, RECOVERY_VIEW
 
 
 def overview_tile(request: Any) -> dict[str, Any]:
@@ -13,6 +14,16 @@ def overview_tile(request: Any) -> dict[str, Any]:
     from compliance.services.status import compliance_status
 
     return {"status": compliance_status(), "review_days": settings.EXPORT_CONTROL_REVIEW_DAYS}
+
+
+def recovery_tile(request: Any) -> dict[str, Any]:
+    """The recovery register at a glance: the same counts as the /recovery/ page's header."""
+    from django.utils import timezone
+
+    from compliance.services import recovery
+
+    now = timezone.now()
+    return {"counts": recovery.summary(recovery.item_states(), now)}
 
 
 def register() -> None:
@@ -25,5 +36,14 @@ def register() -> None:
             context=overview_tile,
             order=60,
             permission=COMPLIANCE_PERMISSION,
+        )
+    )
+    overview.register_section(
+        overview.Section(
+            name="recovery",
+            template="recovery/_overview.html",
+            context=recovery_tile,
+            order=65,
+            permission=RECOVERY_VIEW,
         )
     )

@@ -36,3 +36,19 @@ class CompliancePermission(permissions.BasePermission):
 
     def has_permission(self, request: Request, view: Any) -> bool:
         return may_manage_compliance(request.user)
+
+
+# The recovery register: SREs (Operators), Compliance officers and Admins read it, keep it and
+# record restore tests (console.roles._RECOVERY); the other roles do not see it.
+RECOVERY_VIEW = "compliance.view_recoveryitem"
+RECOVERY_ADD = "compliance.add_recoveryitem"
+RECOVERY_CHANGE = "compliance.change_recoveryitem"
+RESTORE_TEST_ADD = "compliance.add_restoretest"
+
+
+class RecoveryRequiredMixin(PermissionRequiredMixin):
+    """For the recovery pages: a signed-in user without the permission gets 403."""
+
+    permission_required = RECOVERY_VIEW
+    raise_exception = True
+    permission_denied_message = "The recovery register needs the Operator, Compliance officer or Admin role."

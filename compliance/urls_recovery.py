@@ -12,4 +12,5 @@ app_name = "recovery-api"
 urlpatterns: list[URLPattern | URLResolver] = [
     path("backups/", recovery.BackupReportView.as_view(), name="backup-report"),
     path("items/", recovery.RecoveryItemListView.as_view(), name="item-list"),
+    path("restore-tests/", recovery.RestoreTestView.as_view(), name="restore-test"),
 ]

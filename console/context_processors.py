@@ -19,6 +19,7 @@ NAV: list[tuple[str, ...]] = [
     ("Fabric", "fabric:dashboard"),
     ("Storage", "storage:dashboard"),
     ("Incidents", "incidents:list"),
+    ("Recovery", "recovery:register", "compliance.view_recoveryitem"),
     ("Compliance", "compliance:home", "console.manage_compliance"),
     ("People", "people", "auth.change_user"),  # console.views.PeopleView: Admins
 ]

@@ -46,6 +46,17 @@ _READ_FLEET = [
     "incidents.view_silence",
 ]
 
+# The recovery register (issue 26): read, kept and restore-tested by SREs (Operators) and
+# Compliance officers; Viewers and Capacity approvers do not see it.
+_RECOVERY = [
+    "compliance.view_recoveryitem",
+    "compliance.add_recoveryitem",
+    "compliance.change_recoveryitem",
+    "compliance.view_backupreport",
+    "compliance.view_restoretest",
+    "compliance.add_restoretest",
+]
+
 ROLE_PERMISSIONS: dict[str, list[str]] = {
     VIEWER: _READ_FLEET,
     OPERATOR: [
@@ -80,8 +91,9 @@ ROLE_PERMISSIONS: dict[str, list[str]] = {
         "incidents.add_silence",
         "incidents.change_silence",
         "incidents.delete_silence",
+        *_RECOVERY,
     ],
-    COMPLIANCE_OFFICER: [*_READ_FLEET, "console.manage_compliance"],
+    COMPLIANCE_OFFICER: [*_READ_FLEET, "console.manage_compliance", *_RECOVERY],
     # Approves others' orders and power approvals and sets team quotas; requests nothing itself.
     CAPACITY_APPROVER: [
         *_READ_FLEET,

@@ -48,6 +48,7 @@ urlpatterns = [
     path("scheduler/", include("fleet.scheduler.urls")),
     path("incidents/", include("incidents.urls")),
     path("compliance/", include("compliance.urls")),
+    path("recovery/", include("compliance.urls_recovery_pages")),
     path("api/v1/", include((api_v1, "api"))),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     # The split view serves its script as a file: no inline script for the Content-Security-Policy to allow.

@@ -3,8 +3,12 @@
 * ``POST backups/``: a backup or replication job reports a run, with an agent token of the item's
   source site; idempotent on the job's run id (``id``): a repeat with the same figures is 200 with
   the stored record, with other figures a 409 naming them; 201 on create.
-* ``GET items/``: the register for any role (a session or a personal token): each item with its
-  last good backup's age against the RPO and its last restore test.
+* ``GET items/``: the register for the roles that read it (compliance.view_recoveryitem: Operators,
+  Compliance officers, Admins; a session or a personal token): each item with its last good
+  backup's age against the RPO, its last restore test and its state.
+* ``POST restore-tests/``: a restore test, from a person with compliance.add_restoretest or an agent
+  token of the item's source site; idempotent on ``key``: a repeat with the same figures is 200
+  with the stored record, with other figures a 409 naming them; 201 on create.
 """
 
 from __future__ import annotations
@@ -16,16 +20,19 @@ from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from compliance.api.strict import KnownFieldsOnly
 from compliance.choices import BackupOutcome
-from compliance.models import BackupReport, RecoveryItem
+from compliance.models import BackupReport, RecoveryItem, RestoreTest
+from compliance.permissions import RECOVERY_VIEW, RESTORE_TEST_ADD
 from compliance.services import recovery
-from console.authentication import AgentTokenAuthentication
-from console.permissions import IsAgent
+from console.authentication import AgentOrPersonalTokenAuthentication, AgentTokenAuthentication
+from console.models import AgentToken
+from console.permissions import IsAgent, RoleOrSiteAgentWritePermission, RolePermission
 from console.timebounds import BoundedDatesSerializerMixin
 from fleet.models import Site
 
@@ -197,14 +204,160 @@ def item_row(state: recovery.ItemState, now: datetime) -> dict[str, Any]:
             "into": test.into,
         },
         "rto_proven": not recovery.rto_unproven(state, now),
+        "state": recovery.state_of(state, now),
+        "problems": recovery.problems(state, now),
+        "copy": _copy(state),
+        "job": item.job_id,
+        "cluster": item.cluster,
+        "schedule": item.schedule,
     }
 
 
+def _copy(state: recovery.ItemState) -> dict[str, Any]:
+    """Where the copy lives: the last good backup's report, else the item's declared location."""
+    site, tier = recovery.copy_location(state)
+    return {"site": site.name if site else None, "tier": tier}
+
+
 class RecoveryItemListView(APIView):
-    """Any role reads the register (the dashboard permission: RolePermission's default for a view
-    without a queryset)."""
+    """The roles that read the register (compliance.view_recoveryitem), as the /recovery/ page."""
+
+    permission_classes = [RolePermission]
+    required_permissions = {"GET": [RECOVERY_VIEW]}
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT}, description="The recovery register with each item's state.")
     def get(self, request: Request) -> Response:
         now = timezone.now()
         return Response({"results": [item_row(state, now) for state in recovery.item_states()]})
+
+
+class RestoreTestInSerializer(KnownFieldsOnly, BoundedDatesSerializerMixin, serializers.Serializer):
+    """A restore test. ``item`` takes a name or an id; ``backup`` the run id of one of its reports."""
+
+    item = serializers.CharField(max_length=200, help_text="The register item's name or id")
+    key = serializers.CharField(
+        max_length=200,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Idempotency key: a repeat is the same test",
+    )
+    backup = serializers.CharField(
+        max_length=200, required=False, allow_null=True, help_text="The run id of the backup it restored"
+    )
+    into = serializers.CharField(max_length=500, help_text="Where the copy was restored to")
+    started = serializers.DateTimeField()
+    finished = serializers.DateTimeField()
+    verified = serializers.BooleanField()
+    verification = serializers.CharField(required=False, allow_blank=True, default="", max_length=10_000)
+    by = serializers.CharField(
+        max_length=200, required=False, allow_blank=True, default="", help_text="Who restored it (an agent's caller)"
+    )
+
+    def validate_item(self, value: str) -> RecoveryItem:
+        item = _find_item(value)
+        if item is None:
+            raise serializers.ValidationError(f"No recovery item is named {value!r} (or has that id).")
+        return item
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs["finished"] < attrs["started"]:
+            raise serializers.ValidationError({"finished": "Is before started."})
+        if attrs["finished"] > timezone.now() + recovery.CLOCK_SKEW:
+            raise serializers.ValidationError({"finished": "Is in the future: a test is recorded once it has ended."})
+        run = attrs.get("backup")
+        attrs["backup_report"] = None
+        if run:
+            report = BackupReport.objects.filter(item=attrs["item"], external_id=run).first()
+            if report is None:
+                raise serializers.ValidationError({"backup": f"{attrs['item'].name} has no backup run {run!r}."})
+            attrs["backup_report"] = report
+        return attrs
+
+
+class RestoreTestSerializer(serializers.ModelSerializer):
+    item = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    record = serializers.IntegerField(source="pk", read_only=True)
+    key = serializers.CharField(source="external_id", read_only=True)
+    backup = serializers.SlugRelatedField(slug_field="external_id", read_only=True, allow_null=True)
+    by = serializers.SerializerMethodField()
+    duration_seconds = serializers.SerializerMethodField()
+
+    class Meta:
+        model = RestoreTest
+        fields = [
+            "record",
+            "item",
+            "key",
+            "backup",
+            "into",
+            "started",
+            "finished",
+            "duration_seconds",
+            "verified",
+            "verification",
+            "by",
+            "created_at",
+        ]
+
+    def get_by(self, test: RestoreTest) -> str:
+        return test.by_user.get_username() if test.by_user is not None else test.by_name
+
+    def get_duration_seconds(self, test: RestoreTest) -> float:
+        return test.duration.total_seconds()
+
+
+class RestoreTestView(APIView):
+    authentication_classes = [AgentOrPersonalTokenAuthentication, SessionAuthentication]
+    permission_classes = [RoleOrSiteAgentWritePermission]
+    required_permissions = {"POST": [RESTORE_TEST_ADD]}
+
+    @extend_schema(
+        request=RestoreTestInSerializer,
+        responses={
+            200: RestoreTestSerializer,
+            201: RestoreTestSerializer,
+            400: OpenApiResponse(description="Invalid input; the body names the field"),
+            401: OpenApiResponse(description="No session or token"),
+            403: OpenApiResponse(description="The role may not record restore tests, or the item is at another site"),
+            409: OpenApiResponse(description="The key was recorded before with other figures; the body names them"),
+        },
+        description="Record a restore test of a recovery register item: a person with the right role, or an agent "
+        "token of the item's source site. Idempotent on key.",
+    )
+    def post(self, request: Request) -> Response:
+        incoming = RestoreTestInSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        data = incoming.validated_data
+        item: RecoveryItem = data["item"]
+        agent = isinstance(request.auth, AgentToken)
+        if agent and item.source_site_id != request.auth.site_id:
+            where = f"site {item.source_site}" if item.source_site_id else "no site"
+            return Response(
+                {"error": f"Recovery item {item.name} is at {where}; this token records for its own site only."},
+                status=403,
+            )
+        try:
+            test, created = recovery.record_restore_test(
+                item=item,
+                backup=data["backup_report"],
+                into=data["into"],
+                started=data["started"],
+                finished=data["finished"],
+                verified=data["verified"],
+                verification=data["verification"],
+                by_user=None if agent else request.user,
+                by_name=data["by"] or (f"agent token {request.auth.name}" if agent else ""),
+                key=data["key"],
+            )
+        except recovery.RestoreConflict as conflict:
+            return Response(
+                {
+                    "error": f"Restore test {conflict.existing.external_id} of {item.name} was recorded before with "
+                    f"other {', '.join(conflict.fields)}; nothing was changed.",
+                    "fields": conflict.fields,
+                    "record": RestoreTestSerializer(conflict.existing).data,
+                },
+                status=409,
+            )
+        return Response(RestoreTestSerializer(test).data, status=201 if created else 200)

@@ -50,10 +50,33 @@ class RecoveryItem(models.Model):
         "fleet.Site", null=True, blank=True, on_delete=models.PROTECT, related_name="recovery_items"
     )
     source_tier = models.CharField(max_length=64, blank=True, help_text="e.g. nfs, object-store, local-nvme")
+    job = models.ForeignKey(
+        "fleet.Job",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="recovery_items",
+        help_text="Checkpoints: the training job that writes them",
+    )
+    cluster = models.CharField(
+        max_length=100, blank=True, help_text="Checkpoints: the cluster whose jobs write them (the scheduler's name)"
+    )
     location = models.CharField(max_length=500, blank=True, help_text="Where it is written (a path, a bucket)")
     rpo = models.DurationField(blank=True, help_text="Recovery point objective; blank: the kind's default")
     rto = models.DurationField(blank=True, help_text="Recovery time objective; blank: the kind's default")
     method = models.CharField(max_length=32, choices=BackupMethod.choices)
+    # Where the copy is meant to live: shown until a backup reports its own copy location, and
+    # given to the reports mapped from a scrape (Velero's metrics do not say where the copy is).
+    copy_site = models.ForeignKey(
+        "fleet.Site", null=True, blank=True, on_delete=models.PROTECT, related_name="recovery_item_copies"
+    )
+    copy_tier = models.CharField(max_length=64, blank=True)
+    schedule = models.CharField(
+        max_length=100,
+        blank=True,
+        db_index=True,
+        help_text="The backup schedule's name in the exporter's metrics (Velero's `schedule` label)",
+    )
     restore_test_every = models.DurationField(
         default=default_restore_test_every, help_text="A verified restore test at least this recent proves the RTO"
     )
@@ -120,11 +143,21 @@ class RestoreTest(models.Model):
     finished = models.DateTimeField()
     verified = models.BooleanField(default=False)
     verification = models.TextField(blank=True, help_text="How it was verified, and what was found")
+    # The caller's idempotency key (the API's ``key``, `manage.py restore`'s dump and target): a
+    # retried submission is the same test. Blank for tests entered by hand.
+    external_id = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
 
     class Meta:
         ordering = ["-finished"]
         indexes = [models.Index(fields=["item", "-finished"], name="recovery_restore_latest")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["item", "external_id"],
+                condition=~models.Q(external_id=""),
+                name="recovery_restore_once_per_key",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.item.name} restored into {self.into}"

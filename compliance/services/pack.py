@@ -55,7 +55,7 @@ from compliance.models import (
 )
 from compliance.models.gdpr import PROCESSOR_FIELDS, RECORD_FIELDS
 from compliance.models.pack import CHUNK_BYTES
-from compliance.services import audit_chain
+from compliance.services import audit_chain, recovery_pack
 from compliance.services.audit import _json_safe
 from compliance.services.pdf import render_pdf
 from console import spreadsheet
@@ -195,6 +195,8 @@ CSV_FILES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "legal_holds",
         ("id", "name", "data_class", "tenant", "incident_ids", "reason", "placed_at", "released_at", "active"),
     ),
+    # the recovery register and the period's restore-test log (compliance.services.recovery_pack)
+    *recovery_pack.CSV_FILES,
     (
         "audit.csv",
         "audit",
@@ -796,6 +798,7 @@ def _markdown(doc: dict[str, Any]) -> str:
             for e in audit[:PDF_AUDIT_ROWS]
         ),
     )
+    lines += recovery_pack.markdown(doc, _table)
     return "\n".join(lines) + "\n"
 
 
@@ -888,6 +891,8 @@ def write_pack(pack: CompliancePack, out: IO[bytes], *, progress: Progress | Non
                 section(doc, "legal_holds", _legal_holds(start, end))
                 section(doc, "subject_requests", _subject_requests(today, pack.period_start, pack.period_end))
                 section(doc, "crawled_domains", _crawled_domains(), keep=0)  # crawled_domains.csv only
+                section(doc, "recovery_register", recovery_pack.register_rows(now))
+                section(doc, "restore_tests", recovery_pack.restore_test_rows(start, end))
                 total = AuditEntry.objects.filter(at__gte=start, at__lt=end).count()
                 report(25, f"Reading the audit extract: {total:,} entries")
                 pdf_doc["audit_count"] = section(

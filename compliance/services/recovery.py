@@ -18,7 +18,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Window
 from django.db.models.functions import RowNumber
 
-from compliance.choices import BackupOutcome
+from compliance.choices import BackupOutcome, RecoveryState
 from compliance.models import BackupReport, RecoveryItem, RestoreTest
 
 # A report may finish this far ahead of the console's clock (the job's clock runs fast), no further.
@@ -75,12 +75,16 @@ def _latest_per_item(queryset: Any) -> dict[int, Any]:
 
 def item_states(items: Iterable[RecoveryItem] | None = None) -> list[ItemState]:
     """Every item (or those given) with its figures, in five queries."""
-    items = list(items if items is not None else RecoveryItem.objects.select_related("source_site", "dataset"))
+    items = list(
+        items
+        if items is not None
+        else RecoveryItem.objects.select_related("source_site", "copy_site", "dataset", "job")
+    )
     ids = [i.pk for i in items]
     good = _latest_per_item(
         BackupReport.objects.filter(item_id__in=ids, outcome=BackupOutcome.SUCCESS).select_related("copy_site")
     )
-    tests = _latest_per_item(RestoreTest.objects.filter(item_id__in=ids))
+    tests = _latest_per_item(RestoreTest.objects.filter(item_id__in=ids).select_related("by_user"))
     verified = _latest_per_item(RestoreTest.objects.filter(item_id__in=ids, verified=True))
     recent: dict[int, list[BackupReport]] = {}
     ranked = BackupReport.objects.filter(item_id__in=ids).annotate(
@@ -134,3 +138,112 @@ def same_site_copy(state: ItemState) -> bool:
     if copy is None or copy.copy_site_id is None or item.source_site_id is None:
         return False
     return copy.copy_site_id == item.source_site_id and copy.copy_tier == item.source_tier
+
+
+def problems(state: ItemState, now: datetime) -> list[str]:
+    """The RecoveryState values true of the item now, worst first; empty: it is OK. The page's
+    state, its filter and the items API read this; the findings apply the same rules."""
+    found = []
+    if backup_failing(state):
+        found.append(RecoveryState.FAILING)
+    if rpo_breached(state, now):
+        found.append(RecoveryState.RPO_BREACHED)
+    if same_site_copy(state):
+        found.append(RecoveryState.SAME_SITE)
+    if rto_unproven(state, now):
+        found.append(RecoveryState.RTO_UNPROVEN)
+    return found
+
+
+def state_of(state: ItemState, now: datetime) -> str:
+    """The item's one state: its worst problem, or "ok"."""
+    found = problems(state, now)
+    return found[0] if found else RecoveryState.OK
+
+
+def copy_location(state: ItemState) -> tuple[Any, str]:
+    """(site, tier) of the copy: the last good backup's where it said, else the item's declared one."""
+    good = state.last_good
+    if good is not None and (good.copy_site_id is not None or good.copy_tier):
+        return good.copy_site, good.copy_tier
+    return state.item.copy_site, state.item.copy_tier
+
+
+class RestoreConflict(Exception):
+    """A restore test repeats an idempotency key with other figures: which fields differ."""
+
+    def __init__(self, existing: RestoreTest, fields: list[str]) -> None:
+        self.existing = existing
+        self.fields = fields
+        super().__init__(f"key {existing.external_id} was recorded with other {', '.join(fields)}")
+
+
+RESTORE_FIELDS = ("backup_id", "into", "started", "finished", "verified")
+
+
+def record_restore_test(
+    *,
+    item: RecoveryItem,
+    into: str,
+    started: datetime,
+    finished: datetime,
+    verified: bool,
+    verification: str = "",
+    backup: BackupReport | None = None,
+    by_user: Any = None,
+    by_name: str = "",
+    key: str = "",
+) -> tuple[RestoreTest, bool]:
+    """Record a restore test; (the record, whether it is new). With ``key``, a repeat with the same
+    figures returns the stored record and one with other figures raises RestoreConflict, as
+    record_backup does for a run id. Audited (compliance.signals) like any register change."""
+    figures = {
+        "backup_id": None if backup is None else backup.pk,
+        "into": into,
+        "started": started,
+        "finished": finished,
+        "verified": verified,
+    }
+    fields = {**figures, "verification": verification, "by_user": by_user, "by_name": by_name}
+    if not key:
+        return RestoreTest.objects.create(item=item, **fields), True
+    try:
+        with transaction.atomic():
+            return RestoreTest.objects.create(item=item, external_id=key, **fields), True
+    except IntegrityError:
+        existing = RestoreTest.objects.get(item=item, external_id=key)
+    differs = [name.removesuffix("_id") for name in RESTORE_FIELDS if getattr(existing, name) != figures[name]]
+    if differs:
+        raise RestoreConflict(existing, differs)
+    return existing, False
+
+
+def console_database_item() -> RecoveryItem:
+    """The register's item for the console's own database: the first of its kind, made (with the
+    kind's defaults, backed up by `manage.py backup`) when the register has none."""
+    from compliance.choices import BackupMethod, RecoveryKind
+
+    item = RecoveryItem.objects.filter(kind=RecoveryKind.CONSOLE_DATABASE).order_by("pk").first()
+    if item is None:
+        item, _ = RecoveryItem.objects.get_or_create(
+            name=CONSOLE_DATABASE_NAME,
+            defaults={"kind": RecoveryKind.CONSOLE_DATABASE, "method": BackupMethod.MANAGE_PY_BACKUP},
+        )
+    return item
+
+
+CONSOLE_DATABASE_NAME = "console-database"
+
+
+def summary(states: list[ItemState], now: datetime) -> dict[str, int]:
+    """Items in all, OK, and with each problem: the overview tile and the page's header (one
+    count, one definition)."""
+    counts = {value: 0 for value in RecoveryState.values}
+    counts["items"] = len(states)
+    for state in states:
+        found = problems(state, now)
+        for value in found:
+            counts[value] += 1
+        if not found:
+            counts[RecoveryState.OK] += 1
+    return counts

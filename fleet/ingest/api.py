@@ -22,7 +22,7 @@ from console.api import unavailable
 from console.authentication import AgentTokenAuthentication
 from console.permissions import IsAgent
 from console.queues import queue_depth, stash_payload
-from fleet.ingest import push_queue, remote_write
+from fleet.ingest import hooks, push_queue, remote_write
 from fleet.ingest import stream as ingest_stream
 from fleet.ingest.batches import ScopeCheck, batch_key, check_site_scope, parse_gpu_batch
 from fleet.ingest.prometheus import (
@@ -223,13 +223,23 @@ class PrometheusIngestView(APIView):
             "now": timezone.now().isoformat(),
         }
         try:
-            options["openmetrics"] = check_content_type(request.META.get("CONTENT_TYPE", ""))
+            options["openmetrics"] = openmetrics = check_content_type(request.META.get("CONTENT_TYPE", ""))
             body = read_body(request)
             try:
                 text = body.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise IngestError(400, f"The body is not UTF-8 text ({exc}).") from None
             exposition = parse_exposition(text, **options)
+            # Series another app maps (Velero's backup metrics: fleet.ingest.hooks), before the count check.
+            mapped = hooks.run(
+                text,
+                exposition.ignored_metrics,
+                site_id=token.site_id,
+                received=timezone.now(),
+                openmetrics=openmetrics,
+            )
+            if not exposition.count and mapped:
+                return Response({"ignored": exposition.ignored, "mapped": mapped}, status=202)
             if not exposition.count:
                 raise IngestError(
                     400, "No GPU or serving metrics (nor node_exporter or scheduler series) found in the exposition."
@@ -257,6 +267,7 @@ class PrometheusIngestView(APIView):
             "scheduler_samples": len(exposition.scheduler),
             "ignored": exposition.ignored,
             "ignored_metrics": dict(exposition.ignored_metrics.most_common(IGNORED_NAMES_SHOWN)),
+            **({"mapped": mapped} if mapped else {}),
         }
         if scope is not None:
             return held_back(scope, accepted, key)

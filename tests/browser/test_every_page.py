@@ -21,7 +21,7 @@ from django.contrib.auth.models import User
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from rest_framework.views import APIView
 
-from compliance.models import Dataset, GpaiModel, Lineage
+from compliance.models import BackupReport, Dataset, GpaiModel, Lineage, RecoveryItem, RestoreTest
 from compliance.services import summary
 from fleet.models import (
     Endpoint,
@@ -151,6 +151,38 @@ def _summarised_model() -> GpaiModel:
     return model
 
 
+def _recovery_item(dataset: Dataset) -> RecoveryItem:
+    """A dataset's recovery item with a week of nightly backups and a verified restore test, so the
+    recovery pages draw their tables."""
+    site = Site.objects.order_by("pk").first()
+    item = RecoveryItem.objects.create(
+        kind="dataset", name="every-page-web", dataset=dataset, method="replication", source_site=site
+    )
+    now = datetime.now(UTC)
+    for day in range(7):
+        finished = now - timedelta(days=day, hours=2)
+        BackupReport.objects.create(
+            item=item,
+            external_id=f"every-page-{day}",
+            started=finished - timedelta(minutes=30),
+            finished=finished,
+            bytes=10**10,
+            outcome="failed" if day == 3 else "success",
+            copy_site=site,
+            copy_tier="object-store",
+        )
+    RestoreTest.objects.create(
+        item=item,
+        by_name="every page",
+        into="scratch",
+        started=now - timedelta(days=2, hours=1),
+        finished=now - timedelta(days=2),
+        verified=True,
+        verification="checksums matched",
+    )
+    return item
+
+
 def _page_kwargs(incident_id: int) -> dict[str, dict[str, Any]]:
     """Real objects for the pages that show one thing."""
     return {
@@ -171,6 +203,7 @@ def _page_kwargs(incident_id: int) -> dict[str, dict[str, Any]]:
         "compliance:summary-version": {"pk": summarised.pk, "version": 2},
         "compliance:model-detail": {"pk": summarised.pk},
         "compliance:dataset-detail": {"pk": summarised.lineage.get().dataset_id},
+        "recovery:item": {"pk": _recovery_item(summarised.lineage.get().dataset).pk},
     }
 
 

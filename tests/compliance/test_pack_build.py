@@ -59,6 +59,8 @@ EXPECTED_FILES = [
     "retention_policies.csv",
     "retention_runs.csv",
     "legal_holds.csv",
+    "recovery_register.csv",
+    "restore_tests.csv",
     "audit.csv",
     "manifest.json",
 ]
@@ -204,6 +206,7 @@ def test_the_pdf_has_the_section_headings_the_model_and_its_summary_hash(records
         "5. Legal holds",
         "6. Data-subject requests of the period",
         "7. Audit extract",
+        "8. Recovery register",
     ):
         assert heading in text
     assert "Aurora 2.0" in text

@@ -284,7 +284,7 @@ def test_the_backup_door_refuses_anonymous_callers_and_sessions(
 
 
 def test_the_items_list_shows_each_items_backup_age_rpo_state_and_last_restore(
-    viewer_client: Client, site_a: Site, site_b: Site
+    operator_client: Client, site_a: Site, site_b: Site
 ) -> None:
     fresh = make_item(site_a, name="a-fresh")
     good = backup(fresh, timedelta(hours=2), copy_site=site_b, copy_tier="object-store", bytes=10)
@@ -294,7 +294,7 @@ def test_the_items_list_shows_each_items_backup_age_rpo_state_and_last_restore(
     backup(stale, timedelta(hours=25), copy_site=site_a, copy_tier="nfs")
     make_item(None, name="c-never", kind=RecoveryKind.CONSOLE_DATABASE)
 
-    response = viewer_client.get(ITEMS)
+    response = operator_client.get(ITEMS)
     assert response.status_code == 200
     rows = {row["name"]: row for row in response.json()["results"]}
     row = rows["a-fresh"]
@@ -310,11 +310,13 @@ def test_the_items_list_shows_each_items_backup_age_rpo_state_and_last_restore(
     assert never["rpo_state"] == "never" and never["last_good_backup"] is None and never["source_site"] is None
 
 
-def test_the_items_list_takes_a_personal_token_and_refuses_anonymous_callers(
-    client: Client, viewer_user: User, site_a: Site
+def test_the_items_list_takes_a_personal_token_and_refuses_anonymous_callers_and_viewers(
+    client: Client, operator_user: User, viewer_user: User, site_a: Site
 ) -> None:
     make_item(site_a)
-    plain = PersonalToken.issue(user=viewer_user, name="script")[1]
+    refused = PersonalToken.issue(user=viewer_user, name="script")[1]
+    assert client.get(ITEMS, HTTP_AUTHORIZATION=f"Bearer {refused}").status_code == 403
+    plain = PersonalToken.issue(user=operator_user, name="script")[1]
     response = client.get(ITEMS, HTTP_AUTHORIZATION=f"Bearer {plain}")
     assert response.status_code == 200
     assert [row["name"] for row in response.json()["results"]] == ["c4-en"]
@@ -322,12 +324,12 @@ def test_the_items_list_takes_a_personal_token_and_refuses_anonymous_callers(
 
 
 def test_the_items_list_reads_in_a_fixed_number_of_queries(
-    viewer_client: Client, site_a: Site, site_b: Site, django_assert_max_num_queries: Any
+    operator_client: Client, site_a: Site, site_b: Site, django_assert_max_num_queries: Any
 ) -> None:
     for n in range(10):
         item = make_item(site_a, name=f"item-{n}")
         backup(item, timedelta(hours=1), copy_site=site_b)
         restore(item, timedelta(days=1))
-    viewer_client.get(ITEMS)  # warm the session and permission caches
+    operator_client.get(ITEMS)  # warm the session and permission caches
     with django_assert_max_num_queries(12):
-        assert len(viewer_client.get(ITEMS).json()["results"]) == 10
+        assert len(operator_client.get(ITEMS).json()["results"]) == 10

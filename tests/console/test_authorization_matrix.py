@@ -42,6 +42,7 @@ from compliance.models import (
     LegalHold,
     Lineage,
     ProcessorRecord,
+    RecoveryItem,
     RetentionPolicy,
     RetentionRun,
     SubjectRequest,
@@ -76,6 +77,7 @@ ADMINS = frozenset({ADMIN})
 # fleet.approve_capacity: approve others' orders and power approvals, change team quotas.
 APPROVERS = frozenset({ADMIN, CAPACITY})
 OFFICERS = frozenset({ADMIN, COMPLIANCE})  # compliance records: reads too
+RECOVERY = OPERATORS | OFFICERS  # the recovery register: SREs, compliance officers, admins (console.roles._RECOVERY)
 
 
 @dataclass
@@ -358,9 +360,14 @@ RULES: dict[str, Rule] = {
     "api:ingest-prometheus": AGENT_ONLY,
     "api:ingest-prometheus-remote-write": AGENT_ONLY,
     "api:alertmanager": AGENT_ONLY,
-    # the recovery register: backup jobs report runs with an agent token of the item's site; any role reads
+    # the recovery register: backup jobs report runs with an agent token of the item's site; operators,
+    # compliance officers and admins read it, keep it (the pages' forms) and record restore tests, which
+    # an agent token of the item's site may also record (the list POST, an empty body: 400, is let through)
     "api:recovery-api:backup-report": AGENT_ONLY,
-    "api:recovery-api:item-list": api(),
+    "api:recovery-api:item-list": api(read=RECOVERY),
+    "api:recovery-api:restore-test": Rule(Kind.API_AND_AGENT, {"POST": RECOVERY}),
+    "recovery:register": page(read=RECOVERY, post=RECOVERY),
+    "recovery:item": page(read=RECOVERY, post=RECOVERY, target="recovery_item"),
     # REST API, incidents: operators move incidents along and own silences and action items
     "api:incidents-api:api-root": api(),
     "api:incidents-api:incident-list": api(),
@@ -688,6 +695,9 @@ def targets(site_a: Site, site_b: Site, admin_user: User) -> dict[str, Any]:
         ),
         # the creations above were audited: the latest entry will do
         "audit_entry": AuditEntry.objects.latest("pk"),
+        "recovery_item": RecoveryItem.objects.create(
+            kind="dataset", name="matrix", method="replication", source_site=site_b
+        ),
         # a built pack, its zip stored (its download answers 200)
         "compliance_pack": CompliancePack.objects.create(
             period_start=soon.date(), period_end=soon.date(), status="done", progress=100, size=2

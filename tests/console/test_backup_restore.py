@@ -242,3 +242,49 @@ def test_restore_refuses_a_url_it_would_misread(tmp_path: Path, url: str, messag
     with pytest.raises(CommandError, match=message) as caught:
         call_command("restore", str(tmp_path / "goodput-x.dump"), f"--database-url={url}")
     assert "secret" not in str(caught.value)
+
+
+# --- the recovery register (issue 26): the console's own database backs up and restores into it ---
+
+
+def test_backup_and_restore_record_a_backup_and_a_verified_restore_test_of_the_console_database(
+    tmp_path: Path, fleet_rows: int, empty_database: dict[str, str]
+) -> None:
+    from compliance.models import RecoveryItem, RestoreTest
+
+    dump = backup(tmp_path)
+    restore(dump, empty_database)
+
+    item = RecoveryItem.objects.get(kind="console_database")
+    report = item.backups.get(external_id=dump.name)
+    assert (report.outcome, report.bytes) == ("success", dump.stat().st_size)
+    test = RestoreTest.objects.get(item=item, verification__startswith=dump.name)  # besides the demo seed's
+    assert test.verified and test.backup == report
+    assert test.into.endswith(empty_database["dbname"])
+    assert "0 mismatches" in test.verification and test.by_name.endswith("(manage.py)")
+    assert test.finished >= test.started
+    # the restored copy is the dump's: the register's own rows written after it are not in it
+    with psycopg.connect(**empty_database) as conn:
+        query = "SELECT count(*) FROM compliance_restoretest WHERE verification LIKE %s"
+        assert conn.execute(query, [f"{dump.name}%"]).fetchone() == (0,)
+
+
+def test_a_restore_whose_copy_differs_from_the_manifest_records_an_unverified_test(
+    tmp_path: Path, fleet_rows: int, empty_database: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from compliance.models import RestoreTest
+    from console import backup as backup_module
+
+    dump = backup(tmp_path)
+    real = backup_module.verify_database
+
+    def tampered(params: Any, manifest: Any) -> Any:
+        result = real(params, manifest)
+        mismatch = backup_module.Mismatch("fleet_site", 1, 0, False)
+        return backup_module.RestoreResult(result.tables, result.rows, [mismatch])
+
+    monkeypatch.setattr(backup_module, "verify_database", tampered)
+    with pytest.raises(CommandError, match="differs from the backup"):
+        restore(dump, empty_database)
+    test = RestoreTest.objects.get(verification__startswith=dump.name)
+    assert not test.verified and "1 mismatches" in test.verification

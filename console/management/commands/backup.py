@@ -6,8 +6,10 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
+from django.utils import timezone
 
 from console.backup import BackupError, backup_database
+from console.signals import backup_finished
 
 
 class Command(BaseCommand):
@@ -23,8 +25,19 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         output = options["output"] or Path(settings.DATA_DIR) / "backups"
+        started = timezone.now()
         try:
             dump = backup_database(connections["default"].settings_dict, output, log=self.stdout.write)
         except BackupError as exc:
+            self._report(dump=None, started=started, size=None, ok=False)
             raise CommandError(f"Backup failed: {exc}") from exc
+        self._report(dump=dump, started=started, size=dump.stat().st_size, ok=True)
         self.stdout.write(str(dump))
+
+    def _report(self, *, dump: Path | None, started: Any, size: int | None, ok: bool) -> None:
+        """Tell the recovery register (console.signals.backup_finished); never fails the backup."""
+        for _, outcome in backup_finished.send_robust(
+            sender=self.__class__, dump=dump, started=started, finished=timezone.now(), size=size, ok=ok
+        ):
+            if isinstance(outcome, Exception):
+                self.stderr.write(f"The backup was not recorded in the recovery register: {outcome}")

@@ -5,8 +5,10 @@ from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
 
 from console.backup import BackupError, params_from_url, restore_database
+from console.signals import restore_finished
 
 
 class Command(BaseCommand):
@@ -37,6 +39,7 @@ class Command(BaseCommand):
             target = params_from_url(options["database_url"])
         except ValueError as exc:
             raise CommandError(f"--database-url cannot be parsed: {exc}") from exc
+        started = timezone.now()
         try:
             result = restore_database(options["dump"], target, verify=options["verify"], log=self.stdout.write)
         except BackupError as exc:
@@ -44,5 +47,24 @@ class Command(BaseCommand):
         for mismatch in result.mismatches:
             self.stderr.write(f"MISMATCH {mismatch}")
         self.stdout.write(f"RESULT tables={result.tables} rows={result.rows} mismatches={len(result.mismatches)}")
+        if options["verify"]:
+            verification = (
+                f"manage.py restore: {result.tables} tables, {result.rows} rows compared with the manifest; "
+                f"{len(result.mismatches)} mismatches"
+            )
+        else:
+            verification = "manage.py restore --no-verify: not compared with the manifest"
+        where = target.get("host", "")
+        for _, outcome in restore_finished.send_robust(
+            sender=self.__class__,
+            dump=options["dump"],
+            target=f"{where}/{target.get('dbname', '')}" if where else target.get("dbname", ""),
+            started=started,
+            finished=timezone.now(),
+            verified=options["verify"] and not result.mismatches,
+            verification=verification,
+        ):
+            if isinstance(outcome, Exception):
+                self.stderr.write(f"The restore test was not recorded in the recovery register: {outcome}")
         if result.mismatches:
             raise CommandError(f"The restored database differs from the backup in {len(result.mismatches)} tables.")
