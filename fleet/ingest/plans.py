@@ -99,10 +99,11 @@ def read(
     out: Any,
     *,
     time_of: Callable[[float | None, int], datetime],
-    readable: Callable[[float], bool],
+    magnitude: float,
 ) -> bool:
     """Fill ``out`` (an Exposition) from the skeleton's plan; False when there is none or a
-    line is off the plain path (``out`` is then to be thrown away).
+    line is off the plain path (``out`` is then to be thrown away). A value past ``magnitude``
+    (NaN and infinities included: they compare false) is ignored, as the full parse ignores it.
 
     A value or timestamp is read with ``float``: the parser reads an integer first, else a float,
     and ``float`` gives the same number for every text ``int`` reads (an underscore, which
@@ -137,7 +138,7 @@ def read(
                 last_stamp, last_ts = stamp, time_of(stamp, number)
         except (ValueError, OverflowError, IngestError):
             return False
-        if fields is None or not readable(value) or (fields[7] and value < 0):
+        if fields is None or not -magnitude <= value <= magnitude or (fields[7] and value < 0):
             out.ignore(name)
             continue
         timestamped &= stamp is not None

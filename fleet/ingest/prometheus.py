@@ -342,7 +342,7 @@ def parse_exposition(
     shape = None if openmetrics else plans.skeleton(text, f"{hostname}\x00{endpoint}\x00{kind}")
     if shape is not None:
         planned = Exposition()
-        if plans.read(shape, planned, time_of=window.time_of, readable=sm.readable):
+        if plans.read(shape, planned, time_of=window.time_of, magnitude=sm.MAX_MAGNITUDE):
             return planned
     recorder = plans.Recorder()
     gpus: dict[str, dict[str, Any]] = {}
