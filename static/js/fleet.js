@@ -45,10 +45,41 @@
   function fmtTime(ts) { return new Date(ts).toISOString().slice(11, 19) + " UTC"; }
   var TOTAL_DIGITS = { mean_util: 1, power_kw: 1, max_temp: 1 };
 
+  // Pushes come every second and mostly change a few cells: a row is rebuilt only when its HTML
+  // changed, and text only when it differs, so a push costs the browser little layout work.
+  function setRows(tbody, html) {
+    var have = tbody.rows;
+    var before = tbody.__html;
+    if (!before || have.length !== html.length) {
+      tbody.innerHTML = html.join("");
+    } else {
+      html.forEach(function (row, i) {
+        if (before[i] === row) return;
+        // Same row, new figures: swap only the cells that changed (a push changes two or three).
+        var scratch = document.createElement("tbody");
+        scratch.innerHTML = row;
+        var fresh = scratch.rows[0], old = have[i];
+        if (!fresh || fresh.cells.length !== old.cells.length || fresh.cells[0].innerHTML !== old.cells[0].innerHTML) {
+          old.outerHTML = row;
+          return;
+        }
+        if (old.className !== fresh.className) old.className = fresh.className;
+        for (var c = 0; c < fresh.cells.length; c++) {
+          if (old.cells[c].innerHTML !== fresh.cells[c].innerHTML) {
+            old.cells[c].innerHTML = fresh.cells[c].innerHTML;
+            old.cells[c].className = fresh.cells[c].className;
+          }
+        }
+      });
+    }
+    tbody.__html = html;
+  }
+  function setText(node, text) { if (node.textContent !== text) node.textContent = text; }
+
   function renderTotals(t) {
     document.querySelectorAll("[data-total]").forEach(function (node) {
       var key = node.dataset.total;
-      node.textContent = fmt(t[key], TOTAL_DIGITS[key]);
+      setText(node, String(fmt(t[key], TOTAL_DIGITS[key])));
     });
     el("errors-stat").classList.toggle("bad", t.with_errors > 0);
     view.total = t.gpus;
@@ -63,22 +94,24 @@
   }
 
   function renderWorst(worst) {
-    el("worst").querySelector("tbody").innerHTML = worst.map(function (g) {
+    var html = worst.map(function (g) {
       return "<tr class='" + (g.health === "failed" ? "row-bad" : "") + "'><td>" + gpuLink(g) + "</td><td>" + esc(g.site) +
         "</td><td>" + esc(g.health) + "</td><td class='num'>" + fmt(g.temp) + "</td><td class='num'>" + fmt(g.ecc_dbe) +
         "</td><td class='num'>" + fmt(g.xid) + "</td></tr>";
-    }).join("") || "<tr><td colspan='6' class='muted'>No GPUs have reported.</td></tr>";
+    });
+    setRows(el("worst").querySelector("tbody"), html.length ? html : ["<tr><td colspan='6' class='muted'>No GPUs have reported.</td></tr>"]);
   }
 
   function renderSites(sites) {
     sites.forEach(function (s) { siteNames[s.id] = s.name; });
-    el("site-table").querySelector("tbody").innerHTML = sites.map(function (s) {
+    var html = sites.map(function (s) {
       return "<tr data-site='" + s.id + "'><td><a href='?site_id=" + s.id + "' data-site-id='" + s.id + "'>" + esc(s.name) + "</a></td><td>" + esc(s.region) +
         "</td><td class='num'>" + s.gpus + "</td><td class='num'>" + s.reporting + "</td><td class='num'>" + s.healthy +
         "</td><td class='num'>" + s.degraded + "</td><td class='num" + (s.failed ? " bad-text" : "") + "'>" + s.failed +
         "</td><td class='num'>" + fmt(s.mean_util) + "</td><td class='num'>" + fmt(s.mean_temp) + "</td><td class='num'>" + fmt(s.max_temp) +
         "</td><td class='num'>" + fmt(s.power_kw, 1) + "</td></tr>";
-    }).join("") || "<tr><td colspan='11' class='muted'>No sites yet.</td></tr>";
+    });
+    setRows(el("site-table").querySelector("tbody"), html.length ? html : ["<tr><td colspan='11' class='muted'>No sites yet.</td></tr>"]);
     var select = el("gpu-site");
     var known = Array.prototype.map.call(select.options, function (o) { return o.value; }).join(",");
     var wanted = [""].concat(sites.map(function (s) { return String(s.id); })).join(",");
@@ -91,14 +124,14 @@
   }
 
   function renderCount() {
-    el("gpu-count").textContent = view.count + " of " + (view.total === null ? "–" : view.total);
-    el("page-info").textContent = "page " + table.page + " of " + view.pages;
+    setText(el("gpu-count"), view.count + " of " + (view.total === null ? "–" : view.total));
+    setText(el("page-info"), "page " + table.page + " of " + view.pages);
     el("page-prev").setAttribute("aria-disabled", String(table.page <= 1));
     el("page-next").setAttribute("aria-disabled", String(table.page >= view.pages));
   }
 
   function renderTable() {
-    el("gpu-table").querySelector("tbody").innerHTML = rows.map(function (g) {
+    var html = rows.map(function (g) {
       var changed = lastTs[g.uuid] !== undefined && lastTs[g.uuid] !== g.ts;
       var cls = (g.health === "failed" ? "row-bad " : "") + (isStale(g) ? "row-stale " : "") + (changed ? "flash" : "");
       return "<tr class='" + cls + "'><td><a href='/fleet/nodes/" + encodeURIComponent(g.hostname) + "/'>" + esc(g.hostname) + "</a></td>" +
@@ -107,7 +140,8 @@
         "<td class='num'>" + fmt(g.mem_temp) + "</td><td class='num'>" + fmt(g.power_w, 0) + "</td><td class='num'>" + fmt(g.sm_clock, 0) + "</td>" +
         "<td class='num" + (g.xid > 0 ? " bad-text" : "") + "'>" + fmt(g.xid) + "</td><td class='num" + (g.ecc_dbe > 0 ? " bad-text" : "") + "'>" + fmt(g.ecc_dbe) + "</td>" +
         "<td>" + fmtTime(g.ts) + "</td></tr>";
-    }).join("") || "<tr class='empty'><td colspan='14' class='muted'>No GPUs match.</td></tr>";
+    });
+    setRows(el("gpu-table").querySelector("tbody"), html.length ? html : ["<tr class='empty'><td colspan='14' class='muted'>No GPUs match.</td></tr>"]);
     lastTs = {};
     rows.forEach(function (g) { lastTs[g.uuid] = g.ts; });
     document.querySelectorAll("#gpu-table th a[data-sort]").forEach(function (a) {
@@ -167,10 +201,16 @@
     });
     var indices = siteOrder.map(function (_, i) { return i; });
     if (!indices.length) return;
-    CHARTS.forEach(function (chart) {
+    // One chart a task: each redraw is the browser's longest piece of work on this page, so the
+    // three are not run back to back in one task. A snapshot drawn meanwhile drops the rest.
+    var seq = snapshotSeq;
+    CHARTS.forEach(function (chart, n) {
       var xs = siteOrder.map(function (id) { return bySite[id] && bySite[id].reporting ? [ts] : []; });
       var ys = siteOrder.map(function (id) { return bySite[id] && bySite[id].reporting ? [bySite[id][chart.siteKey]] : []; });
-      Plotly.extendTraces(chart.id, { x: xs, y: ys }, indices, windowPoints);
+      setTimeout(function () {
+        if (seq !== snapshotSeq || !chartsDrawn) return;
+        Plotly.extendTraces(chart.id, { x: xs, y: ys }, indices, windowPoints);
+      }, n * 16);
     });
   }
 
