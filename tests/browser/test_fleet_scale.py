@@ -213,6 +213,8 @@ def test_the_fleet_page_stays_responsive_and_small_at_thousands_of_gpus(
 
             ARTIFACTS.mkdir(exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "fleet-scale.png"), full_page=True)
+            page.set_viewport_size({"width": 390, "height": 844})
+            page.screenshot(path=str(ARTIFACTS / "fleet-scale-phone.png"), full_page=True)
             assert not log.errors, f"the browser reported errors: {log.errors}"
         finally:
             browser.close()
