@@ -149,35 +149,44 @@ def fleet_totals(*, site_id: int | None = None) -> dict[str, Any]:
 
 
 def site_summaries() -> list[dict[str, Any]]:
+    """One summary per site. Three grouped reads (GPUs, nodes, fresh states per site) rather than
+    one join of sites, nodes, GPUs and states with COUNT(DISTINCT): at 100,000 GPUs the join's
+    distinct counts took most of a second, the grouped reads a fraction of it."""
     cutoff = stale_cutoff()
-    physical = Q(nodes__gpus__parent__isnull=True)
-    fresh = physical & Q(nodes__gpus__state__ts__gte=cutoff)
-    sites = Site.objects.annotate(
-        gpu_count=Count("nodes__gpus", filter=physical, distinct=True),
-        node_count=Count("nodes", distinct=True),
-        reporting=Count("nodes__gpus__state", filter=fresh),
-        mean_util=Avg("nodes__gpus__state__gpu_util", filter=fresh),
-        max_temp=Max("nodes__gpus__state__gpu_temp_c", filter=fresh),
-        mean_temp=Avg("nodes__gpus__state__gpu_temp_c", filter=fresh),
-    ).order_by("name")
+    gpus = dict(
+        Gpu.objects.physical().values("node__site_id").annotate(n=Count("pk")).values_list("node__site_id", "n")
+    )
+    nodes = dict(Node.objects.values("site_id").annotate(n=Count("pk")).values_list("site_id", "n"))
+    fresh = {
+        row["gpu__node__site_id"]: row
+        for row in GpuState.objects.filter(gpu__parent__isnull=True, ts__gte=cutoff)
+        .values("gpu__node__site_id")
+        .annotate(
+            reporting=Count("pk"),
+            mean_util=Avg("gpu_util"),
+            max_temp=Max("gpu_temp_c"),
+            mean_temp=Avg("gpu_temp_c"),
+        )
+    }
     power = gpu_power_w(by="site")
     faulted = gpus_with_open_xid_ecc()
+    none: dict[str, Any] = {"reporting": 0, "mean_util": None, "max_temp": None, "mean_temp": None}
     return [
         {
             "id": s.id,
             "name": s.name,
             "region": s.region,
             "contracted_power_kw": _round(s.contracted_power_kw),
-            "gpus": s.gpu_count,
-            "nodes": s.node_count,
-            "reporting": s.reporting,
-            "mean_util": _round(s.mean_util),
+            "gpus": gpus.get(s.id, 0),
+            "nodes": nodes.get(s.id, 0),
+            "reporting": fresh.get(s.id, none)["reporting"],
+            "mean_util": _round(fresh.get(s.id, none)["mean_util"]),
             "power_kw": _round(power.get(s.id, 0.0) / 1000, 2),
-            "max_temp": _round(s.max_temp),
-            "mean_temp": _round(s.mean_temp),
+            "max_temp": _round(fresh.get(s.id, none)["max_temp"]),
+            "mean_temp": _round(fresh.get(s.id, none)["mean_temp"]),
             "with_errors": sum(1 for site in faulted.values() if site == s.id),
         }
-        for s in sites
+        for s in Site.objects.order_by("name")
     ]
 
 
