@@ -365,12 +365,13 @@ def describe(body: dict[str, Any]) -> str:
 
 def breakdown(requests: int) -> None:
     """Median ms of each part of the overview, called directly."""
-    from fleet.telemetry import dashboard
+    from fleet.telemetry import dashboard, fleet_page, gpu_table
 
     parts = {
         "fleet_totals": lambda: dashboard.fleet_totals(),
-        "site_summaries": lambda: dashboard.site_summaries(),
-        "gpu_rows (1,024-row table)": lambda: dashboard.gpu_rows(),
+        "site_rows (with health)": lambda: fleet_page.site_rows(),
+        "worst_gpus (50)": lambda: gpu_table.worst_gpus(),
+        "table_page (50 rows)": lambda: gpu_table.table_page(gpu_table.TableQuery()),
         "site_series 1h (1m rollups)": lambda: dashboard.site_series(range_key="1h"),
         "site_series 24h (1m rollups)": lambda: dashboard.site_series(range_key="24h"),
         "site_series 7d (1h rollups)": lambda: dashboard.site_series(range_key="7d"),
@@ -379,7 +380,7 @@ def breakdown(requests: int) -> None:
     for label, fn in parts.items():
         fn()
         log(f"    {statistics.median(timed(fn)[0] for _ in range(max(5, requests // 3))):8.1f}  {label}")
-    snapshot = dashboard.overview_snapshot(range_key="24h")
+    snapshot = fleet_page.overview_snapshot(range_key="24h")
     from rest_framework.renderers import JSONRenderer
 
     ms = statistics.median(timed(JSONRenderer().render, snapshot)[0] for _ in range(5))

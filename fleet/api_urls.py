@@ -22,5 +22,6 @@ router.register("mounts", inventory_api.NodeMountViewSet, basename="mount")
 
 urlpatterns = [
     path("overview/", telemetry_api.FleetOverviewView.as_view(), name="overview"),
+    path("gpu-table/", telemetry_api.GpuTableView.as_view(), name="gpu-table"),
     *router.urls,
 ]

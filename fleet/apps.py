@@ -22,7 +22,7 @@ class FleetConfig(AppConfig):
         from fleet.serving import detectors as serving_detectors  # noqa: F401  (registers its detectors)
         from fleet.storage import detectors as storage_detectors  # noqa: F401  (registers its detectors)
         from fleet.storage import services as storage
-        from fleet.telemetry import dashboard, silent_sources
+        from fleet.telemetry import dashboard, fleet_page, silent_sources
         from fleet.telemetry import detectors as gpu_health_detectors  # noqa: F401  (registers its detectors)
         from fleet.training import dashboard as training_dashboard
         from fleet.training import detectors as training_detectors  # noqa: F401  (registers its detectors and hook)
@@ -30,7 +30,7 @@ class FleetConfig(AppConfig):
         metrics.register_collector(fleet_metrics.collect)
         queues.register_stream(ingest_stream.STREAM)
         silent_sources.register_backlog_probe(lambda: ingest_stream.oldest_waiting_seconds())
-        live.register_topic_builder("fleet", dashboard.build_fleet_delta)
+        fleet_page.register()  # the fleet, site.<id> and fleetview.<digest> topics
         live.register_topic_builder("gpu", dashboard.build_gpu_delta)
         live.register_topic_builder("node", dashboard.build_node_delta)
         live.register_topic_watcher("gpu", live.watch_topic)

@@ -19,7 +19,7 @@ from console.ranges import WINDOW_PARAMETERS, RangeError, Window, window_from_qu
 from fleet.inventory.filtersets import GpuFilterSet, NodeFilterSet
 from fleet.inventory.models import Gpu, Node
 from fleet.inventory.serializers import NodeSerializer
-from fleet.telemetry import dashboard
+from fleet.telemetry import dashboard, fleet_page, gpu_table
 from fleet.telemetry.filtersets import ScrapeTargetFilterSet
 from fleet.telemetry.models import ScrapeTarget
 from fleet.telemetry.serializers import GpuSerializer, ScrapeTargetSerializer
@@ -91,14 +91,30 @@ class ScrapeTargetViewSet(viewsets.ModelViewSet):
     filterset_class = ScrapeTargetFilterSet
 
 
+TABLE_PARAMETERS = [
+    OpenApiParameter("site", OpenApiTypes.STR, required=False, description="site name"),
+    OpenApiParameter("site_id", OpenApiTypes.INT, required=False),
+    OpenApiParameter("hostname", OpenApiTypes.STR, required=False, description="contains"),
+    OpenApiParameter("model", OpenApiTypes.STR, required=False, description="contains"),
+    OpenApiParameter("q", OpenApiTypes.STR, required=False, description="host, UUID or model contains"),
+    OpenApiParameter("state", OpenApiTypes.STR, enum=list(gpu_table.STATES), required=False),
+    OpenApiParameter("sort", OpenApiTypes.STR, enum=[*gpu_table.SORTS, *(f"-{k}" for k in gpu_table.SORTS)]),
+    OpenApiParameter("page", OpenApiTypes.INT, default=1),
+    OpenApiParameter("size", OpenApiTypes.INT, default=gpu_table.DEFAULT_SIZE),
+]
+
+
 class FleetOverviewView(APIView):
-    """Totals, site cards, the GPU table and per-site series: the fleet page's snapshot."""
+    """Totals, site rows, the worst GPUs, one page of the GPU table and per-site series: the fleet
+    page's snapshot. ``site`` (an id) scopes it to one site; the table's filters, sort and paging
+    are those of /api/v1/fleet/gpu-table/ (its ``site`` by name is ``site_id`` here)."""
 
     @extend_schema(
         parameters=[
             OpenApiParameter("range", OpenApiTypes.STR, enum=list(dashboard.RANGES), default=dashboard.DEFAULT_RANGE),
             *WINDOW_PARAMETERS,
             OpenApiParameter("site", OpenApiTypes.INT, required=False),
+            *[p for p in TABLE_PARAMETERS if p.name not in ("site", "site_id")],
         ],
         responses=OpenApiTypes.OBJECT,
     )
@@ -107,13 +123,32 @@ class FleetOverviewView(APIView):
             window = _window(request)
         except RangeError as exc:
             return _bad_range(exc)
-        site = request.query_params.get("site")
-        if site is not None and not site.isdigit():
+        params = request.query_params.copy()
+        site = params.pop("site", [None])[-1]
+        if site is not None and not (site.isdigit() and len(site) <= 12):
             return Response({"site": "Must be a site id."}, status=400)
+        try:
+            query = gpu_table.parse_query(params, allowed_extra=("range", "from", "to", "format"))
+        except gpu_table.TableQueryError as exc:
+            return Response(exc.errors, status=400)
         return Response(
-            dashboard.overview_snapshot(
+            fleet_page.overview_snapshot(
                 range_key=window.preset or dashboard.DEFAULT_RANGE,
                 site_id=int(site) if site else None,
                 window=window,
+                query=query,
             )
         )
+
+
+class GpuTableView(APIView):
+    """One page of the fleet's GPU table, filtered and sorted on the server (the same filters as
+    the fleet page's HTML view), with ``topic``: the live topic whose pushes carry this page's rows."""
+
+    @extend_schema(parameters=TABLE_PARAMETERS, responses=OpenApiTypes.OBJECT)
+    def get(self, request: Request) -> Response:
+        try:
+            query = gpu_table.parse_query(request.query_params, allowed_extra=("format",))
+        except gpu_table.TableQueryError as exc:
+            return Response(exc.errors, status=400)
+        return Response(fleet_page.table_snapshot(query))

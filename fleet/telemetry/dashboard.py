@@ -6,7 +6,6 @@ that reconnects and re-fetches the snapshot lands on exactly what the deltas wou
 
 from __future__ import annotations
 
-import zlib
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -59,7 +58,7 @@ GPU_ROW_FIELDS = (
 )
 
 
-def _stale_cutoff() -> datetime:
+def stale_cutoff() -> datetime:
     return timezone.now() - timedelta(seconds=settings.FLEET_STALE_SECONDS)
 
 
@@ -117,18 +116,19 @@ def fleet_totals(*, site_id: int | None = None) -> dict[str, Any]:
     if site_id is not None:
         gpus = gpus.filter(node__site_id=site_id)
         states = states.filter(gpu__node__site_id=site_id)
-    cutoff = _stale_cutoff()
+    cutoff = stale_cutoff()
     fresh = Q(ts__gte=cutoff)
     agg = states.aggregate(
         reporting=Count("pk", filter=fresh),
         mean_util=Avg("gpu_util", filter=fresh),
         max_temp=Max("gpu_temp_c", filter=fresh),
+        mean_temp=Avg("gpu_temp_c", filter=fresh),
         throttled=Count("pk", filter=fresh & Q(throttle_reasons__gt=1)),
     )
     power = gpu_power_w(by="site")
     faulted = gpus_with_open_xid_ecc()
     hottest = [
-        _gpu_row(row, faulted=faulted)
+        gpu_row(row, faulted=faulted)
         for row in states.filter(fresh, gpu_temp_c__isnull=False)
         .order_by("-gpu_temp_c")
         .values(*GPU_ROW_FIELDS)[:HOTTEST]
@@ -141,6 +141,7 @@ def fleet_totals(*, site_id: int | None = None) -> dict[str, Any]:
         "mean_util": _round(agg["mean_util"]),
         "power_kw": _round((power.get(site_id, 0.0) if site_id is not None else sum(power.values())) / 1000, 2),
         "max_temp": _round(agg["max_temp"]),
+        "mean_temp": _round(agg["mean_temp"]),
         "with_errors": sum(1 for site in faulted.values() if site_id is None or site == site_id),
         "throttled": agg["throttled"],
         "hottest": hottest,
@@ -148,33 +149,44 @@ def fleet_totals(*, site_id: int | None = None) -> dict[str, Any]:
 
 
 def site_summaries() -> list[dict[str, Any]]:
-    cutoff = _stale_cutoff()
-    physical = Q(nodes__gpus__parent__isnull=True)
-    fresh = physical & Q(nodes__gpus__state__ts__gte=cutoff)
-    sites = Site.objects.annotate(
-        gpu_count=Count("nodes__gpus", filter=physical, distinct=True),
-        node_count=Count("nodes", distinct=True),
-        reporting=Count("nodes__gpus__state", filter=fresh),
-        mean_util=Avg("nodes__gpus__state__gpu_util", filter=fresh),
-        max_temp=Max("nodes__gpus__state__gpu_temp_c", filter=fresh),
-    ).order_by("name")
+    """One summary per site. Three grouped reads (GPUs, nodes, fresh states per site) rather than
+    one join of sites, nodes, GPUs and states with COUNT(DISTINCT): at 100,000 GPUs the join's
+    distinct counts took most of a second, the grouped reads a fraction of it."""
+    cutoff = stale_cutoff()
+    gpus = dict(
+        Gpu.objects.physical().values("node__site_id").annotate(n=Count("pk")).values_list("node__site_id", "n")
+    )
+    nodes = dict(Node.objects.values("site_id").annotate(n=Count("pk")).values_list("site_id", "n"))
+    fresh = {
+        row["gpu__node__site_id"]: row
+        for row in GpuState.objects.filter(gpu__parent__isnull=True, ts__gte=cutoff)
+        .values("gpu__node__site_id")
+        .annotate(
+            reporting=Count("pk"),
+            mean_util=Avg("gpu_util"),
+            max_temp=Max("gpu_temp_c"),
+            mean_temp=Avg("gpu_temp_c"),
+        )
+    }
     power = gpu_power_w(by="site")
     faulted = gpus_with_open_xid_ecc()
+    none: dict[str, Any] = {"reporting": 0, "mean_util": None, "max_temp": None, "mean_temp": None}
     return [
         {
             "id": s.id,
             "name": s.name,
             "region": s.region,
             "contracted_power_kw": _round(s.contracted_power_kw),
-            "gpus": s.gpu_count,
-            "nodes": s.node_count,
-            "reporting": s.reporting,
-            "mean_util": _round(s.mean_util),
+            "gpus": gpus.get(s.id, 0),
+            "nodes": nodes.get(s.id, 0),
+            "reporting": fresh.get(s.id, none)["reporting"],
+            "mean_util": _round(fresh.get(s.id, none)["mean_util"]),
             "power_kw": _round(power.get(s.id, 0.0) / 1000, 2),
-            "max_temp": _round(s.max_temp),
+            "max_temp": _round(fresh.get(s.id, none)["max_temp"]),
+            "mean_temp": _round(fresh.get(s.id, none)["mean_temp"]),
             "with_errors": sum(1 for site in faulted.values() if site == s.id),
         }
-        for s in sites
+        for s in Site.objects.order_by("name")
     ]
 
 
@@ -201,7 +213,7 @@ def memory_used_pct(used: float | None, free: float | None) -> float | None:
     return _round(100 * used / (used + free))
 
 
-def _gpu_row(
+def gpu_row(
     row: dict[str, Any],
     *,
     faulted: dict[str, int] | None = None,
@@ -243,7 +255,7 @@ def gpu_rows(*, site_id: int | None = None, updated_since: datetime | None = Non
     rows = list(states.order_by("gpu__node__hostname", "gpu__index").values(*GPU_ROW_FIELDS))
     mig = mig_memory(r["gpu_id"] for r in rows if r["fb_used_mib"] is None)
     faulted = gpus_with_open_xid_ecc()
-    return [_gpu_row(r, faulted=faulted, mig=mig) for r in rows]
+    return [gpu_row(r, faulted=faulted, mig=mig) for r in rows]
 
 
 def _empty_series() -> dict[str, list[Any]]:
@@ -371,59 +383,6 @@ def site_series(*, range_key: str, site_id: int | None = None, window: Window | 
     if resolution == "raw":
         return site_series_from_raw(seconds=seconds, site_id=site_id)
     return site_series_from_rollups(seconds=seconds, resolution=resolution, site_id=site_id)
-
-
-def overview_snapshot(
-    *, range_key: str = DEFAULT_RANGE, site_id: int | None = None, window: Window | None = None
-) -> dict[str, Any]:
-    """Everything the fleet page draws, for a first load or after a websocket reconnect. A custom
-    ``window`` (from / to) moves the charts; the totals, cards and table are the fleet now."""
-    return {
-        "ts": timezone.now().isoformat(),
-        "range": "custom" if window is not None and window.custom else range_key,
-        "totals": fleet_totals(site_id=site_id),
-        "sites": site_summaries(),
-        "gpus": gpu_rows(site_id=site_id),
-        "series": site_series(range_key=range_key, site_id=site_id, window=window),
-    }
-
-
-def build_fleet_delta(topic: str, watermark: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The `fleet` topic's push: totals and site cards now, and the GPU rows changed since the
-    previous push.
-
-    The watermark is the newest state time sent and a digest of each GPU row in the previous
-    push's window: the overlap reads those rows again, and one whose content has not changed since
-    is not sent again (pushes come faster than the overlap: without this each row went out several times)."""
-    if isinstance(watermark, str):  # a watermark from before the sent rows were remembered
-        watermark = {"t": watermark, "sent": {}}
-    since = (
-        datetime.fromisoformat(watermark["t"]) - WATERMARK_OVERLAP
-        if watermark and watermark.get("t")
-        else timezone.now() - timedelta(seconds=settings.FLEET_STALE_SECONDS)
-    )
-    sent = (watermark or {}).get("sent") or {}
-    # Read the watermark before the rows: a state written in between is sent now or next time.
-    newest = GpuState.objects.aggregate(m=Max("updated_at"))["m"]
-    window = [(row, _row_digest(row)) for row in gpu_rows(updated_since=since)]
-    rows = [row for row, digest in window if sent.get(row["uuid"]) != digest]
-    payload = {
-        "type": "fleet.delta",
-        "topic": topic,
-        "ts": timezone.now().isoformat(),
-        "totals": fleet_totals(),
-        "sites": site_summaries(),
-        "gpus": rows,
-    }
-    mark = newest.isoformat() if newest else (watermark or {}).get("t")
-    # Every row of the window is in this push or was in the previous one.
-    return payload, {"t": mark, "sent": {row["uuid"]: digest for row, digest in window}}
-
-
-def _row_digest(row: dict[str, Any]) -> int:
-    """A row's content as a number, the same in every process (a state rewritten with the same
-    sample time but other values, a second source for one GPU, differs)."""
-    return zlib.crc32(repr(tuple(row.values())).encode())
 
 
 # --- One GPU's and one node's pages ----------------------------------------------------------

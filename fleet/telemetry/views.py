@@ -14,8 +14,8 @@ from django.utils.safestring import mark_safe
 from django.views.generic import TemplateView
 
 from console.permissions import DashboardRequiredMixin
-from fleet.inventory.models import ClaimConflict, Gpu, Node
-from fleet.telemetry import dashboard
+from fleet.inventory.models import ClaimConflict, Gpu, Node, Site
+from fleet.telemetry import dashboard, gpu_table
 from fleet.telemetry.fields import GPU_SAMPLE_FIELDS, MIG_INSTANCE_FIELDS, Field
 from fleet.telemetry.forms import ScrapeTargetForm
 from fleet.telemetry.models import ScrapeTarget
@@ -40,8 +40,43 @@ def format_metric(field: Field, value: float | None) -> str:
     return f"{text} {field.unit}".strip()
 
 
+# The GPU table's columns: (sort key or None, heading, numeric).
+GPU_COLUMNS = [
+    ("hostname", "Host", False),
+    (None, "GPU", False),
+    ("model", "Model", False),
+    ("site", "Site", False),
+    ("health", "Health", False),
+    ("util", "Util %", True),
+    (None, "Mem %", True),
+    ("temp", "°C", True),
+    ("mem_temp", "HBM °C", True),
+    ("power", "W", True),
+    ("sm_clock", "SM MHz", True),
+    ("xid", "XID", True),
+    ("ecc_dbe", "DBE", True),
+    ("ts", "Last sample", False),
+]
+STATE_LABELS = {
+    "healthy": "Healthy",
+    "degraded": "Degraded",
+    "failed": "Failed",
+    "errors": "XID / ECC errors",
+    "throttled": "Throttled",
+    "stale": "Stale",
+}
+
+
 class FleetDashboardView(DashboardRequiredMixin, TemplateView):
+    """The fleet page: sites, aggregates, the worst GPUs and one page of the GPU table, filtered by
+    the query string through the same FilterSet as /api/v1/fleet/gpu-table/ (a bad filter: 400,
+    named on the page)."""
+
     template_name = "fleet/dashboard.html"
+
+    def get(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        context = self.get_context_data(**kwargs)
+        return self.render_to_response(context, status=400 if context["table_errors"] else 200)
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
@@ -50,6 +85,17 @@ class FleetDashboardView(DashboardRequiredMixin, TemplateView):
         context["stale_seconds"] = settings.FLEET_STALE_SECONDS
         # Samples held back until an Admin resolves who owns a GPU or node (fleet.inventory.claims).
         context["pending_claims"] = ClaimConflict.objects.pending().count()
+        context.update(columns=GPU_COLUMNS, state_choices=list(STATE_LABELS.items()), page_sizes=[25, 50, 100, 200])
+        context["site_choices"] = list(Site.objects.order_by("name").values("id", "name"))
+        try:
+            query = gpu_table.parse_query(self.request.GET, allowed_extra=("range", "from", "to"))
+        except gpu_table.TableQueryError as exc:
+            context.update(table=None, table_errors=exc.errors, table_query=gpu_table.TableQuery().as_params())
+            return context
+        context["table"] = gpu_table.table_page(query)
+        context["table_total"] = Gpu.objects.physical().count()
+        context["table_errors"] = {}
+        context["table_query"] = query.as_params()
         return context
 
 

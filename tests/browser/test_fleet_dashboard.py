@@ -85,8 +85,15 @@ def test_fleet_dashboard_follows_live_telemetry(stack: Stack, viewer_user: User,
             # --- the snapshot: table, totals, and a chart with history --------------------------
             wait_until(page, f"{JS_TABLE_ROWS} === 4")
             wait_until(page, f"{JS_UTIL_POINTS} >= 0")
-            wait_in_page(page, lambda: bool(log.of_type("subscribed")), "the websocket subscription to be confirmed")
-            assert log.of_type("subscribed")[-1]["topics"] == ["fleet"]
+            # The fleet topic first, then the table page's own topic, named by the snapshot.
+            wait_in_page(
+                page,
+                lambda: any(len(f["topics"]) == 2 for f in log.of_type("subscribed")),
+                "the websocket subscription to be confirmed",
+            )
+            assert log.of_type("subscribed")[0]["topics"] == ["fleet"]
+            topics = log.of_type("subscribed")[-1]["topics"]
+            assert topics[0] == "fleet" and topics[1].startswith("fleetview.")
             points_before = page.evaluate(JS_UTIL_POINTS)
             assert points_before >= 1, "the snapshot's series should hold batch 1's past buckets"
             assert page.text_content('[data-total="gpus"]') == "4"
@@ -106,6 +113,8 @@ def test_fleet_dashboard_follows_live_telemetry(stack: Stack, viewer_user: User,
             assert page.evaluate("window.__sameDocument === true"), "the page reloaded"
             assert log.fetches == 1, "the page re-fetched its snapshot instead of applying the delta"
             assert len(log.of_type("fleet.delta")) > deltas_before
+            # The new rows came over the table page's topic; the fleet topic carries no rows.
+            assert log.of_type("fleet.rows") and all("gpus" not in d for d in log.of_type("fleet.delta"))
             assert page.evaluate(JS_UTIL_POINTS) == points_before + 1, "one push appends one point"
             assert page.evaluate("document.getElementById('chart-util').data[0].y.slice(-1)[0]") == 90.0
             assert page.text_content("#gpu-count") == "6 of 6"

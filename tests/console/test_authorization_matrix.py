@@ -316,6 +316,7 @@ RULES: dict[str, Rule] = {
     # GPUs and own the scrape targets; endpoints are registered by the metrics they report.
     "api:fleet-api:api-root": api(),
     "api:fleet-api:overview": api(),
+    "api:fleet-api:gpu-table": api(),
     "api:fleet-api:site-list": api(post=ADMINS),
     "api:fleet-api:site-detail": api(patch=ADMINS, delete=ADMINS, target="site"),
     "api:fleet-api:rack-list": api(post=ADMINS),

@@ -50,6 +50,11 @@ def _errors_everywhere(viewer_client) -> dict[str, object]:  # type: ignore[no-u
         "fleet": fleet["totals"]["with_errors"],
         "fleet_sites": {s["name"]: s["with_errors"] for s in fleet["sites"]},
         "fleet_rows": sorted(g["uuid"] for g in fleet["gpus"] if g["open_xid_ecc"]),
+        "fleet_failed": fleet["totals"]["failed"],
+        "fleet_sites_failed": {s["name"]: s["failed"] for s in fleet["sites"]},
+        "table_errors": sorted(
+            g["uuid"] for g in viewer_client.get("/api/v1/fleet/gpu-table/", {"state": "errors"}).json()["gpus"]
+        ),
     }
 
 
@@ -97,6 +102,9 @@ def test_gpus_with_xid_or_ecc_errors_count_open_findings_not_the_latest_sample(
         "fleet": 2,
         "fleet_sites": {"ams-1": 1, "iad-2": 1},
         "fleet_rows": sorted([xid, dbe]),  # XID 13 (benign) opens nothing and counts nowhere
+        "fleet_failed": 2,  # a failed GPU is one with an open XID / ECC finding (fleet.telemetry.gpu_table)
+        "fleet_sites_failed": {"ams-1": 1, "iad-2": 1},
+        "table_errors": sorted([xid, dbe]),
     }
     # Once its incident is resolved the XID GPU stops counting, everywhere at once.
     xid_incident = Incident.objects.get(labels__gpu=xid)

@@ -52,8 +52,9 @@ def test_a_viewer_subscribes_and_receives_a_delta_after_ingest(viewer_user, site
 
     message = async_to_sync(scenario)()
     assert message["type"] == "fleet.delta"
-    assert [g["uuid"] for g in message["gpus"]] == [sample["gpu_uuid"]]
-    assert message["gpus"][0]["util"] == 55.5
+    assert "gpus" not in message  # table rows go to the page's view topic (tests/fleet/telemetry/test_fleet_page.py)
+    assert [g["uuid"] for g in message["worst"]] == [sample["gpu_uuid"]]
+    assert message["worst"][0]["util"] == 55.5
     assert message["totals"]["gpus"] == 1 and message["totals"]["reporting"] == 1
     assert message["sites"][0]["name"] == site_a.name
 
@@ -150,37 +151,3 @@ def test_pushes_are_coalesced_to_one_per_interval(settings, monkeypatch, site_a,
     # (less a little for the timer's own slack), where unfolded sends would be milliseconds apart.
     gaps = [b - a for a, b in itertools.pairwise(sent_at)]
     assert all(gap >= 0.9 for gap in gaps), gaps
-
-
-def test_a_fleet_push_does_not_resend_rows_the_previous_push_carried(site_a) -> None:
-    # The overlap window reads the rows of the previous push again; unchanged, they stay out.
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    from fleet.telemetry.dashboard import build_fleet_delta
-    from fleet.telemetry.store import store_gpu_samples
-    from tests.fleet.telemetry.test_rollups_and_retention import sample
-
-    now = timezone.now()
-    a = sample(gpu_uuid="GPU-aaaa0000-0001", hostname="gpu-a-001", gpu_index=0, ts=now - timedelta(seconds=1))
-    b = sample(gpu_uuid="GPU-bbbb0000-0002", hostname="gpu-a-001", gpu_index=1, ts=now - timedelta(seconds=1))
-    store_gpu_samples(site_id=site_a.id, batch_key="first", samples=[a, b])
-    first, mark = build_fleet_delta("fleet", None)
-    assert sorted(g["uuid"] for g in first["gpus"]) == [a.gpu_uuid, b.gpu_uuid]
-
-    again, mark = build_fleet_delta("fleet", mark)
-    assert again["gpus"] == [] and again["totals"]["gpus"] == 2  # totals always, rows only when new
-
-    newer = sample(gpu_uuid=a.gpu_uuid, hostname="gpu-a-001", gpu_index=0, ts=now, gpu_util=12.5)
-    store_gpu_samples(site_id=site_a.id, batch_key="second", samples=[newer])
-    third, mark = build_fleet_delta("fleet", mark)
-    assert [(g["uuid"], g["util"]) for g in third["gpus"]] == [(a.gpu_uuid, 12.5)]
-    assert build_fleet_delta("fleet", mark)[0]["gpus"] == []
-    # The same sample time with other values (a second source for the GPU) is news too.
-    same_time = sample(gpu_uuid=a.gpu_uuid, hostname="gpu-a-001", gpu_index=0, ts=now, gpu_util=80.0)
-    store_gpu_samples(site_id=site_a.id, batch_key="third", samples=[same_time])
-    fourth, mark = build_fleet_delta("fleet", mark)
-    assert [(g["uuid"], g["util"]) for g in fourth["gpus"]] == [(a.gpu_uuid, 80.0)]
-    # A watermark kept by an older release (a bare time) still works: it re-sends the overlap.
-    assert len(build_fleet_delta("fleet", mark["t"])[0]["gpus"]) == 2

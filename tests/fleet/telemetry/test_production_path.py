@@ -56,7 +56,10 @@ def test_a_batch_is_stored_by_the_worker_and_pushed_to_a_websocket(worker: Stack
 
     message = async_to_sync(scenario)()
     assert message["type"] == "fleet.delta"
-    assert {g["uuid"] for g in message["gpus"]} == {s["gpu_uuid"] for s in samples}
+    # No table rows on the fleet topic (a table page's rows go to its own view topic): the
+    # aggregates, and the worst GPUs, a bounded list that here holds all 8.
+    assert "gpus" not in message
+    assert {g["uuid"] for g in message["worst"]} == {s["gpu_uuid"] for s in samples}
     assert message["totals"]["power_kw"] == pytest.approx(sum(500.0 + i for i in range(8)) / 1000, abs=0.01)
     # Written by the worker process, read here: the real database, not the test's transaction.
     assert GpuSample.objects.count() == 8
