@@ -1,0 +1,487 @@
+"""A fleet of N GPUs on the console's own engines, simulated and measured (issue 27).
+
+The console runs in production mode on services of its own (bench/soak_stack.Stack: a PostgreSQL
+server and a Redis server on free ports, two uvicorn web processes, two Celery workers, beat), as
+the soak runs it. Then:
+
+1. **Register and seed.** One round of agent reports registers the fleet's nodes and GPUs (sites
+   of 10,000 GPUs, nodes of 8). 24 h of rollups are then written by SQL, an hour a statement: the
+   fleet's and each site's group rollups at 1 minute and 1 hour (what the overview and a site's
+   page chart), and the probed GPUs' own minutes (what a GPU's page charts). Node and rack
+   rollups come from the run itself.
+2. **Load** for ``--minutes`` (``--short``: 3): every GPU reports every 10 s through the JSON door,
+   one POST a node (the NVML agent's batch: 8 GPUs), spread evenly over the 10 s by ``--posters``
+   threads over both web processes, each POST with an Idempotency-Key kept across retries (429,
+   5xx and connection errors are retried, on the other process). Alongside:
+   * probes, about one request a second each, with an Admin's session: the fleet overview over 24 h
+     (``/api/v1/fleet/overview/?range=24h``), a site's (``&site=<id>``) and a GPU's page
+     (``/fleet/gpus/<uuid>/``);
+   * ``--clients`` websocket clients (signed in through the login form), each subscribed to the
+     ``fleet`` topic and to the topic of the GPU table page its snapshot names: every row of a
+     ``fleet.rows`` push is timed from its sample's ``ts`` (the posting moment) to its arrival;
+   * every 5 s: the rollups' lag (the oldest minute waiting, less the minute itself, as
+     ``fleet.telemetry.rollups.rollup_lag_seconds`` reads it) and the database's size.
+3. **Drain.** The load stops; the bench waits until every acknowledged sample is stored (up to
+   120 s). ``drain_s`` is how long that took: the age of the oldest unwritten batch when the load
+   stopped, at most. The run keeps up when sent = stored, ``drain_s`` <= 30 and the rollups' lag
+   stayed within 2 minutes.
+
+Prints progress on stderr and ends with one line:
+RESULT gpus=... samples_per_s=... sent=... stored=... lag_p99_s=... drain_s=... rollup_lag_max_s=...
+overview_p95_ms=... site_p95_ms=... gpu_page_p95_ms=... ws_clients=... ws_p99_ms=... web_cpu=...
+worker_cpu=... pg_cpu=... db_growth_mb_per_h=... keeps_up=yes|no
+(``*_cpu``: cores used on average, summed over that component's processes; ``lag_p99_s``: a
+batch's accept -> commit, from fleet_ingestbatch.) ``--short`` judges correctness (sent = stored,
+no 5xx) and exits non-zero when it fails; timings are printed, not judged.
+
+Training jobs and serving endpoints in proportion to the fleet are not simulated yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import json
+import math
+import random
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psutil
+import requests
+import soak_stack
+from _common import log, percentile
+from soak_live import sign_in
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+INGEST_PATH = "/api/v1/ingest/gpu-samples"
+INTERVAL_S = 10.0
+GPUS_PER_NODE = 8
+GPUS_PER_SITE = 10_000
+KEY_PREFIX = "scale-"
+MODEL = "NVIDIA H100 80GB HBM3"
+HBM_MIB = 81559
+PROBED_GPUS = 20
+PASSWORD = "scale-" + uuid.uuid4().hex
+
+
+@dataclass
+class Node:
+    site: str
+    hostname: str
+    uuids: list[str]
+    energy_mj: list[int] = field(default_factory=lambda: [0] * GPUS_PER_NODE)
+
+
+def build_fleet(gpus: int) -> tuple[list[str], list[Node]]:
+    sites = [f"scale-{n + 1:02d}" for n in range(max(1, math.ceil(gpus / GPUS_PER_SITE)))]
+    nodes = []
+    for n in range(math.ceil(gpus / GPUS_PER_NODE)):
+        site = sites[n * GPUS_PER_NODE // GPUS_PER_SITE]
+        first = n * GPUS_PER_NODE
+        uuids = [f"GPU-scale-{g:07d}" for g in range(first, min(gpus, first + GPUS_PER_NODE))]
+        nodes.append(Node(site, f"{site}-n{n:05d}", uuids))
+    return sites, nodes
+
+
+def node_body(node: Node, ts: datetime) -> bytes:
+    stamp = ts.isoformat()
+    samples = []
+    for index, gpu in enumerate(node.uuids):
+        power = round(random.uniform(330, 370), 1)
+        node.energy_mj[index] += int(power * INTERVAL_S * 1000)
+        used = random.randint(60000, 70000)
+        samples.append(
+            {
+                "gpu_uuid": gpu,
+                "hostname": node.hostname,
+                "ts": stamp,
+                "gpu_index": index,
+                "model": MODEL,
+                "gpu_util": round(random.uniform(70, 90), 1),
+                "fb_used_mib": used,
+                "fb_free_mib": HBM_MIB - used,
+                "gpu_temp_c": round(random.uniform(55, 65), 1),
+                "power_w": power,
+                "energy_mj": node.energy_mj[index],
+                "xid": 0,
+                "ecc_dbe_total": 0,
+                "throttle_reasons": 0,
+            }
+        )
+    return json.dumps({"samples": samples}).encode()
+
+
+class Agents:
+    """Every node POSTs its GPUs' samples every INTERVAL_S, spread over the interval by
+    ``posters`` threads; counts what was acknowledged."""
+
+    def __init__(self, urls: list[str], tokens: dict[str, str], nodes: list[Node], posters: int) -> None:
+        self.urls, self.tokens, self.nodes, self.posters = urls, tokens, nodes, posters
+        self.statuses: Counter[int | str] = Counter()
+        self.samples_acked = 0
+        self.behind_s = 0.0  # how far the posters fell behind their schedule, at most
+        self.lock = threading.Lock()
+        self.stop_event = threading.Event()
+        self.threads: list[threading.Thread] = []
+
+    def one_round(self) -> None:
+        """Every node once, as fast as the posters go (registration)."""
+        chunks = [self.nodes[i :: self.posters] for i in range(self.posters)]
+        threads = [threading.Thread(target=self._post_all, args=(c,)) for c in chunks]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    def _post_all(self, nodes: list[Node]) -> None:
+        session = requests.Session()
+        for node in nodes:
+            self._post(session, node)
+
+    def start(self) -> None:
+        for i in range(self.posters):
+            t = threading.Thread(target=self._run, args=(self.nodes[i :: self.posters],), daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        for t in self.threads:
+            t.join(60)
+
+    def _run(self, nodes: list[Node]) -> None:
+        session = requests.Session()
+        spacing = INTERVAL_S / max(1, len(nodes))
+        next_at = time.monotonic() + random.uniform(0, spacing)
+        for node in itertools.cycle(nodes):
+            if self.stop_event.wait(max(0.0, next_at - time.monotonic())):
+                return
+            behind = time.monotonic() - next_at
+            with self.lock:
+                self.behind_s = max(self.behind_s, behind)
+            self._post(session, node)
+            next_at += spacing
+
+    def _post(self, session: requests.Session, node: Node) -> None:
+        body = node_body(node, datetime.now(UTC))
+        headers = {
+            "Authorization": f"Bearer {self.tokens[node.site]}",
+            "Content-Type": "application/json",
+            "Idempotency-Key": f"{KEY_PREFIX}{uuid.uuid4().hex}",
+        }
+        for attempt in itertools.count():
+            url = self.urls[(hash(node.hostname) + attempt) % len(self.urls)] + INGEST_PATH
+            try:
+                status: int | str = session.post(url, data=body, headers=headers, timeout=30).status_code
+            except requests.RequestException:
+                status = "conn_error"
+            with self.lock:
+                self.statuses[status] += 1
+                if status == 202:
+                    self.samples_acked += len(node.uuids)
+                    return
+            if isinstance(status, int) and status < 500 and status != 429:
+                log(f"agents: {url} answered {status}")
+                return
+            if attempt >= 20:
+                return
+            time.sleep(min(2.0, 0.1 * 2**attempt))
+
+
+class Probe(threading.Thread):
+    """GETs ``path`` about once a second with the session's cookie; 2xx latencies in ms."""
+
+    def __init__(self, urls: list[str], cookies: dict[str, str], path: str) -> None:
+        super().__init__(daemon=True)
+        self.urls, self.cookies, self.path = urls, cookies, path
+        self.ms: list[float] = []
+        self.statuses: Counter[int | str] = Counter()
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        session = requests.Session()
+        for n in itertools.count():
+            if self.stop_event.wait(1.0):
+                return
+            base = self.urls[n % len(self.urls)]
+            started = time.monotonic()
+            try:
+                response = session.get(base + self.path, headers={"Cookie": self.cookies[base]}, timeout=30)
+                status: int | str = response.status_code
+            except requests.RequestException:
+                status = "conn_error"
+            self.statuses[status] += 1
+            if status == 200:
+                self.ms.append((time.monotonic() - started) * 1000)
+
+
+class Watchers(threading.Thread):
+    """``clients`` websocket clients on the fleet topic and their table page's topic."""
+
+    def __init__(self, urls: list[str], cookies: dict[str, str], clients: int) -> None:
+        super().__init__(daemon=True)
+        self.urls, self.cookies, self.clients = urls, cookies, clients
+        self.row_ms: list[float] = []
+        self.messages: Counter[str] = Counter()
+        self.subscribed = 0
+        self.recording = False
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        tasks = [asyncio.create_task(self._client(n)) for n in range(self.clients)]
+        while not self.stop_event.is_set():
+            await asyncio.sleep(0.5)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _client(self, n: int) -> None:
+        base = self.urls[n % len(self.urls)]
+        snapshot = await asyncio.to_thread(
+            requests.get, base + "/api/v1/fleet/overview/", headers={"Cookie": self.cookies[base]}, timeout=60
+        )
+        topic = snapshot.json()["table"]["topic"]
+        with contextlib.suppress(ConnectionClosed):
+            async with connect(
+                "ws" + base.removeprefix("http") + "/ws/live/",
+                origin=base,  # type: ignore[arg-type]
+                additional_headers={"Cookie": self.cookies[base]},
+                max_size=None,
+                open_timeout=60,
+            ) as ws:
+                await ws.send(json.dumps({"action": "subscribe", "topics": ["fleet", topic]}))
+                self.subscribed += 1
+                seen: dict[str, str] = {}  # GPU -> the sample ts its row last showed
+                async for raw in ws:
+                    received = time.time()
+                    message = json.loads(raw)
+                    kind = message.get("type", "?")
+                    self.messages[kind] += 1
+                    if kind != "fleet.rows":
+                        continue
+                    for row in message.get("gpus", []):
+                        # A sample's first arrival at this client (not the page's first push,
+                        # which shows samples that came before it subscribed).
+                        ts, before = row.get("ts"), seen.get(row["uuid"])
+                        seen[row["uuid"]] = ts
+                        if self.recording and ts and before is not None and ts != before:
+                            self.row_ms.append((received - datetime.fromisoformat(ts).timestamp()) * 1000)
+
+
+def cpu_seconds(stack: soak_stack.Stack, names: list[str]) -> float:
+    total = 0.0
+    for name in names:
+        for proc in stack.tree(name):
+            with contextlib.suppress(psutil.Error):
+                t = proc.cpu_times()
+                total += t.user + t.system
+    return total
+
+
+def postgres_cpu(stack: soak_stack.Stack) -> float:
+    pid = int((stack.pgdata / "postmaster.pid").read_text().split()[0])
+    master = psutil.Process(pid)
+    t = master.cpu_times()
+    total = t.user + t.system + t.children_user + t.children_system
+    for child in master.children():
+        with contextlib.suppress(psutil.Error):
+            c = child.cpu_times()
+            total += c.user + c.system
+    return total
+
+
+def seed_rollups(stack: soak_stack.Stack, probed: list[str]) -> None:
+    """24 h of the fleet's and each site's group rollups (1 min and 1 h) and the probed GPUs' own
+    minutes, by SQL an hour a statement, from the GPUs registered (see the module docstring)."""
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    start = now - timedelta(hours=24)
+    stack.manage("shell", "-c", SEED.replace("@START@", start.isoformat()).replace("@PROBED@", json.dumps(probed)))
+
+
+SEED = """
+from datetime import datetime, timedelta
+from django.db import connection
+from fleet.telemetry import partitions
+start = datetime.fromisoformat("@START@")
+for table in (partitions.GROUP_ROLLUP_1M, partitions.GPU_ROLLUP_1M, partitions.GROUP_ROLLUP_1H):
+    partitions.ensure_partitions(table, start - timedelta(hours=1), start + timedelta(hours=25))
+with connection.cursor() as c:
+    c.execute("SELECT id FROM fleet_site")
+    scopes = [("fleet", 0, "TRUE")] + [("site", s, f"n.site_id = {s}") for (s,) in c.fetchall()]
+    for scope, scope_id, where in scopes:
+        c.execute(f"SELECT count(*) FROM fleet_gpu g JOIN fleet_node n ON n.id = g.node_id WHERE {where}")
+        gpus = c.fetchone()[0]
+        for h in range(24):
+            c.execute(
+                "INSERT INTO fleet_grouprollup_1m (scope, scope_id, bucket, gpus, util_mean, util_max, temp_mean,"
+                " temp_max, power_mean, power_sum, energy_j, error_gpus, throttled_gpus)"
+                " SELECT %s, %s, b, %s, 80, 90, 60, 65, 350, 350.0 * %s, 350.0 * 60 * %s, 0, 0"
+                " FROM generate_series(%s::timestamptz, %s::timestamptz - interval '1 minute', interval '1 minute') b"
+                " ON CONFLICT DO NOTHING",
+                [scope, scope_id, gpus, gpus, gpus, start + timedelta(hours=h), start + timedelta(hours=h + 1)],
+            )
+        c.execute(
+            "INSERT INTO fleet_grouprollup_1h (scope, scope_id, bucket, gpus, util_mean, util_max, temp_mean,"
+            " temp_max, power_mean, power_sum, energy_j, error_gpus, throttled_gpus)"
+            " SELECT %s, %s, b, %s, 80, 90, 60, 65, 350, 350.0 * %s, 350.0 * 3600 * %s, 0, 0"
+            " FROM generate_series(date_trunc('hour', %s::timestamptz), %s::timestamptz + interval '23 hours',"
+            " interval '1 hour') b ON CONFLICT DO NOTHING",
+            [scope, scope_id, gpus, gpus, gpus, start, start],
+        )
+    c.execute(
+        "INSERT INTO fleet_gpurollup_1m (gpu_id, bucket, samples, util_mean, util_max, temp_mean, temp_max,"
+        " power_mean, power_max, energy_j, xid_max, error_samples, throttled_samples)"
+        " SELECT g.id, b, 6, 80, 90, 60, 65, 350, 370, 21000, 0, 0, 0 FROM fleet_gpu g,"
+        " generate_series(%s::timestamptz, %s::timestamptz + interval '1439 minutes', interval '1 minute') b"
+        " WHERE g.uuid = ANY(%s) ON CONFLICT DO NOTHING",
+        [start, start, @PROBED@],
+    )
+print("SEEDED")
+"""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gpus", type=int, default=100_000, help="GPUs in the fleet (default 100,000)")
+    parser.add_argument("--minutes", type=float, default=15, help="minutes of load (default 15)")
+    parser.add_argument("--short", action="store_true", help="3 minutes; correctness judged (CI)")
+    parser.add_argument("--posters", type=int, default=16, help="agent threads (default 16)")
+    parser.add_argument("--clients", type=int, default=50, help="websocket clients (default 50)")
+    parser.add_argument("--keep", action="store_true", help="leave the stack's directory behind")
+    args = parser.parse_args()
+    if args.short:
+        args.minutes = 3
+    sites, nodes = build_fleet(args.gpus)
+    workdir = Path(tempfile.mkdtemp(prefix="goodput-scale-"))
+    stack = soak_stack.Stack(workdir, env={"GOODPUT_WS_MAX_PER_USER": "1000"})
+    try:
+        return run(args, stack, sites, nodes)
+    finally:
+        stack.shutdown()
+        if not args.keep:
+            import shutil
+
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run(args: argparse.Namespace, stack: soak_stack.Stack, sites: list[str], nodes: list[Node]) -> int:
+    stack.start()
+    boot = soak_stack.bootstrap(stack, sites, PASSWORD)
+    tokens = boot["agents"]
+    urls = stack.web_urls
+    agents = Agents(urls, tokens, nodes, args.posters)
+    started = time.monotonic()
+    agents.one_round()
+    took = time.monotonic() - started
+    log(f"registered {args.gpus:,} GPUs on {len(nodes):,} nodes in {len(sites)} site(s) in {took:.0f} s")
+    probed = [u for n in nodes[:: max(1, len(nodes) // PROBED_GPUS)] for u in n.uuids[:1]][:PROBED_GPUS]
+    seed_rollups(stack, probed)
+    site_id = stack.sql("SELECT id FROM fleet_site WHERE name = %s", [sites[0]])[0][0]
+    cookies = {base: sign_in(base, "soak", PASSWORD) for base in urls}
+    probes = {
+        "overview": Probe(urls, cookies, "/api/v1/fleet/overview/?range=24h"),
+        "site": Probe(urls, cookies, f"/api/v1/fleet/overview/?range=24h&site={site_id}"),
+        "gpu_page": Probe(urls, cookies, f"/fleet/gpus/{random.choice(probed)}/"),
+    }
+    watchers = Watchers(urls, cookies, args.clients)
+    watchers.start()
+    sent_before = agents.samples_acked
+    db_before = stack.sql("SELECT pg_database_size(current_database())")[0][0]
+    cpu_before = {
+        "web": cpu_seconds(stack, stack.web_names()),
+        "worker": cpu_seconds(stack, [*stack.worker_names(), "beat"]),
+        "pg": postgres_cpu(stack),
+    }
+    load_started = time.monotonic()
+    started_at = datetime.now(UTC)
+    agents.start()
+    for p in probes.values():
+        p.start()
+    time.sleep(min(20.0, args.minutes * 60 / 6))  # warm-up: the first pushes, the clients' sockets
+    watchers.recording = True
+    rollup_lags: list[float] = []
+    deadline = load_started + args.minutes * 60
+    while time.monotonic() < deadline:
+        time.sleep(5)
+        lag = stack.sql(
+            "SELECT coalesce(extract(epoch FROM now() - min(bucket)) - 60, 0) FROM fleet_rollupdirty "
+            "WHERE resolution = '1m'"
+        )[0][0]
+        rollup_lags.append(max(0.0, float(lag)))
+        log(
+            f"  {time.monotonic() - load_started:5.0f} s: {agents.samples_acked - sent_before:,} samples acknowledged, "
+            f"posters behind {agents.behind_s:.1f} s, rollup lag {rollup_lags[-1]:.0f} s, "
+            f"{watchers.subscribed} client(s), {len(watchers.row_ms):,} rows timed"
+        )
+    agents.stop()
+    load_s = time.monotonic() - load_started
+    watchers.recording = False
+    for p in probes.values():
+        p.stop_event.set()
+    cpu = {
+        "web": cpu_seconds(stack, stack.web_names()) - cpu_before["web"],
+        "worker": cpu_seconds(stack, [*stack.worker_names(), "beat"]) - cpu_before["worker"],
+        "pg": postgres_cpu(stack) - cpu_before["pg"],
+    }
+    sent = agents.samples_acked
+    drain_started = time.monotonic()
+    stored = 0
+    while time.monotonic() - drain_started < 120:
+        stored = stack.sql(
+            "SELECT coalesce(sum(samples), 0) FROM fleet_ingestbatch WHERE key LIKE %s", [f"%{KEY_PREFIX}%"]
+        )[0][0]
+        if stored >= sent:
+            break
+        time.sleep(1)
+    drain_s = time.monotonic() - drain_started
+    rows = stack.sql("SELECT count(*) FROM fleet_gpusample WHERE ts >= %s", [started_at - timedelta(minutes=5)])[0][0]
+    lag_p99 = stack.sql(
+        "SELECT coalesce(percentile_cont(0.99) WITHIN GROUP"
+        " (ORDER BY extract(epoch FROM received_at - enqueued_at)), 0)"
+        " FROM fleet_ingestbatch WHERE key LIKE %s AND enqueued_at >= %s",
+        [f"%{KEY_PREFIX}%", started_at],
+    )[0][0]
+    db_after = stack.sql("SELECT pg_database_size(current_database())")[0][0]
+    watchers.stop_event.set()
+    errors_5xx = sum(n for s, n in agents.statuses.items() if isinstance(s, int) and s >= 500)
+    errors_5xx += sum(n for p in probes.values() for s, n in p.statuses.items() if isinstance(s, int) and s >= 500)
+    rollup_max = max(rollup_lags or [0.0])
+    keeps_up = stored == sent and drain_s <= 30 and rollup_max <= 120
+    p95 = {name: percentile(p.ms, 95) if p.ms else float("nan") for name, p in probes.items()}
+    ws_p99 = percentile(watchers.row_ms, 99) if watchers.row_ms else float("nan")
+    log(
+        f"statuses: agents {dict(agents.statuses)}; probes "
+        + ", ".join(f"{n} {dict(p.statuses)}" for n, p in probes.items())
+        + f"; messages {dict(watchers.messages)}; rows in fleet_gpusample since the start {rows:,}"
+    )
+    print(
+        f"RESULT gpus={args.gpus} samples_per_s={(sent - sent_before) / load_s:.0f} sent={sent} stored={stored} "
+        f"lag_p99_s={float(lag_p99):.1f} drain_s={drain_s:.1f} rollup_lag_max_s={rollup_max:.0f} "
+        f"overview_p95_ms={p95['overview']:.0f} site_p95_ms={p95['site']:.0f} gpu_page_p95_ms={p95['gpu_page']:.0f} "
+        f"ws_clients={watchers.subscribed} ws_p99_ms={ws_p99:.0f} web_cpu={cpu['web'] / load_s:.2f} "
+        f"worker_cpu={cpu['worker'] / load_s:.2f} pg_cpu={cpu['pg'] / load_s:.2f} "
+        f"db_growth_mb_per_h={(db_after - db_before) / 2**20 / load_s * 3600:.0f} "
+        f"keeps_up={'yes' if keeps_up else 'no'}"
+    )
+    if stored != sent or errors_5xx:
+        log(f"FAILED: sent {sent:,}, stored {stored:,}, {errors_5xx} 5xx answer(s)")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
