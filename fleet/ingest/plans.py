@@ -23,6 +23,7 @@ a timestamp in milliseconds).
 from __future__ import annotations
 
 import hashlib
+import sys
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -38,9 +39,10 @@ from fleet.validation import IngestError
 Entry = tuple[str, bool, tuple[Any, ...] | None]
 Plan = tuple[Entry, ...]
 
-# Plans kept (each a few hundred bytes a line): past this many lines in all, the lot is dropped
-# and built again as pushes come (a push parsed in full costs what every push cost before).
-MAX_LINES_KEPT = 400_000
+# Plans kept (about 200 bytes a line, their names interned): past this many lines in all, the lot
+# is dropped and built again as pushes come (a push parsed in full costs what every push cost
+# before). 1,000 node_exporters of ~100 series each hold about half of it.
+MAX_LINES_KEPT = 200_000
 
 _plans: dict[bytes, Plan | None] = {}  # None: a skeleton whose push cannot be planned
 _lines_kept = 0
@@ -175,11 +177,21 @@ def keep(shape: Skeleton, recorder: Recorder, lines: list[str], sample_lines: li
     plan: Plan | None = None
     counts_agree = len(sample_lines) == len(shape.rests) == len(recorder.entries)
     if recorder.plannable and counts_agree and all(plain_series(lines[n - 1].strip()) for n in sample_lines):
-        plan = tuple(recorder.entries[n] for n in sample_lines)
-    if _lines_kept + len(shape.rests) > MAX_LINES_KEPT:
+        plan = tuple(_interned(recorder.entries[n]) for n in sample_lines)
+    size = len(plan) if plan else 1
+    if _lines_kept + size > MAX_LINES_KEPT:
         forget()
     _plans[shape.key] = plan
-    _lines_kept += len(shape.rests)
+    _lines_kept += size
+
+
+def _interned(entry: Entry) -> Entry:
+    """The entry with its names interned: a node's hostname, a metric's name and a device are
+    held once however many lines name them."""
+    name, is_node, fields = entry
+    if fields is not None:
+        fields = tuple(sys.intern(f) if isinstance(f, str) else f for f in fields)
+    return sys.intern(name), is_node, fields
 
 
 def forget() -> None:
