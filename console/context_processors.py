@@ -18,6 +18,7 @@ NAV: list[tuple[str, ...]] = [
     ("Power", "power:dashboard"),
     ("Fabric", "fabric:dashboard"),
     ("Storage", "storage:dashboard"),
+    ("Cost", "cost:dashboard"),
     ("Incidents", "incidents:list"),
     ("Compliance", "compliance:home", "console.manage_compliance"),
     ("People", "people", "auth.change_user"),  # console.views.PeopleView: Admins

@@ -1,0 +1,475 @@
+"""GPU-hours turned into money: the one set of functions every cost figure comes from (the /cost/
+page, its API and CSV, the job page, an incident's page and the capacity page's own-or-rent line).
+
+No GPU-hour is counted here: each comes from the figure its own room already keeps, and this module
+only prices it with fleet.cost.prices.cost_of, at the prices valid at the time.
+
+* Training badput by cause, per job and team: the goodput accounts (fleet.training.accounts
+  .accounts_between, the training pages' read), one read per *segment*: the window cut at every
+  month start and every price change, so a month with a price change on the 16th prices its
+  first 15 days at the old price and the rest at the new one, and each month's figure is its own.
+* Idle energised GPUs: GPU-hours whose hourly mean utilisation was under the power page's
+  IDLE_UTIL_PCT (fleet.power.services: an energised GPU reports; under 5 % it idles), from the
+  hour rollups, leaving out the hours a job held the GPU (those are the job's badput already).
+* Reserved but unused: committed reservations' GPU-hours less what the team's jobs held in the
+  pool over the same segment (the goodput accounts' allocated GPU-hours), never below zero.
+* Incidents: Incident.current_gpu_hours, priced at the incident's start day in the pool of its
+  job or GPU label (unpriced when it names neither).
+* Serving: an endpoint's GPUs x the window's hours at its pool's price, over the generated tokens
+  of fleet.serving.slo's counters (activity's ``generated_tokens``), per million tokens.
+
+A job's, endpoint's or GPU's pool is the pool of its site and GPU model (fleet.capacity.Pool).
+The owned price's energy uses the pool's measured draw per GPU over the window (the hour rollups'
+mean power), or the model's board power where none was measured.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from itertools import pairwise
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from fleet.capacity.models import COMMITTED_STATES, Pool, Reservation, ReservationState
+from fleet.capacity.power_budget import board_power_w
+from fleet.cost.models import PoolPrice
+from fleet.cost.prices import Cost, CostError, Span, cost_of, hourly, money
+from fleet.power.services import IDLE_UTIL_PCT
+from fleet.training.accounts import accounts_between
+from fleet.training.goodput import BADPUT_CATEGORIES, CATEGORY_LABELS
+
+HOUR = timedelta(hours=1)
+DAY = timedelta(days=1)
+ZERO = Decimal(0)
+NANO = Decimal("1e-9")
+UNASSIGNED = "(no team)"
+# Reservations that held capacity over their stretch: committed now, or expired after holding it.
+HELD_STATES = (*COMMITTED_STATES, ReservationState.EXPIRED)
+
+
+def floor_hour(ts: datetime) -> datetime:
+    return ts.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def ceil_hour(ts: datetime) -> datetime:
+    floor = floor_hour(ts)
+    return floor if floor == ts else floor + HOUR
+
+
+def _midnight(day: date) -> datetime:
+    return datetime(day.year, day.month, day.day, tzinfo=UTC)
+
+
+def month_of(ts: datetime) -> str:
+    return ts.astimezone(UTC).strftime("%Y-%m")
+
+
+def _hours(delta: timedelta) -> Decimal:
+    return Decimal(delta // timedelta(seconds=1)) / 3600
+
+
+def _dec(value: float | int | None) -> Decimal:
+    return Decimal(str(value or 0))
+
+
+# --- prices and pools ----------------------------------------------------------------------------
+
+
+@dataclass
+class PriceBook:
+    """The prices of every pool over a stretch, and each pool's draw per GPU for owned prices.
+    Only prices in the console's currency are read: amounts in two currencies do not add up."""
+
+    start: datetime
+    end: datetime
+    currency: str
+    prices: dict[int, list[PoolPrice]]
+    watts: dict[int, Decimal]
+    pools: dict[int, Pool] = field(default_factory=dict)
+
+    def cost(self, pool_id: int | None, gpu_hours: Decimal, start: datetime, end: datetime) -> Cost | None:
+        """What ``gpu_hours`` spread evenly over [start, end) cost in the pool, at the prices valid
+        then (None: no pool)."""
+        if pool_id is None or not gpu_hours or end <= start:
+            return None
+        span = Span(start, end, gpu_hours / _hours(end - start))
+        return cost_of(self.prices.get(pool_id, []), [span], watts_per_gpu=self.watts.get(pool_id))
+
+    def boundaries(self) -> list[datetime]:
+        """The instants inside [start, end) where a segment ends: month starts and price changes."""
+        cuts: set[datetime] = set()
+        day = self.start.date().replace(day=1)
+        while _midnight(day) < self.end:
+            cuts.add(_midnight(day))
+            day = (day + timedelta(days=32)).replace(day=1)
+        for prices in self.prices.values():
+            for p in prices:
+                cuts.add(_midnight(p.valid_from))
+                if p.valid_to:
+                    cuts.add(_midnight(p.valid_to + DAY))
+        return sorted(c for c in cuts if self.start < c < self.end)
+
+    def segments(self) -> list[tuple[datetime, datetime]]:
+        """[start, end) cut at every boundary: within a segment each pool has one price and one month."""
+        edges = [self.start, *self.boundaries(), self.end]
+        return list(pairwise(edges))
+
+
+def price_book(start: datetime, end: datetime) -> PriceBook:
+    """The prices valid on some day of [start, end) and the pools' measured draw per GPU over it
+    (two queries and a third for the pools)."""
+    currency = str(settings.COST_CURRENCY)
+    prices: dict[int, list[PoolPrice]] = defaultdict(list)
+    last_day = (end - timedelta(microseconds=1)).date()
+    for p in PoolPrice.objects.valid_between(start.date(), last_day).filter(currency=currency):
+        prices[p.pool_id].append(p)
+    pools = {p.pk: p for p in Pool.objects.select_related("site")}
+    watts = {pk: Decimal(str(board_power_w(pool.gpu_model))) for pk, pool in pools.items()}
+    keys = {(p.site_id, p.gpu_model): pk for pk, p in pools.items()}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT n.site_id, g.model, avg(r.power_mean)
+              FROM fleet_gpurollup_1h r JOIN fleet_gpu g ON g.id = r.gpu_id JOIN fleet_node n ON n.id = g.node_id
+             WHERE r.bucket >= %s AND r.bucket < %s AND g.parent_id IS NULL AND r.power_mean IS NOT NULL
+             GROUP BY n.site_id, g.model
+            """,
+            [start, end],
+        )
+        for site_id, model, mean in cursor.fetchall():
+            if (site_id, model) in keys and mean is not None:
+                watts[keys[(site_id, model)]] = Decimal(str(round(mean, 1)))
+    return PriceBook(start, end, currency, dict(prices), watts, pools)
+
+
+def _pool_keys() -> dict[tuple[int, str], int]:
+    return {(site, model): pk for pk, site, model in Pool.objects.values_list("pk", "site_id", "gpu_model")}
+
+
+def job_pools(job_ids: Iterable[int] | None = None) -> dict[int, int | None]:
+    """job id -> the pool of its site and its GPUs' model; a job with no GPUs recorded falls in
+    its site's pool when the site has one pool only (else None: not priced)."""
+    keys = _pool_keys()
+    per_site: dict[int, list[int]] = defaultdict(list)
+    for (site, _), pk in keys.items():
+        per_site[site].append(pk)
+    ids = None if job_ids is None else list(job_ids)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT j.id, j.site_id, min(g.model)
+              FROM fleet_job j LEFT JOIN fleet_job_gpus jg ON jg.job_id = j.id LEFT JOIN fleet_gpu g ON g.id = jg.gpu_id
+             WHERE %s::int8[] IS NULL OR j.id = ANY(%s::int8[])
+             GROUP BY j.id, j.site_id
+            """,
+            [ids, ids],
+        )
+        out: dict[int, int | None] = {}
+        for job_id, site_id, model in cursor.fetchall():
+            pool = keys.get((site_id, model)) if model else None
+            if pool is None and len(per_site[site_id]) == 1:
+                pool = per_site[site_id][0]
+            out[job_id] = pool
+        return out
+
+
+# --- the figures ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Item:
+    """GPU-hours of one kind and cause, for one team, pool and month (and job, where there is one),
+    and what they cost. ``uncovered_gpu_hours``: hours on days no price of the pool covers."""
+
+    kind: str  # training, idle, reserved, incident
+    cause: str
+    team: str
+    pool_id: int | None
+    month: str
+    gpu_hours: Decimal
+    amount: Decimal
+    uncovered_gpu_hours: Decimal = ZERO
+    job_id: int | None = None
+    incident_id: int | None = None
+
+
+def _item(book: PriceBook, start: datetime, end: datetime, gpu_hours: Decimal, **keys: Any) -> Item:
+    try:
+        cost = book.cost(keys.get("pool_id"), gpu_hours, start, end)
+    except CostError:
+        cost = None
+    amount = cost.total if cost else ZERO
+    # Spreading GPU-hours over a segment's hours divides by a number of hours (744 in January),
+    # which Decimal rounds in its 28th digit: hours are kept to the nanosecond-hour.
+    uncovered = (cost.uncovered_gpu_hours if cost else gpu_hours).quantize(NANO)
+    return Item(month=month_of(start), gpu_hours=gpu_hours, amount=amount, uncovered_gpu_hours=uncovered, **keys)
+
+
+def training_items(book: PriceBook, *, job_id: int | None = None) -> list[Item]:
+    """Training badput, per job and cause, per segment, priced (one accounts read per segment)."""
+    pools = job_pools(None if job_id is None else [job_id])
+    teams = dict(_job_teams(pools))
+    out = []
+    for start, end in book.segments():
+        for key, acc in accounts_between(start, end, group_by="job").items():
+            if job_id is not None and key != job_id:
+                continue
+            for cause in BADPUT_CATEGORIES:
+                seconds = acc.seconds(cause)
+                if seconds:
+                    gpu_hours = _dec(seconds) / 3600
+                    out.append(
+                        _item(
+                            book, start, end, gpu_hours, kind="training", cause=cause,
+                            team=teams.get(key, UNASSIGNED), pool_id=pools.get(key), job_id=key,
+                        )
+                    )  # fmt: skip
+    return out
+
+
+def _job_teams(pools: dict[int, int | None]) -> Iterable[tuple[int, str]]:
+    from fleet.training.models import Job
+
+    return Job.objects.filter(pk__in=list(pools)).values_list("pk", "team")
+
+
+_IDLE_SQL = """
+    SELECT n.site_id, g.model, date_trunc('day', r.bucket),
+           count(*) FILTER (WHERE r.util_mean < %s AND NOT EXISTS (
+               SELECT 1 FROM fleet_job_gpus jg JOIN fleet_jobaccount a ON a.job_id = jg.job_id AND a.hour = r.bucket
+                WHERE jg.gpu_id = r.gpu_id AND a.allocated_s > 0)),
+           count(*) FILTER (WHERE r.util_mean >= %s)
+      FROM fleet_gpurollup_1h r JOIN fleet_gpu g ON g.id = r.gpu_id JOIN fleet_node n ON n.id = g.node_id
+     WHERE r.bucket >= %s AND r.bucket < %s AND g.parent_id IS NULL
+     GROUP BY 1, 2, 3
+"""
+
+
+def gpu_hours_by_day(start: datetime, end: datetime) -> dict[tuple[int, datetime], tuple[int, int]]:
+    """(pool id, day) -> (idle GPU-hours no job held, busy GPU-hours) from the hour rollups: an
+    hour under IDLE_UTIL_PCT mean utilisation is idle, the power page's rule."""
+    keys = _pool_keys()
+    out: dict[tuple[int, datetime], tuple[int, int]] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(_IDLE_SQL, [IDLE_UTIL_PCT, IDLE_UTIL_PCT, start, end])
+        for site_id, model, day, idle, busy in cursor.fetchall():
+            pool = keys.get((site_id, model))
+            if pool is not None:
+                old = out.get((pool, day), (0, 0))
+                out[(pool, day)] = (old[0] + idle, old[1] + busy)
+    return out
+
+
+def idle_items(book: PriceBook, by_day: dict[tuple[int, datetime], tuple[int, int]] | None = None) -> list[Item]:
+    """Idle energised GPU-hours per pool and day, priced on their day; no team holds them."""
+    by_day = gpu_hours_by_day(book.start, book.end) if by_day is None else by_day
+    out = []
+    for (pool, day), (idle, _) in sorted(by_day.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        if idle:
+            start, end = max(day, book.start), min(day + DAY, book.end)
+            out.append(
+                _item(
+                    book, start, end, Decimal(idle), kind="idle", cause="idle_energised", team=UNASSIGNED, pool_id=pool
+                )
+            )
+    return out
+
+
+def reserved_items(book: PriceBook, training: list[Item] | None = None) -> list[Item]:
+    """Reserved GPU-hours a team's jobs did not use, per team, pool and segment: the committed (or
+    expired) reservations' GPU-hours less the team's jobs' allocated GPU-hours in that pool."""
+    reservations = list(
+        Reservation.objects.filter(state__in=HELD_STATES)
+        .overlapping(book.start, book.end)
+        .values_list("team_id", "pool_id", "gpus", "start", "end")
+    )
+    if not reservations:
+        return []
+    pools = job_pools()
+    from fleet.training.models import Job
+
+    teams = dict(Job.objects.values_list("pk", "team"))
+    out = []
+    for start, end in book.segments():
+        reserved: dict[tuple[str, int], Decimal] = defaultdict(Decimal)
+        for team, pool, gpus, r_start, r_end in reservations:
+            overlap = min(end, r_end) - max(start, r_start)
+            if overlap > timedelta(0):
+                reserved[(team, pool)] += gpus * _hours(overlap)
+        if not reserved:
+            continue
+        used: dict[tuple[str, int | None], Decimal] = defaultdict(Decimal)
+        for job_id, acc in accounts_between(start, end, group_by="job").items():
+            used[(teams.get(job_id, UNASSIGNED), pools.get(job_id))] += _dec(acc.allocated_s) / 3600
+        for (team, pool), hours in sorted(reserved.items()):
+            unused = hours - used.get((team, pool), ZERO)
+            if unused > 0:
+                out.append(
+                    _item(book, start, end, unused, kind="reserved", cause="reserved_unused", team=team, pool_id=pool)
+                )
+    return out
+
+
+def incident_pool(labels: dict[str, Any], job_pools_: dict[int, int | None], gpu_pools: dict[str, int]) -> int | None:
+    """The pool an incident's GPU-hours were lost in: its job's, else its GPU's."""
+    job = str(labels.get("job", ""))
+    if job.isdigit() and job_pools_.get(int(job)) is not None:
+        return job_pools_[int(job)]
+    return gpu_pools.get(str(labels.get("gpu", "")))
+
+
+def incident_items(book: PriceBook, *, incident_ids: list[int] | None = None) -> list[Item]:
+    """Incidents that began in the window (or these incidents): their current GPU-hours, priced at
+    the hour they began in the pool of their job or GPU, for the team their labels name."""
+    from incidents.models import Incident
+
+    qs = Incident.objects.filter(merged_into__isnull=True)
+    qs = (
+        qs.filter(pk__in=incident_ids)
+        if incident_ids is not None
+        else qs.filter(started_at__gte=book.start, started_at__lt=book.end)
+    )
+    incidents = [i for i in qs if i.current_gpu_hours > 0]
+    if not incidents:
+        return []
+    jobs = [int(j) for i in incidents if str(j := i.labels.get("job", "")).isdigit()]
+    pools = job_pools(jobs)
+    gpu_pools = _gpu_pools([str(i.labels["gpu"]) for i in incidents if i.labels.get("gpu")])
+    from fleet.training.models import Job
+
+    teams = dict(Job.objects.filter(pk__in=jobs).values_list("pk", "team"))
+    out = []
+    for inc in incidents:
+        start = floor_hour(inc.started_at)
+        job = str(inc.labels.get("job", ""))
+        team = inc.labels.get("team") or (teams.get(int(job)) if job.isdigit() else None) or UNASSIGNED
+        out.append(
+            _item(
+                book, start, start + HOUR, _dec(inc.current_gpu_hours), kind="incident",
+                cause=inc.category or "incident", team=str(team), pool_id=incident_pool(inc.labels, pools, gpu_pools), incident_id=inc.pk,
+            )
+        )  # fmt: skip
+    return out
+
+
+def _gpu_pools(uuids: list[str]) -> dict[str, int]:
+    if not uuids:
+        return {}
+    from fleet.inventory.models import Gpu
+
+    keys = _pool_keys()
+    out = {}
+    for uuid, site, model in Gpu.objects.filter(uuid__in=uuids).values_list("uuid", "node__site_id", "model"):
+        if (site, model) in keys:
+            out[uuid] = keys[(site, model)]
+    return out
+
+
+# --- the figures on other pages ------------------------------------------------------------------
+
+
+def job_cost(job_id: int, *, start: datetime, end: datetime) -> dict[str, Any]:
+    """A job's badput cost by cause over [start, end): what the job page shows beside its GPU-hours."""
+    book = price_book(floor_hour(start), ceil_hour(end))
+    items = training_items(book, job_id=job_id)
+    by_cause: dict[str, Decimal] = defaultdict(Decimal)
+    hours: dict[str, Decimal] = defaultdict(Decimal)
+    for item in items:
+        by_cause[item.cause] += item.amount
+        hours[item.cause] += item.gpu_hours
+    return {
+        "currency": book.currency,
+        "total": str(money(sum(by_cause.values(), ZERO))),
+        "gpu_hours": float(round(sum(hours.values(), ZERO), 2)),
+        "uncovered_gpu_hours": float(round(sum((i.uncovered_gpu_hours for i in items), ZERO), 2)),
+        "by_cause": [
+            {
+                "cause": c,
+                "label": CATEGORY_LABELS[c],
+                "gpu_hours": float(round(hours[c], 2)),
+                "amount": str(money(by_cause[c])),
+            }
+            for c in BADPUT_CATEGORIES
+            if c in by_cause
+        ],
+    }
+
+
+def failure_cost(job_id: int, cost_gpu_h: float, at: datetime) -> Decimal | None:
+    """What a job's failures' GPU-hours (the job page's failure cost) cost at the price valid then."""
+    pool = job_pools([job_id]).get(job_id)
+    start = floor_hour(at)
+    book = price_book(start, start + HOUR)
+    try:
+        cost = book.cost(pool, _dec(cost_gpu_h), start, start + HOUR)
+    except CostError:
+        return None
+    return money(cost.total) if cost and cost.parts else None
+
+
+def incident_cost(incident_id: int) -> dict[str, Any] | None:
+    """An incident's GPU-hours lost and what they cost: the incident page's line and /cost/'s row."""
+    from incidents.models import Incident
+
+    inc = Incident.objects.filter(pk=incident_id).first()
+    if inc is None:
+        return None
+    start = floor_hour(inc.started_at)
+    items = incident_items(price_book(start, start + HOUR), incident_ids=[incident_id])
+    if not items or not items[0].amount:
+        return None
+    item = items[0]
+    return {
+        "currency": str(settings.COST_CURRENCY),
+        "gpu_hours": float(item.gpu_hours),
+        "amount": str(money(item.amount)),
+    }
+
+
+def utilisation(pool_ids: list[int], *, days: int, now: datetime | None = None) -> dict[int, Decimal | None]:
+    """Each pool's busy GPU-hours (hour rollups at or over IDLE_UTIL_PCT) over its installed
+    GPU-hours (physical GPUs now x the hours) over the last ``days`` days."""
+    from fleet.inventory.models import Gpu
+
+    end = floor_hour(now or timezone.now())
+    start = end - timedelta(days=days)
+    by_day = gpu_hours_by_day(start, end)
+    busy: dict[int, int] = defaultdict(int)
+    for (pool, _), (_, b) in by_day.items():
+        busy[pool] += b
+    keys = _pool_keys()
+    installed: dict[int, int] = defaultdict(int)
+    for site, model in Gpu.objects.physical().values_list("node__site_id", "model"):
+        if (site, model) in keys:
+            installed[keys[(site, model)]] += 1
+    out: dict[int, Decimal | None] = {}
+    for pk in pool_ids:
+        total = installed.get(pk, 0) * days * 24
+        out[pk] = min(Decimal(1), Decimal(busy.get(pk, 0)) / total) if total else None
+    return out
+
+
+def current_price(book: PriceBook, pool_id: int) -> PoolPrice | None:
+    """The pool's price valid at the end of the book's stretch."""
+    day = (book.end - timedelta(microseconds=1)).date()
+    for p in book.prices.get(pool_id, []):
+        if p.valid_from <= day and (p.valid_to is None or p.valid_to >= day):
+            return p
+    return None
+
+
+def hourly_rate(book: PriceBook, pool_id: int) -> tuple[PoolPrice, Any] | None:
+    price = current_price(book, pool_id)
+    if price is None:
+        return None
+    try:
+        return price, hourly(price, watts_per_gpu=book.watts.get(pool_id))
+    except CostError:
+        return None
