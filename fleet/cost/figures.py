@@ -27,10 +27,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from itertools import pairwise
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
+from itertools import pairwise
 from typing import Any
 
 from django.conf import settings
@@ -350,12 +350,22 @@ def incident_items(book: PriceBook, *, incident_ids: list[int] | None = None) ->
         start = floor_hour(inc.started_at)
         job = str(inc.labels.get("job", ""))
         team = inc.labels.get("team") or (teams.get(int(job)) if job.isdigit() else None) or UNASSIGNED
+        pool = incident_pool(inc.labels, pools, gpu_pools)
+        cause = inc.category or "incident"
+        hours = _dec(inc.current_gpu_hours)
         out.append(
             _item(
-                book, start, start + HOUR, _dec(inc.current_gpu_hours), kind="incident",
-                cause=inc.category or "incident", team=str(team), pool_id=incident_pool(inc.labels, pools, gpu_pools), incident_id=inc.pk,
+                book,
+                start,
+                start + HOUR,
+                hours,
+                kind="incident",
+                cause=cause,
+                team=str(team),
+                pool_id=pool,
+                incident_id=inc.pk,
             )
-        )  # fmt: skip
+        )
     return out
 
 
