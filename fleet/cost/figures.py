@@ -336,7 +336,7 @@ def incident_items(book: PriceBook, *, incident_ids: list[int] | None = None) ->
         if incident_ids is not None
         else qs.filter(started_at__gte=book.start, started_at__lt=book.end)
     )
-    incidents = [i for i in qs if i.current_gpu_hours > 0]
+    incidents = [i for i in qs if i.current_gpu_hours() > 0]
     if not incidents:
         return []
     jobs = [int(j) for i in incidents if str(j := i.labels.get("job", "")).isdigit()]
@@ -352,7 +352,7 @@ def incident_items(book: PriceBook, *, incident_ids: list[int] | None = None) ->
         team = inc.labels.get("team") or (teams.get(int(job)) if job.isdigit() else None) or UNASSIGNED
         pool = incident_pool(inc.labels, pools, gpu_pools)
         cause = inc.category or "incident"
-        hours = _dec(inc.current_gpu_hours)
+        hours = _dec(inc.current_gpu_hours())
         out.append(
             _item(
                 book,

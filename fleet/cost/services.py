@@ -344,8 +344,11 @@ def overview_tile(request: Any) -> dict[str, Any]:
 
 def job_section(job: Any) -> dict[str, Any]:
     """The job page's money: its badput by cause over its whole life, and its failures' cost."""
+    from fleet.training.models import JobAccount
+
     end = timezone.now()
-    start = job.first_allocated_at or job.created_at
+    first = JobAccount.objects.filter(job=job).order_by("hour").values_list("hour", flat=True).first()
+    start = min(first or end, job.first_allocated_at or end, job.created_at)
     return {"cost": figures.job_cost(job.pk, start=start, end=end), "job": job}
 
 
