@@ -24,7 +24,13 @@ from fleet.cost.figures import ZERO, Item, PriceBook
 from fleet.cost.prices import CostError, money, own_or_rent, rate
 from fleet.training.goodput import CATEGORY_LABELS
 
-PRESETS = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30), "90d": timedelta(days=90)}
+PRESETS = {
+    "24h": timedelta(hours=24),
+    "7d": timedelta(days=7),
+    "30d": timedelta(days=30),
+    "90d": timedelta(days=90),
+    "365d": timedelta(days=365),
+}
 DEFAULT_RANGE = "30d"
 SERVING_WINDOWS = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "30d": timedelta(days=30)}
 OWN_OR_RENT_DAYS = (30, 90)
