@@ -181,10 +181,11 @@ def seed() -> None:
             """
             INSERT INTO fleet_gpurollup_1h (gpu_id, bucket, samples, util_mean, util_max, power_mean,
                                             power_max, energy_j, error_samples, throttled_samples)
-            SELECT g, b, 240, u, u, p, p, p * 3600, 0, 0
+            SELECT g, b, 240, u, u, 90 + u * 6, 90 + u * 6, (90 + u * 6) * 3600, 0, 0
               FROM unnest(%s::int8[]) AS g, generate_series(%s::timestamptz, %s::timestamptz, '1 hour') AS b,
-                   LATERAL (SELECT CASE WHEN random() < 0.25 THEN 1.0 ELSE 40 + random() * 60 END AS u) AS x,
-                   LATERAL (SELECT 90 + u * 6 AS p) AS y
+                   -- a quarter of the hours idle (1 %), the rest 40-100 %: per GPU and hour
+                   LATERAL (SELECT CASE WHEN (g * 7 + extract(epoch FROM b)::bigint / 3600) % 4 = 0 THEN 1.0
+                                        ELSE 40 + ((g * 13 + extract(epoch FROM b)::bigint / 3600) % 61) END AS u) AS x
             """,
             [all_gpus, start, end - timedelta(hours=1)],
         )
@@ -218,7 +219,10 @@ def seed() -> None:
             """,
             [[ep.pk for ep in endpoints], end - timedelta(days=31), end - timedelta(hours=1)],
         )
-        cursor.execute("ANALYZE fleet_gpurollup_1h; ANALYZE fleet_jobaccount; ANALYZE fleet_servingrollup_1h")
+        # as autovacuum would leave them after a load
+        for table in ("fleet_gpurollup_1h", "fleet_jobaccount", "fleet_servingrollup_1h", "fleet_gpu", "fleet_node",
+                      "fleet_job", "fleet_job_gpus", "fleet_poolprice", "fleet_reservation"):  # fmt: skip
+            cursor.execute(f"ANALYZE {table}")
 
 
 def timed(client, url: str, requests: int) -> list[float]:

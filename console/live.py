@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 
 # Topics clients may subscribe to. Group names are built from these by code, never from raw input.
 TOPIC_PATTERN = re.compile(
-    r"^(fleet|incidents|power|fabric|storage|training|serving|scheduler|(site|job|endpoint|gpu|node)\.\d{1,12})$"
+    r"^(fleet|incidents|power|fabric|storage|training|serving|scheduler|cost|(site|job|endpoint|gpu|node)\.\d{1,12})$"
 )
 MESSAGE_TYPE = "live.message"
 

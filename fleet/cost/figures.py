@@ -93,6 +93,15 @@ class PriceBook:
     prices: dict[int, list[PoolPrice]]
     watts: dict[int, Decimal]
     pools: dict[int, Pool] = field(default_factory=dict)
+    days: dict[tuple[int, datetime], DayFigures] = field(default_factory=dict)
+    _accounts: dict[tuple[datetime, datetime], dict[Any, Any]] = field(default_factory=dict)
+
+    def accounts(self, start: datetime, end: datetime) -> dict[Any, Any]:
+        """The jobs' goodput accounts over a segment (fleet.training.accounts), read once per book:
+        training badput and reserved-unused share them."""
+        if (start, end) not in self._accounts:
+            self._accounts[(start, end)] = accounts_between(start, end, group_by="job")
+        return self._accounts[(start, end)]
 
     def cost(self, pool_id: int | None, gpu_hours: Decimal, start: datetime, end: datetime) -> Cost | None:
         """What ``gpu_hours`` spread evenly over [start, end) cost in the pool, at the prices valid
@@ -122,31 +131,27 @@ class PriceBook:
         return list(pairwise(edges))
 
 
-def price_book(start: datetime, end: datetime) -> PriceBook:
-    """The prices valid on some day of [start, end) and the pools' measured draw per GPU over it
-    (two queries and a third for the pools)."""
+def price_book(start: datetime, end: datetime, *, read_from: datetime | None = None) -> PriceBook:
+    """The prices valid on some day of [start, end) and the pools' hour-rollup figures per day
+    (``rollup_days``) from ``read_from`` (default ``start``: earlier for own-or-rent's 90 days)
+    to ``end``: the measured draw per GPU over [start, end) comes from them. Four queries."""
     currency = str(settings.COST_CURRENCY)
     prices: dict[int, list[PoolPrice]] = defaultdict(list)
     last_day = (end - timedelta(microseconds=1)).date()
     for p in PoolPrice.objects.valid_between(start.date(), last_day).filter(currency=currency):
         prices[p.pool_id].append(p)
     pools = {p.pk: p for p in Pool.objects.select_related("site")}
+    days = rollup_days(min(read_from or start, start), end)
     watts = {pk: Decimal(str(board_power_w(pool.gpu_model))) for pk, pool in pools.items()}
-    keys = {(p.site_id, p.gpu_model): pk for pk, p in pools.items()}
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            SELECT n.site_id, g.model, avg(r.power_mean)
-              FROM fleet_gpurollup_1h r JOIN fleet_gpu g ON g.id = r.gpu_id JOIN fleet_node n ON n.id = g.node_id
-             WHERE r.bucket >= %s AND r.bucket < %s AND g.parent_id IS NULL AND r.power_mean IS NOT NULL
-             GROUP BY n.site_id, g.model
-            """,
-            [start, end],
-        )
-        for site_id, model, mean in cursor.fetchall():
-            if (site_id, model) in keys and mean is not None:
-                watts[keys[(site_id, model)]] = Decimal(str(round(mean, 1)))
-    return PriceBook(start, end, currency, dict(prices), watts, pools)
+    drawn: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    first_day = _midnight(start.date())
+    for (pool, day), f in days.items():
+        if first_day <= day < end and f.power_n:
+            drawn[pool][0] += f.power_sum
+            drawn[pool][1] += f.power_n
+    for pool, (total, n) in drawn.items():
+        watts[pool] = Decimal(str(round(total / n, 1)))
+    return PriceBook(start, end, currency, dict(prices), watts, pools, days)
 
 
 def _pool_keys() -> dict[tuple[int, str], int]:
@@ -218,7 +223,7 @@ def training_items(book: PriceBook, *, job_id: int | None = None) -> list[Item]:
     teams = dict(_job_teams(pools))
     out = []
     for start, end in book.segments():
-        for key, acc in accounts_between(start, end, group_by="job").items():
+        for key, acc in book.accounts(start, end).items():
             if job_id is not None and key != job_id:
                 continue
             for cause in BADPUT_CATEGORIES:
@@ -240,49 +245,86 @@ def _job_teams(pools: dict[int, int | None]) -> Iterable[tuple[int, str]]:
     return Job.objects.filter(pk__in=list(pools)).values_list("pk", "team")
 
 
-_IDLE_SQL = """
-    SELECT n.site_id, g.model, date_trunc('day', r.bucket),
-           count(*) FILTER (WHERE r.util_mean < %s AND NOT EXISTS (
-               SELECT 1 FROM fleet_job_gpus jg JOIN fleet_jobaccount a ON a.job_id = jg.job_id AND a.hour = r.bucket
-                WHERE jg.gpu_id = r.gpu_id AND a.allocated_s > 0)),
-           count(*) FILTER (WHERE r.util_mean >= %s)
-      FROM fleet_gpurollup_1h r JOIN fleet_gpu g ON g.id = r.gpu_id JOIN fleet_node n ON n.id = g.node_id
-     WHERE r.bucket >= %s AND r.bucket < %s AND g.parent_id IS NULL
-     GROUP BY 1, 2, 3
+@dataclass
+class DayFigures:
+    """A pool's GPU-hours of one UTC day from the hour rollups: idle (under IDLE_UTIL_PCT, no job
+    holding the GPU that hour), busy (at or over it), and the summed mean power of its GPU-hours."""
+
+    idle: int = 0
+    busy: int = 0
+    power_sum: float = 0.0
+    power_n: int = 0
+
+
+# Aggregated per GPU and day first, then mapped to pools in Python: the rollups are read once in
+# bucket order (a sequential read of the window's partitions), never a GPU at a time. The hours a
+# job held a GPU come from the same accounts the training pages read (a job with allocated time
+# that hour, through its GPUs): a hash anti-join.
+_ROLLUP_DAYS_SQL = """
+    WITH held AS (
+        SELECT DISTINCT jg.gpu_id, a.hour
+          FROM fleet_jobaccount a JOIN fleet_job_gpus jg ON jg.job_id = a.job_id
+         WHERE a.hour >= %s AND a.hour < %s AND a.allocated_s > 0
+    )
+    SELECT r.gpu_id, date_trunc('day', r.bucket AT TIME ZONE 'UTC'),
+           count(*) FILTER (WHERE r.util_mean < %s AND h.gpu_id IS NULL),
+           count(*) FILTER (WHERE r.util_mean >= %s),
+           coalesce(sum(r.power_mean), 0), count(r.power_mean)
+      FROM fleet_gpurollup_1h r LEFT JOIN held h ON h.gpu_id = r.gpu_id AND h.hour = r.bucket
+     WHERE r.bucket >= %s AND r.bucket < %s
+     GROUP BY 1, 2
 """
 
 
-def gpu_hours_by_day(start: datetime, end: datetime) -> dict[tuple[int, datetime], tuple[int, int]]:
-    """(pool id, day) -> (idle GPU-hours no job held, busy GPU-hours) from the hour rollups: an
-    hour under IDLE_UTIL_PCT mean utilisation is idle, the power page's rule."""
+def rollup_days(start: datetime, end: datetime) -> dict[tuple[int, datetime], DayFigures]:
+    """(pool id, UTC day) -> its DayFigures over [start, end): an hour under IDLE_UTIL_PCT mean
+    utilisation is idle, the power page's rule (a reporting GPU is energised)."""
+    from fleet.inventory.models import Gpu
+
     keys = _pool_keys()
-    out: dict[tuple[int, datetime], tuple[int, int]] = {}
+    gpu_pool = {
+        pk: keys[(site, model)]
+        for pk, site, model in Gpu.objects.physical().values_list("pk", "node__site_id", "model")
+        if (site, model) in keys
+    }
+    out: dict[tuple[int, datetime], DayFigures] = {}
     with connection.cursor() as cursor:
-        cursor.execute(_IDLE_SQL, [IDLE_UTIL_PCT, IDLE_UTIL_PCT, start, end])
-        for site_id, model, day, idle, busy in cursor.fetchall():
-            pool = keys.get((site_id, model))
-            if pool is not None:
-                old = out.get((pool, day), (0, 0))
-                out[(pool, day)] = (old[0] + idle, old[1] + busy)
+        cursor.execute(_ROLLUP_DAYS_SQL, [start, end, IDLE_UTIL_PCT, IDLE_UTIL_PCT, start, end])
+        for gpu_id, day, idle, busy, power_sum, power_n in cursor.fetchall():
+            pool = gpu_pool.get(gpu_id)
+            if pool is None:
+                continue
+            f = out.setdefault((pool, day.replace(tzinfo=UTC)), DayFigures())
+            f.idle += idle
+            f.busy += busy
+            f.power_sum += power_sum
+            f.power_n += power_n
     return out
 
 
-def idle_items(book: PriceBook, by_day: dict[tuple[int, datetime], tuple[int, int]] | None = None) -> list[Item]:
+def idle_items(book: PriceBook) -> list[Item]:
     """Idle energised GPU-hours per pool and day, priced on their day; no team holds them."""
-    by_day = gpu_hours_by_day(book.start, book.end) if by_day is None else by_day
     out = []
-    for (pool, day), (idle, _) in sorted(by_day.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        if idle:
+    first_day = _midnight(book.start.date())
+    for (pool, day), f in sorted(book.days.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        if f.idle and first_day <= day < book.end:
             start, end = max(day, book.start), min(day + DAY, book.end)
             out.append(
                 _item(
-                    book, start, end, Decimal(idle), kind="idle", cause="idle_energised", team=UNASSIGNED, pool_id=pool
+                    book,
+                    start,
+                    end,
+                    Decimal(f.idle),
+                    kind="idle",
+                    cause="idle_energised",
+                    team=UNASSIGNED,
+                    pool_id=pool,
                 )
             )
     return out
 
 
-def reserved_items(book: PriceBook, training: list[Item] | None = None) -> list[Item]:
+def reserved_items(book: PriceBook) -> list[Item]:
     """Reserved GPU-hours a team's jobs did not use, per team, pool and segment: the committed (or
     expired) reservations' GPU-hours less the team's jobs' allocated GPU-hours in that pool."""
     reservations = list(
@@ -306,7 +348,7 @@ def reserved_items(book: PriceBook, training: list[Item] | None = None) -> list[
         if not reserved:
             continue
         used: dict[tuple[str, int | None], Decimal] = defaultdict(Decimal)
-        for job_id, acc in accounts_between(start, end, group_by="job").items():
+        for job_id, acc in book.accounts(start, end).items():
             used[(teams.get(job_id, UNASSIGNED), pools.get(job_id))] += _dec(acc.allocated_s) / 3600
         for (team, pool), hours in sorted(reserved.items()):
             unused = hours - used.get((team, pool), ZERO)
@@ -412,18 +454,6 @@ def job_cost(job_id: int, *, start: datetime, end: datetime) -> dict[str, Any]:
     }
 
 
-def failure_cost(job_id: int, cost_gpu_h: float, at: datetime) -> Decimal | None:
-    """What a job's failures' GPU-hours (the job page's failure cost) cost at the price valid then."""
-    pool = job_pools([job_id]).get(job_id)
-    start = floor_hour(at)
-    book = price_book(start, start + HOUR)
-    try:
-        cost = book.cost(pool, _dec(cost_gpu_h), start, start + HOUR)
-    except CostError:
-        return None
-    return money(cost.total) if cost and cost.parts else None
-
-
 def incident_cost(incident_id: int) -> dict[str, Any] | None:
     """An incident's GPU-hours lost and what they cost: the incident page's line and /cost/'s row."""
     from incidents.models import Incident
@@ -443,17 +473,25 @@ def incident_cost(incident_id: int) -> dict[str, Any] | None:
     }
 
 
-def utilisation(pool_ids: list[int], *, days: int, now: datetime | None = None) -> dict[int, Decimal | None]:
+def own_or_rent_start(days: int, *, now: datetime | None = None) -> datetime:
+    """Where own-or-rent's ``days`` begin: that many UTC midnights before today's."""
+    return _midnight((now or timezone.now()).astimezone(UTC).date()) - timedelta(days=days)
+
+
+def utilisation(
+    book: PriceBook, pool_ids: list[int], *, days: int, now: datetime | None = None
+) -> dict[int, Decimal | None]:
     """Each pool's busy GPU-hours (hour rollups at or over IDLE_UTIL_PCT) over its installed
-    GPU-hours (physical GPUs now x the hours) over the last ``days`` days."""
+    GPU-hours (physical GPUs now x the hours) over the last ``days`` whole UTC days and today so
+    far, from the book's rollup days (read from at least that far back: price_book's ``read_from``)."""
     from fleet.inventory.models import Gpu
 
-    end = floor_hour(now or timezone.now())
-    start = end - timedelta(days=days)
-    by_day = gpu_hours_by_day(start, end)
+    end = now or timezone.now()
+    start = own_or_rent_start(days, now=end)
     busy: dict[int, int] = defaultdict(int)
-    for (pool, _), (_, b) in by_day.items():
-        busy[pool] += b
+    for (pool, day), f in book.days.items():
+        if start <= day < end:
+            busy[pool] += f.busy
     keys = _pool_keys()
     installed: dict[int, int] = defaultdict(int)
     for site, model in Gpu.objects.physical().values_list("node__site_id", "model"):
@@ -461,7 +499,7 @@ def utilisation(pool_ids: list[int], *, days: int, now: datetime | None = None) 
             installed[keys[(site, model)]] += 1
     out: dict[int, Decimal | None] = {}
     for pk in pool_ids:
-        total = installed.get(pk, 0) * days * 24
+        total = installed.get(pk, 0) * _hours(end - start)
         out[pk] = min(Decimal(1), Decimal(busy.get(pk, 0)) / total) if total else None
     return out
 

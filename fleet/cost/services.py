@@ -15,6 +15,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
 from django.utils import timezone
 
 from console.ranges import Window, window_from_query
@@ -34,6 +35,7 @@ PRESETS = {
 DEFAULT_RANGE = "30d"
 SERVING_WINDOWS = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "30d": timedelta(days=30)}
 OWN_OR_RENT_DAYS = (30, 90)
+SERVING_CACHE_S = 60
 KINDS = {
     "training": "Training badput",
     "idle": "Idle energised GPUs",
@@ -65,7 +67,9 @@ def window(params: Any, *, now: datetime | None = None) -> Window:
 
 
 def book_for(win: Window) -> PriceBook:
-    return figures.price_book(figures.floor_hour(win.start), figures.ceil_hour(win.end))
+    """The window's prices and rollup figures, read from own-or-rent's 90 days back at least."""
+    read_from = figures.own_or_rent_start(max(OWN_OR_RENT_DAYS))
+    return figures.price_book(figures.floor_hour(win.start), figures.ceil_hour(win.end), read_from=read_from)
 
 
 def _amount(value: Decimal) -> str:
@@ -134,14 +138,28 @@ def breakdown(book: PriceBook, items: list[Item]) -> dict[str, Any]:
     }
 
 
-def serving(book: PriceBook | None = None, *, now: datetime | None = None) -> list[dict[str, Any]]:
+def serving(*, now: datetime | None = None) -> list[dict[str, Any]]:
     """Per endpoint: its GPUs, their price now, and per window (1 h, 24 h, 30 d) the GPUs' cost,
-    the generated tokens (fleet.serving.slo's counters) and the cost per million tokens."""
+    the generated tokens (fleet.serving.slo's counters) and the cost per million tokens.
+
+    Kept for the minute it describes (SERVING_CACHE_S): the token counters are minute rollups, and
+    twenty endpoints' three windows are forty reads that every push and page load would repeat."""
+    from fleet.serving.slo import read_end
+
+    now = now or timezone.now()
+    key = f"cost:serving:{read_end(now).isoformat()}"
+    rows = cache.get(key)
+    if rows is None:
+        rows = _serving(now)
+        cache.set(key, rows, timeout=SERVING_CACHE_S)
+    return rows
+
+
+def _serving(now: datetime) -> list[dict[str, Any]]:
     from fleet.serving.models import Endpoint
     from fleet.serving.slo import activity, window_totals
 
-    now = now or timezone.now()
-    book = book or figures.price_book(figures.floor_hour(now - SERVING_WINDOWS["30d"]), figures.ceil_hour(now))
+    book = figures.price_book(figures.floor_hour(now - SERVING_WINDOWS["30d"]), figures.ceil_hour(now))
     keys = figures._pool_keys()
     rows = []
     endpoints = Endpoint.objects.select_related("site").prefetch_related("gpus").order_by("site__name", "name")
@@ -179,7 +197,7 @@ def own_or_rent_rows(
     """Per pool with a price: its hourly cost now (with the derivation), utilisation over 30 and 90
     days, the break-even utilisation against its cloud rate, and the one-sentence verdict."""
     pool_ids = sorted(book.pools) if pool_ids is None else pool_ids
-    used = {days: figures.utilisation(pool_ids, days=days, now=now) for days in OWN_OR_RENT_DAYS}
+    used = {days: figures.utilisation(book, pool_ids, days=days, now=now) for days in OWN_OR_RENT_DAYS}
     rows = []
     for pk in pool_ids:
         found = figures.hourly_rate(book, pk)
@@ -361,7 +379,8 @@ def job_section(job: Any) -> dict[str, Any]:
 def capacity_section(pools: list[Any]) -> dict[str, Any]:
     """The capacity page's own-or-rent line per pool (the same rows as /cost/'s)."""
     now = timezone.now()
-    book = figures.price_book(figures.floor_hour(now - timedelta(days=1)), figures.ceil_hour(now))
+    read_from = figures.own_or_rent_start(max(OWN_OR_RENT_DAYS), now=now)
+    book = figures.price_book(figures.floor_hour(now - timedelta(days=1)), figures.ceil_hour(now), read_from=read_from)
     return {"own_or_rent": own_or_rent_rows(book, [p.pk for p in pools], now=now), "currency": settings.COST_CURRENCY}
 
 
