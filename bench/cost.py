@@ -183,9 +183,9 @@ def seed() -> None:
                                             power_max, energy_j, error_samples, throttled_samples)
             SELECT g, b, 240, u, u, 90 + u * 6, 90 + u * 6, (90 + u * 6) * 3600, 0, 0
               FROM unnest(%s::int8[]) AS g, generate_series(%s::timestamptz, %s::timestamptz, '1 hour') AS b,
-                   -- a quarter of the hours idle (1 %), the rest 40-100 %: per GPU and hour
-                   LATERAL (SELECT CASE WHEN (g * 7 + extract(epoch FROM b)::bigint / 3600) % 4 = 0 THEN 1.0
-                                        ELSE 40 + ((g * 13 + extract(epoch FROM b)::bigint / 3600) % 61) END AS u) AS x
+                   -- a quarter of the hours idle, the rest busy: per GPU and hour
+                   LATERAL (SELECT CASE WHEN (g * 7 + extract(epoch FROM b)::bigint / 3600) %% 4 = 0 THEN 1.0
+                                        ELSE 40 + ((g * 13 + extract(epoch FROM b)::bigint / 3600) %% 61) END AS u) AS x
             """,
             [all_gpus, start, end - timedelta(hours=1)],
         )

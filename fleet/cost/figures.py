@@ -34,6 +34,7 @@ from itertools import pairwise
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import connection
 from django.utils import timezone
 
@@ -95,6 +96,7 @@ class PriceBook:
     pools: dict[int, Pool] = field(default_factory=dict)
     days: dict[tuple[int, datetime], DayFigures] = field(default_factory=dict)
     _accounts: dict[tuple[datetime, datetime], dict[Any, Any]] = field(default_factory=dict)
+    _units: dict[tuple[int | None, datetime, datetime], tuple[Decimal, Decimal] | None] = field(default_factory=dict)
 
     def accounts(self, start: datetime, end: datetime) -> dict[Any, Any]:
         """The jobs' goodput accounts over a segment (fleet.training.accounts), read once per book:
@@ -110,6 +112,22 @@ class PriceBook:
             return None
         span = Span(start, end, gpu_hours / _hours(end - start))
         return cost_of(self.prices.get(pool_id, []), [span], watts_per_gpu=self.watts.get(pool_id))
+
+    def unit(self, pool_id: int | None, start: datetime, end: datetime) -> tuple[Decimal, Decimal] | None:
+        """What one GPU-hour spread over [start, end) costs in the pool, and the share of it no
+        price covers: a cost is linear in its GPU-hours, so each segment's is worked out once and
+        every job's, team's and cause's hours in it are multiples of it."""
+        key = (pool_id, start, end)
+        if key not in self._units:
+            # One GPU held the whole segment: its GPU-hours are the segment's hours exactly, so a
+            # rate's cost divides back to the rate exactly (2.50 x 744 h / 744 h).
+            hours = _hours(end - start)
+            try:
+                cost = self.cost(pool_id, hours, start, end)
+            except CostError:
+                cost = None
+            self._units[key] = (cost.total / hours, cost.uncovered_gpu_hours / hours) if cost else None
+        return self._units[key]
 
     def boundaries(self) -> list[datetime]:
         """The instants inside [start, end) where a segment ends: month starts and price changes."""
@@ -206,14 +224,11 @@ class Item:
 
 
 def _item(book: PriceBook, start: datetime, end: datetime, gpu_hours: Decimal, **keys: Any) -> Item:
-    try:
-        cost = book.cost(keys.get("pool_id"), gpu_hours, start, end)
-    except CostError:
-        cost = None
-    amount = cost.total if cost else ZERO
+    unit = book.unit(keys.get("pool_id"), start, end)
+    amount = unit[0] * gpu_hours if unit else ZERO
     # Spreading GPU-hours over a segment's hours divides by a number of hours (744 in January),
     # which Decimal rounds in its 28th digit: hours are kept to the nanosecond-hour.
-    uncovered = (cost.uncovered_gpu_hours if cost else gpu_hours).quantize(NANO)
+    uncovered = (unit[1] * gpu_hours if unit else gpu_hours).quantize(NANO)
     return Item(month=month_of(start), gpu_hours=gpu_hours, amount=amount, uncovered_gpu_hours=uncovered, **keys)
 
 
@@ -265,36 +280,90 @@ _ROLLUP_DAYS_SQL = """
         SELECT DISTINCT jg.gpu_id, a.hour
           FROM fleet_jobaccount a JOIN fleet_job_gpus jg ON jg.job_id = a.job_id
          WHERE a.hour >= %s AND a.hour < %s AND a.allocated_s > 0
+    ), per_gpu AS (
+        SELECT r.gpu_id, date_trunc('day', r.bucket AT TIME ZONE 'UTC') AS day,
+               count(*) FILTER (WHERE r.util_mean < %s AND h.gpu_id IS NULL) AS idle,
+               count(*) FILTER (WHERE r.util_mean >= %s) AS busy,
+               coalesce(sum(r.power_mean), 0) AS power_sum, count(r.power_mean) AS power_n
+          FROM fleet_gpurollup_1h r LEFT JOIN held h ON h.gpu_id = r.gpu_id AND h.hour = r.bucket
+         WHERE r.bucket >= %s AND r.bucket < %s
+         GROUP BY 1, 2
     )
-    SELECT r.gpu_id, date_trunc('day', r.bucket AT TIME ZONE 'UTC'),
-           count(*) FILTER (WHERE r.util_mean < %s AND h.gpu_id IS NULL),
-           count(*) FILTER (WHERE r.util_mean >= %s),
-           coalesce(sum(r.power_mean), 0), count(r.power_mean)
-      FROM fleet_gpurollup_1h r LEFT JOIN held h ON h.gpu_id = r.gpu_id AND h.hour = r.bucket
-     WHERE r.bucket >= %s AND r.bucket < %s
-     GROUP BY 1, 2
+    SELECT n.site_id, g.model, p.day, sum(p.idle), sum(p.busy), sum(p.power_sum), sum(p.power_n)
+      FROM per_gpu p JOIN fleet_gpu g ON g.id = p.gpu_id AND g.parent_id IS NULL JOIN fleet_node n ON n.id = g.node_id
+     GROUP BY 1, 2, 3
 """
+
+
+# A UTC day's rollup figures are kept (in the cache) once the day is settled: SETTLE after its end
+# its hour rollups and the accounts of the jobs on its GPUs no longer change but for late data,
+# which shows once the kept figures expire (DAY_CACHE_S). A page over 90 days then reads today's
+# hours only, as the scheduler's queue figures read a day's settled hours once.
+SETTLE = timedelta(hours=2)
+DAY_CACHE_S = 6 * 3600
+_DAY_KEY = "cost:pool-day:{}"
+
+# (site id, GPU model): a pool's key. Idle and busy GPU-hours, summed mean power, its count.
+GpuDay = tuple[int, str, int, int, float, int]
+
+
+def _read_gpu_days(start: datetime, end: datetime) -> dict[datetime, list[GpuDay]]:
+    out: dict[datetime, list[GpuDay]] = defaultdict(list)
+    with connection.cursor() as cursor:
+        cursor.execute(_ROLLUP_DAYS_SQL, [start, end, IDLE_UTIL_PCT, IDLE_UTIL_PCT, start, end])
+        for site_id, model, day, idle, busy, power_sum, power_n in cursor.fetchall():
+            out[day.replace(tzinfo=UTC)].append((site_id, model, int(idle), int(busy), float(power_sum), int(power_n)))
+    return out
+
+
+def gpu_days(start: datetime, end: datetime, *, now: datetime | None = None) -> dict[datetime, list[GpuDay]]:
+    """Per UTC day of [start, end), each site's and GPU model's idle and busy hours and summed power: settled whole
+    days from the cache where kept, the rest read in one query per stretch of days not kept."""
+    settled_before = (now or timezone.now()) - SETTLE
+    day = _midnight(start.date())
+    whole: list[datetime] = []
+    while day < end:
+        if day >= start and day + DAY <= min(end, settled_before):
+            whole.append(day)
+        day += DAY
+    kept = cache.get_many([_DAY_KEY.format(d.date().isoformat()) for d in whole])
+    out: dict[datetime, list[GpuDay]] = {}
+    for d in whole:
+        rows = kept.get(_DAY_KEY.format(d.date().isoformat()))
+        if rows is not None:
+            out[d] = [tuple(r) for r in rows]  # type: ignore[misc]
+    # Stretches to read: [start, end) less the kept days, as few contiguous ranges as they make.
+    stretches: list[list[datetime]] = []
+    cursor_at = start
+    for d in sorted(out):
+        if d > cursor_at:
+            stretches.append([cursor_at, d])
+        cursor_at = max(cursor_at, d + DAY)
+    if cursor_at < end:
+        stretches.append([cursor_at, end])
+    fresh: dict[str, list[GpuDay]] = {}
+    for a, b in stretches:
+        read = _read_gpu_days(a, b)
+        out.update(read)
+        for d in whole:
+            if a <= d and d + DAY <= b:
+                fresh[_DAY_KEY.format(d.date().isoformat())] = read.get(d, [])
+    if fresh:
+        cache.set_many(fresh, timeout=DAY_CACHE_S)
+    return out
 
 
 def rollup_days(start: datetime, end: datetime) -> dict[tuple[int, datetime], DayFigures]:
     """(pool id, UTC day) -> its DayFigures over [start, end): an hour under IDLE_UTIL_PCT mean
     utilisation is idle, the power page's rule (a reporting GPU is energised)."""
-    from fleet.inventory.models import Gpu
-
     keys = _pool_keys()
-    gpu_pool = {
-        pk: keys[(site, model)]
-        for pk, site, model in Gpu.objects.physical().values_list("pk", "node__site_id", "model")
-        if (site, model) in keys
-    }
     out: dict[tuple[int, datetime], DayFigures] = {}
-    with connection.cursor() as cursor:
-        cursor.execute(_ROLLUP_DAYS_SQL, [start, end, IDLE_UTIL_PCT, IDLE_UTIL_PCT, start, end])
-        for gpu_id, day, idle, busy, power_sum, power_n in cursor.fetchall():
-            pool = gpu_pool.get(gpu_id)
+    for day, rows in gpu_days(start, end).items():
+        for site_id, model, idle, busy, power_sum, power_n in rows:
+            pool = keys.get((site_id, model))
             if pool is None:
                 continue
-            f = out.setdefault((pool, day.replace(tzinfo=UTC)), DayFigures())
+            f = out.setdefault((pool, day), DayFigures())
             f.idle += idle
             f.busy += busy
             f.power_sum += power_sum
