@@ -96,7 +96,14 @@ class PriceBook:
     pools: dict[int, Pool] = field(default_factory=dict)
     days: dict[tuple[int, datetime], DayFigures] = field(default_factory=dict)
     _accounts: dict[tuple[datetime, datetime], dict[Any, Any]] = field(default_factory=dict)
+    _jobs: dict[int, tuple[int | None, str]] | None = None
     _units: dict[tuple[int | None, datetime, datetime], tuple[Decimal, Decimal] | None] = field(default_factory=dict)
+
+    def jobs(self) -> dict[int, tuple[int | None, str]]:
+        """Every job's pool and team (job_facts), read once per book."""
+        if self._jobs is None:
+            self._jobs = job_facts()
+        return self._jobs
 
     def accounts(self, start: datetime, end: datetime) -> dict[Any, Any]:
         """The jobs' goodput accounts over a segment (fleet.training.accounts), read once per book:
@@ -176,9 +183,10 @@ def _pool_keys() -> dict[tuple[int, str], int]:
     return {(site, model): pk for pk, site, model in Pool.objects.values_list("pk", "site_id", "gpu_model")}
 
 
-def job_pools(job_ids: Iterable[int] | None = None) -> dict[int, int | None]:
-    """job id -> the pool of its site and its GPUs' model; a job with no GPUs recorded falls in
-    its site's pool when the site has one pool only (else None: not priced)."""
+def job_facts(job_ids: Iterable[int] | None = None) -> dict[int, tuple[int | None, str]]:
+    """job id -> (its pool, its team). The pool is that of its site and its GPUs' model; a job
+    with no GPUs recorded falls in its site's pool when the site has one pool only (else None:
+    not priced)."""
     keys = _pool_keys()
     per_site: dict[int, list[int]] = defaultdict(list)
     for (site, _), pk in keys.items():
@@ -187,20 +195,25 @@ def job_pools(job_ids: Iterable[int] | None = None) -> dict[int, int | None]:
     with connection.cursor() as cursor:
         cursor.execute(
             """
-            SELECT j.id, j.site_id, min(g.model)
+            SELECT j.id, j.site_id, j.team, min(g.model)
               FROM fleet_job j LEFT JOIN fleet_job_gpus jg ON jg.job_id = j.id LEFT JOIN fleet_gpu g ON g.id = jg.gpu_id
              WHERE %s::int8[] IS NULL OR j.id = ANY(%s::int8[])
-             GROUP BY j.id, j.site_id
+             GROUP BY j.id, j.site_id, j.team
             """,
             [ids, ids],
         )
-        out: dict[int, int | None] = {}
-        for job_id, site_id, model in cursor.fetchall():
+        out: dict[int, tuple[int | None, str]] = {}
+        for job_id, site_id, team, model in cursor.fetchall():
             pool = keys.get((site_id, model)) if model else None
             if pool is None and len(per_site[site_id]) == 1:
                 pool = per_site[site_id][0]
-            out[job_id] = pool
+            out[job_id] = (pool, team)
         return out
+
+
+def job_pools(job_ids: Iterable[int] | None = None) -> dict[int, int | None]:
+    """job id -> its pool (job_facts)."""
+    return {pk: pool for pk, (pool, _) in job_facts(job_ids).items()}
 
 
 # --- the figures ---------------------------------------------------------------------------------
@@ -234,8 +247,7 @@ def _item(book: PriceBook, start: datetime, end: datetime, gpu_hours: Decimal, *
 
 def training_items(book: PriceBook, *, job_id: int | None = None) -> list[Item]:
     """Training badput, per job and cause, per segment, priced (one accounts read per segment)."""
-    pools = job_pools(None if job_id is None else [job_id])
-    teams = dict(_job_teams(pools))
+    jobs = book.jobs() if job_id is None else job_facts([job_id])
     out = []
     for start, end in book.segments():
         for key, acc in book.accounts(start, end).items():
@@ -245,19 +257,21 @@ def training_items(book: PriceBook, *, job_id: int | None = None) -> list[Item]:
                 seconds = acc.seconds(cause)
                 if seconds:
                     gpu_hours = _dec(seconds) / 3600
+                    pool, team = jobs.get(key, (None, UNASSIGNED))
                     out.append(
                         _item(
-                            book, start, end, gpu_hours, kind="training", cause=cause,
-                            team=teams.get(key, UNASSIGNED), pool_id=pools.get(key), job_id=key,
+                            book,
+                            start,
+                            end,
+                            gpu_hours,
+                            kind="training",
+                            cause=cause,
+                            team=team,
+                            pool_id=pool,
+                            job_id=key,
                         )
-                    )  # fmt: skip
+                    )
     return out
-
-
-def _job_teams(pools: dict[int, int | None]) -> Iterable[tuple[int, str]]:
-    from fleet.training.models import Job
-
-    return Job.objects.filter(pk__in=list(pools)).values_list("pk", "team")
 
 
 @dataclass
@@ -403,10 +417,7 @@ def reserved_items(book: PriceBook) -> list[Item]:
     )
     if not reservations:
         return []
-    pools = job_pools()
-    from fleet.training.models import Job
-
-    teams = dict(Job.objects.values_list("pk", "team"))
+    jobs = book.jobs()
     out = []
     for start, end in book.segments():
         reserved: dict[tuple[str, int], Decimal] = defaultdict(Decimal)
@@ -418,7 +429,8 @@ def reserved_items(book: PriceBook) -> list[Item]:
             continue
         used: dict[tuple[str, int | None], Decimal] = defaultdict(Decimal)
         for job_id, acc in book.accounts(start, end).items():
-            used[(teams.get(job_id, UNASSIGNED), pools.get(job_id))] += _dec(acc.allocated_s) / 3600
+            pool, team = jobs.get(job_id, (None, UNASSIGNED))
+            used[(team, pool)] += _dec(acc.allocated_s) / 3600
         for (team, pool), hours in sorted(reserved.items()):
             unused = hours - used.get((team, pool), ZERO)
             if unused > 0:
@@ -441,7 +453,10 @@ def incident_items(book: PriceBook, *, incident_ids: list[int] | None = None) ->
     the hour they began in the pool of their job or GPU, for the team their labels name."""
     from incidents.models import Incident
 
-    qs = Incident.objects.filter(merged_into__isnull=True)
+    # Only what current_gpu_hours and the labels need: an incident row carries its postmortem.
+    qs = Incident.objects.filter(merged_into__isnull=True).only(
+        "labels", "category", "started_at", "resolved_at", "gpu_hours_lost", "gpus_out_of_service"
+    )
     qs = (
         qs.filter(pk__in=incident_ids)
         if incident_ids is not None
@@ -451,11 +466,10 @@ def incident_items(book: PriceBook, *, incident_ids: list[int] | None = None) ->
     if not incidents:
         return []
     jobs = [int(j) for i in incidents if str(j := i.labels.get("job", "")).isdigit()]
-    pools = job_pools(jobs)
+    facts = job_facts(jobs)
+    pools = {pk: pool for pk, (pool, _) in facts.items()}
+    teams = {pk: team for pk, (_, team) in facts.items()}
     gpu_pools = _gpu_pools([str(i.labels["gpu"]) for i in incidents if i.labels.get("gpu")])
-    from fleet.training.models import Job
-
-    teams = dict(Job.objects.filter(pk__in=jobs).values_list("pk", "team"))
     out = []
     for inc in incidents:
         start = floor_hour(inc.started_at)

@@ -35,7 +35,7 @@ PRESETS = {
 DEFAULT_RANGE = "30d"
 SERVING_WINDOWS = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "30d": timedelta(days=30)}
 OWN_OR_RENT_DAYS = (30, 90)
-SERVING_CACHE_S = 60
+SERVING_CACHE_S = 300
 KINDS = {
     "training": "Training badput",
     "idle": "Idle energised GPUs",
@@ -142,12 +142,12 @@ def serving(*, now: datetime | None = None) -> list[dict[str, Any]]:
     """Per endpoint: its GPUs, their price now, and per window (1 h, 24 h, 30 d) the GPUs' cost,
     the generated tokens (fleet.serving.slo's counters) and the cost per million tokens.
 
-    Kept for the minute it describes (SERVING_CACHE_S): the token counters are minute rollups, and
-    twenty endpoints' three windows are forty reads that every push and page load would repeat."""
-    from fleet.serving.slo import read_end
-
+    Kept for SERVING_CACHE_S: a unit cost over an hour to a month moves little in five minutes,
+    and twenty endpoints' three windows are forty reads that every push and page load would
+    otherwise repeat."""
     now = now or timezone.now()
-    key = f"cost:serving:{read_end(now).isoformat()}"
+    bucket = int(now.timestamp()) // SERVING_CACHE_S
+    key = f"cost:serving:{bucket}"
     rows = cache.get(key)
     if rows is None:
         rows = _serving(now)
