@@ -8,6 +8,7 @@ binary float; GPU-hours are numbers.
 from __future__ import annotations
 
 import io
+import time
 from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime, timedelta
@@ -36,6 +37,7 @@ DEFAULT_RANGE = "30d"
 SERVING_WINDOWS = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "30d": timedelta(days=30)}
 OWN_OR_RENT_DAYS = (30, 90)
 SERVING_CACHE_S = 300
+SNAPSHOT_CACHE_S = 15
 KINDS = {
     "training": "Training badput",
     "idle": "Idle energised GPUs",
@@ -237,8 +239,22 @@ def own_or_rent_rows(
 
 
 def snapshot(win: Window | None = None, *, now: datetime | None = None) -> dict[str, Any]:
-    """Everything the /cost/ page shows over the window."""
+    """Everything the /cost/ page shows over the window. A preset's figures are kept for
+    SNAPSHOT_CACHE_S (the goodput accounts' refresh interval: the figures cannot change faster
+    than the accounts they price), per preset and hour-bounded window; a custom window is
+    computed each time."""
     win = win or window({}, now=now)
+    if win.preset is None or now is not None:
+        return compute_snapshot(win, now=now)
+    key = f"cost:snapshot:{win.preset}:{int(time.time()) // SNAPSHOT_CACHE_S}"
+    snap = cache.get(key)
+    if snap is None:
+        snap = compute_snapshot(win)
+        cache.set(key, snap, timeout=SNAPSHOT_CACHE_S)
+    return snap
+
+
+def compute_snapshot(win: Window, *, now: datetime | None = None) -> dict[str, Any]:
     book = book_for(win)
     items = all_items(book)
     total = sum((i.amount for i in items), ZERO)
@@ -341,8 +357,11 @@ def export_csv(win: Window) -> str:
 
 
 def build_cost_delta(topic: str, watermark: Any) -> tuple[dict[str, Any] | None, Any]:
-    """The ``cost`` topic's push: the default window's figures when they changed."""
-    snap = snapshot()
+    """The ``cost`` topic's push: the default window's figures when they changed. Asked for after
+    the accounts refresh, so computed afresh (and kept for the page's reads)."""
+    win = window({})
+    snap = compute_snapshot(win)
+    cache.set(f"cost:snapshot:{win.preset}:{int(time.time()) // SNAPSHOT_CACHE_S}", snap, timeout=SNAPSHOT_CACHE_S)
     figures_now = {k: v for k, v in snap.items() if k not in ("ts", "window")}
     if watermark == figures_now:
         return None, watermark
