@@ -95,6 +95,7 @@ class PriceBook:
     watts: dict[int, Decimal]
     pools: dict[int, Pool] = field(default_factory=dict)
     days: dict[tuple[int, datetime], DayFigures] = field(default_factory=dict)
+    read_from: datetime | None = None  # where ``days`` begin
     _accounts: dict[tuple[datetime, datetime], dict[Any, Any]] = field(default_factory=dict)
     _jobs: dict[int, tuple[int | None, str]] | None = None
     _units: dict[tuple[int | None, datetime, datetime], tuple[Decimal, Decimal] | None] = field(default_factory=dict)
@@ -176,7 +177,7 @@ def price_book(start: datetime, end: datetime, *, read_from: datetime | None = N
             drawn[pool][1] += f.power_n
     for pool, (total, n) in drawn.items():
         watts[pool] = Decimal(str(round(total / n, 1)))
-    return PriceBook(start, end, currency, dict(prices), watts, pools, days)
+    return PriceBook(start, end, currency, dict(prices), watts, pools, days, min(read_from or start, start))
 
 
 def _pool_keys() -> dict[tuple[int, str], int]:

@@ -198,6 +198,11 @@ def own_or_rent_rows(
 ) -> list[dict[str, Any]]:
     """Per pool with a price: its hourly cost now (with the derivation), utilisation over 30 and 90
     days, the break-even utilisation against its cloud rate, and the one-sentence verdict."""
+    now = now or timezone.now()
+    first = figures.own_or_rent_start(max(OWN_OR_RENT_DAYS), now=now)
+    if book.read_from is None or book.read_from > first or book.end < figures.floor_hour(now):
+        # a window in the past: own or rent is about the last 90 days, at today's prices
+        book = figures.price_book(figures.floor_hour(now - timedelta(days=1)), figures.ceil_hour(now), read_from=first)
     pool_ids = sorted(book.pools) if pool_ids is None else pool_ids
     used = {days: figures.utilisation(book, pool_ids, days=days, now=now) for days in OWN_OR_RENT_DAYS}
     rows = []

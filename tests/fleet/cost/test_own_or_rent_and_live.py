@@ -117,3 +117,15 @@ def test_a_month_with_a_price_change_is_one_csv_row_at_both_prices(
     assert total == Decimal("5.00")
     if old_day.month == now.month:  # the usual case: both hours in one month, one row
         assert len(rows) == 1 and rows[0][6] == "2.0"
+
+
+def test_a_window_in_the_past_still_says_own_or_rent_for_the_last_30_and_90_days(site_a: Site, h100_pool: Pool) -> None:
+    from console.ranges import custom_window
+
+    owned_price(h100_pool, valid_from=date(2025, 1, 1))
+    _busy(node_with_gpus(site_a, H100, 5, "h-1"), days=30, busy_share=0.8)
+    now = timezone.now()
+    past = services.compute_snapshot(custom_window(now - timedelta(days=60), now - timedelta(days=40), now=now))
+    current = services.compute_snapshot(services.window({}), now=now)
+    assert past["own_or_rent"] == current["own_or_rent"]
+    assert past["own_or_rent"][0]["periods"][0]["sentence"] == "at 80 % utilisation, owning cost 30 % less"
