@@ -28,13 +28,12 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from itertools import pairwise
 from typing import Any
 
 from django.conf import settings
-from django.core.cache import cache
 from django.db import connection
 from django.utils import timezone
 
@@ -42,12 +41,11 @@ from fleet.capacity.models import COMMITTED_STATES, Pool, Reservation, Reservati
 from fleet.capacity.power_budget import board_power_w
 from fleet.cost.models import PoolPrice
 from fleet.cost.prices import Cost, CostError, Span, cost_of, hourly, money
-from fleet.power.services import IDLE_UTIL_PCT
+from fleet.cost.usage import DAY, DayFigures, midnight, pool_keys, rollup_days
 from fleet.training.accounts import accounts_between
 from fleet.training.goodput import BADPUT_CATEGORIES, CATEGORY_LABELS
 
 HOUR = timedelta(hours=1)
-DAY = timedelta(days=1)
 ZERO = Decimal(0)
 NANO = Decimal("1e-9")
 UNASSIGNED = "(no team)"
@@ -62,10 +60,6 @@ def floor_hour(ts: datetime) -> datetime:
 def ceil_hour(ts: datetime) -> datetime:
     floor = floor_hour(ts)
     return floor if floor == ts else floor + HOUR
-
-
-def _midnight(day: date) -> datetime:
-    return datetime(day.year, day.month, day.day, tzinfo=UTC)
 
 
 def month_of(ts: datetime) -> str:
@@ -141,14 +135,14 @@ class PriceBook:
         """The instants inside [start, end) where a segment ends: month starts and price changes."""
         cuts: set[datetime] = set()
         day = self.start.date().replace(day=1)
-        while _midnight(day) < self.end:
-            cuts.add(_midnight(day))
+        while midnight(day) < self.end:
+            cuts.add(midnight(day))
             day = (day + timedelta(days=32)).replace(day=1)
         for prices in self.prices.values():
             for p in prices:
-                cuts.add(_midnight(p.valid_from))
+                cuts.add(midnight(p.valid_from))
                 if p.valid_to:
-                    cuts.add(_midnight(p.valid_to + DAY))
+                    cuts.add(midnight(p.valid_to + DAY))
         return sorted(c for c in cuts if self.start < c < self.end)
 
     def segments(self) -> list[tuple[datetime, datetime]]:
@@ -170,7 +164,7 @@ def price_book(start: datetime, end: datetime, *, read_from: datetime | None = N
     days = rollup_days(min(read_from or start, start), end)
     watts = {pk: Decimal(str(board_power_w(pool.gpu_model))) for pk, pool in pools.items()}
     drawn: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])
-    first_day = _midnight(start.date())
+    first_day = midnight(start.date())
     for (pool, day), f in days.items():
         if first_day <= day < end and f.power_n:
             drawn[pool][0] += f.power_sum
@@ -180,15 +174,11 @@ def price_book(start: datetime, end: datetime, *, read_from: datetime | None = N
     return PriceBook(start, end, currency, dict(prices), watts, pools, days, min(read_from or start, start))
 
 
-def _pool_keys() -> dict[tuple[int, str], int]:
-    return {(site, model): pk for pk, site, model in Pool.objects.values_list("pk", "site_id", "gpu_model")}
-
-
 def job_facts(job_ids: Iterable[int] | None = None) -> dict[int, tuple[int | None, str]]:
     """job id -> (its pool, its team). The pool is that of its site and its GPUs' model; a job
     with no GPUs recorded falls in its site's pool when the site has one pool only (else None:
     not priced)."""
-    keys = _pool_keys()
+    keys = pool_keys()
     per_site: dict[int, list[int]] = defaultdict(list)
     for (site, _), pk in keys.items():
         per_site[site].append(pk)
@@ -275,121 +265,10 @@ def training_items(book: PriceBook, *, job_id: int | None = None) -> list[Item]:
     return out
 
 
-@dataclass
-class DayFigures:
-    """A pool's GPU-hours of one UTC day from the hour rollups: idle (under IDLE_UTIL_PCT, no job
-    holding the GPU that hour), busy (at or over it), and the summed mean power of its GPU-hours."""
-
-    idle: int = 0
-    busy: int = 0
-    power_sum: float = 0.0
-    power_n: int = 0
-
-
-# Aggregated per GPU and day first, then mapped to pools in Python: the rollups are read once in
-# bucket order (a sequential read of the window's partitions), never a GPU at a time. The hours a
-# job held a GPU come from the same accounts the training pages read (a job with allocated time
-# that hour, through its GPUs): a hash anti-join.
-_ROLLUP_DAYS_SQL = """
-    WITH held AS (
-        SELECT DISTINCT jg.gpu_id, a.hour
-          FROM fleet_jobaccount a JOIN fleet_job_gpus jg ON jg.job_id = a.job_id
-         WHERE a.hour >= %s AND a.hour < %s AND a.allocated_s > 0
-    ), per_gpu AS (
-        SELECT r.gpu_id, date_trunc('day', r.bucket AT TIME ZONE 'UTC') AS day,
-               count(*) FILTER (WHERE r.util_mean < %s AND h.gpu_id IS NULL) AS idle,
-               count(*) FILTER (WHERE r.util_mean >= %s) AS busy,
-               coalesce(sum(r.power_mean), 0) AS power_sum, count(r.power_mean) AS power_n
-          FROM fleet_gpurollup_1h r LEFT JOIN held h ON h.gpu_id = r.gpu_id AND h.hour = r.bucket
-         WHERE r.bucket >= %s AND r.bucket < %s
-         GROUP BY 1, 2
-    )
-    SELECT n.site_id, g.model, p.day, sum(p.idle), sum(p.busy), sum(p.power_sum), sum(p.power_n)
-      FROM per_gpu p JOIN fleet_gpu g ON g.id = p.gpu_id AND g.parent_id IS NULL JOIN fleet_node n ON n.id = g.node_id
-     GROUP BY 1, 2, 3
-"""
-
-
-# A UTC day's rollup figures are kept (in the cache) once the day is settled: SETTLE after its end
-# its hour rollups and the accounts of the jobs on its GPUs no longer change but for late data,
-# which shows once the kept figures expire (DAY_CACHE_S). A page over 90 days then reads today's
-# hours only, as the scheduler's queue figures read a day's settled hours once.
-SETTLE = timedelta(hours=2)
-DAY_CACHE_S = 6 * 3600
-_DAY_KEY = "cost:pool-day:{}"
-
-# (site id, GPU model): a pool's key. Idle and busy GPU-hours, summed mean power, its count.
-GpuDay = tuple[int, str, int, int, float, int]
-
-
-def _read_gpu_days(start: datetime, end: datetime) -> dict[datetime, list[GpuDay]]:
-    out: dict[datetime, list[GpuDay]] = defaultdict(list)
-    with connection.cursor() as cursor:
-        cursor.execute(_ROLLUP_DAYS_SQL, [start, end, IDLE_UTIL_PCT, IDLE_UTIL_PCT, start, end])
-        for site_id, model, day, idle, busy, power_sum, power_n in cursor.fetchall():
-            out[day.replace(tzinfo=UTC)].append((site_id, model, int(idle), int(busy), float(power_sum), int(power_n)))
-    return out
-
-
-def gpu_days(start: datetime, end: datetime, *, now: datetime | None = None) -> dict[datetime, list[GpuDay]]:
-    """Per UTC day of [start, end), each site's and GPU model's idle and busy hours and summed power: settled whole
-    days from the cache where kept, the rest read in one query per stretch of days not kept."""
-    settled_before = (now or timezone.now()) - SETTLE
-    day = _midnight(start.date())
-    whole: list[datetime] = []
-    while day < end:
-        if day >= start and day + DAY <= min(end, settled_before):
-            whole.append(day)
-        day += DAY
-    kept = cache.get_many([_DAY_KEY.format(d.date().isoformat()) for d in whole])
-    out: dict[datetime, list[GpuDay]] = {}
-    for d in whole:
-        rows = kept.get(_DAY_KEY.format(d.date().isoformat()))
-        if rows is not None:
-            out[d] = [tuple(r) for r in rows]  # type: ignore[misc]
-    # Stretches to read: [start, end) less the kept days, as few contiguous ranges as they make.
-    stretches: list[list[datetime]] = []
-    cursor_at = start
-    for d in sorted(out):
-        if d > cursor_at:
-            stretches.append([cursor_at, d])
-        cursor_at = max(cursor_at, d + DAY)
-    if cursor_at < end:
-        stretches.append([cursor_at, end])
-    fresh: dict[str, list[GpuDay]] = {}
-    for a, b in stretches:
-        read = _read_gpu_days(a, b)
-        out.update(read)
-        for d in whole:
-            if a <= d and d + DAY <= b:
-                fresh[_DAY_KEY.format(d.date().isoformat())] = read.get(d, [])
-    if fresh:
-        cache.set_many(fresh, timeout=DAY_CACHE_S)
-    return out
-
-
-def rollup_days(start: datetime, end: datetime) -> dict[tuple[int, datetime], DayFigures]:
-    """(pool id, UTC day) -> its DayFigures over [start, end): an hour under IDLE_UTIL_PCT mean
-    utilisation is idle, the power page's rule (a reporting GPU is energised)."""
-    keys = _pool_keys()
-    out: dict[tuple[int, datetime], DayFigures] = {}
-    for day, rows in gpu_days(start, end).items():
-        for site_id, model, idle, busy, power_sum, power_n in rows:
-            pool = keys.get((site_id, model))
-            if pool is None:
-                continue
-            f = out.setdefault((pool, day), DayFigures())
-            f.idle += idle
-            f.busy += busy
-            f.power_sum += power_sum
-            f.power_n += power_n
-    return out
-
-
 def idle_items(book: PriceBook) -> list[Item]:
     """Idle energised GPU-hours per pool and day, priced on their day; no team holds them."""
     out = []
-    first_day = _midnight(book.start.date())
+    first_day = midnight(book.start.date())
     for (pool, day), f in sorted(book.days.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         if f.idle and first_day <= day < book.end:
             start, end = max(day, book.start), min(day + DAY, book.end)
@@ -500,7 +379,7 @@ def _gpu_pools(uuids: list[str]) -> dict[str, int]:
         return {}
     from fleet.inventory.models import Gpu
 
-    keys = _pool_keys()
+    keys = pool_keys()
     out = {}
     for uuid, site, model in Gpu.objects.filter(uuid__in=uuids).values_list("uuid", "node__site_id", "model"):
         if (site, model) in keys:
@@ -559,7 +438,7 @@ def incident_cost(incident_id: int) -> dict[str, Any] | None:
 
 def own_or_rent_start(days: int, *, now: datetime | None = None) -> datetime:
     """Where own-or-rent's ``days`` begin: that many UTC midnights before today's."""
-    return _midnight((now or timezone.now()).astimezone(UTC).date()) - timedelta(days=days)
+    return midnight((now or timezone.now()).astimezone(UTC).date()) - timedelta(days=days)
 
 
 def utilisation(
@@ -576,7 +455,7 @@ def utilisation(
     for (pool, day), f in book.days.items():
         if start <= day < end:
             busy[pool] += f.busy
-    keys = _pool_keys()
+    keys = pool_keys()
     installed: dict[int, int] = defaultdict(int)
     for site, model in Gpu.objects.physical().values_list("node__site_id", "model"):
         if (site, model) in keys:

@@ -24,6 +24,7 @@ from console.spreadsheet import writer as csv_writer
 from fleet.cost import figures
 from fleet.cost.figures import ZERO, Item, PriceBook
 from fleet.cost.prices import CostError, money, own_or_rent, rate
+from fleet.cost.usage import pool_keys
 from fleet.training.goodput import CATEGORY_LABELS
 
 PRESETS = {
@@ -162,7 +163,7 @@ def _serving(now: datetime) -> list[dict[str, Any]]:
     from fleet.serving.slo import activity, window_totals
 
     book = figures.price_book(figures.floor_hour(now - SERVING_WINDOWS["30d"]), figures.ceil_hour(now))
-    keys = figures._pool_keys()
+    keys = pool_keys()
     rows = []
     endpoints = Endpoint.objects.select_related("site").prefetch_related("gpus").order_by("site__name", "name")
     for ep in endpoints:

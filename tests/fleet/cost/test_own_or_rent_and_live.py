@@ -11,6 +11,7 @@ import pytest
 from django.utils import timezone
 
 from fleet.cost import figures, services
+from fleet.cost.usage import midnight
 from fleet.models import GpuRollup1h, Pool, Site
 from fleet.telemetry.partitions import GPU_ROLLUP_1H, ensure_partitions
 from incidents.models import Incident
@@ -106,7 +107,7 @@ def test_a_month_with_a_price_change_is_one_csv_row_at_both_prices(
     rate_price(l40s_pool, "3.00", valid_from=today - timedelta(days=1))
     job = job_on(site_a, node_with_gpus(site_a, L40S, 1, "l-1"))
     now = figures.floor_hour(timezone.now())
-    old_day = figures._midnight(today - timedelta(days=3))
+    old_day = midnight(today - timedelta(days=3))
     account(job, old_day, hang_s=3600)  # 1 GPU-hour at 2.00
     account(job, now - timedelta(hours=1), hang_s=3600)  # 1 GPU-hour at 3.00
     rows = [
