@@ -18,6 +18,7 @@ NAV: list[tuple[str, ...]] = [
     ("Power", "power:dashboard"),
     ("Fabric", "fabric:dashboard"),
     ("Storage", "storage:dashboard"),
+    ("Cost", "cost:dashboard"),
     ("Incidents", "incidents:list"),
     ("Recovery", "recovery:register", "compliance.view_recoveryitem"),
     ("Compliance", "compliance:home", "console.manage_compliance"),

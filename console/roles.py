@@ -39,6 +39,7 @@ _READ_FLEET = [
     "fleet.view_teamquota",
     "fleet.view_reservation",
     "fleet.view_schedulerqueue",
+    "fleet.view_poolprice",
     "incidents.view_incident",
     "incidents.view_finding",
     "incidents.view_timelineentry",
@@ -103,6 +104,9 @@ ROLE_PERMISSIONS: dict[str, list[str]] = {
         "fleet.add_teamquota",
         "fleet.change_teamquota",
         "fleet.delete_teamquota",
+        # pool prices (fleet.cost): what a GPU-hour costs is the capacity lead's figure
+        "fleet.add_poolprice",
+        "fleet.change_poolprice",
     ],
     # Admin: every permission of the project's apps and of users and groups.
     ADMIN: ["*"],

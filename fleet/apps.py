@@ -50,6 +50,11 @@ class FleetConfig(AppConfig):
         # Capacity does not import the scheduler (it sits above): its queue panel, API part and
         # live topic are handed to capacity's hooks here.
         scheduler_panels.register()
+        # Cost prices the rooms below it: its page, tile, live topic and the money on the job,
+        # incident and capacity pages.
+        from fleet.cost import services as cost
+
+        cost.register()
         overview.register_section(
             overview.Section(
                 name="fleet",

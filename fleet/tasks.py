@@ -70,9 +70,13 @@ def scrape_target(target_id: int) -> int:
 @shared_task(ignore_result=True, acks_late=False)
 def refresh_training_accounts() -> int:
     """Recompute the goodput accounts of jobs with new events or still holding GPUs."""
+    from console import live
     from fleet.training import accounts as goodput_accounts
 
-    return goodput_accounts.refresh_job_accounts()
+    refreshed = goodput_accounts.refresh_job_accounts()
+    if refreshed:  # the cost page prices these accounts: push it while a page watches it
+        live.request_push(*live.watched(["cost"]))
+    return refreshed
 
 
 @shared_task(ignore_result=True, acks_late=False)

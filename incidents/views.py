@@ -4,6 +4,7 @@ items), MTTx metrics, and silences."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
@@ -37,6 +38,16 @@ _COST_PARTS = (
     ("reinit_gpu_h", "re-initialisation"),
     ("restore_gpu_h", "restore"),
 )
+
+
+# What an incident's GPU-hours lost cost: fleet.cost registers it from FleetConfig.ready (incidents
+# imports no fleet module), returning {"currency", "gpu_hours", "amount"} or None where unpriced.
+_gpu_hours_cost: Callable[[int], dict[str, Any] | None] = lambda incident_id: None  # noqa: E731
+
+
+def register_gpu_hours_cost(cost: Callable[[int], dict[str, Any] | None]) -> None:
+    global _gpu_hours_cost
+    _gpu_hours_cost = cost
 
 
 def finding_row_cost(finding: Finding) -> dict[str, Any]:
@@ -81,6 +92,7 @@ class IncidentDetailView(DashboardRequiredMixin, TemplateView):
         findings = list(incident.findings.order_by("-last_seen"))
         context["findings"] = [(f, finding_row_cost(f)) for f in findings]
         context["gpu_hours_at_risk"] = at_risk_gpu_hours(findings)
+        context["gpu_hours_cost"] = _gpu_hours_cost(incident.pk)
         context["action_items"] = incident.action_items.select_related("owner")
         context["roles"] = IncidentRole.choices
         context["users"] = User.objects.filter(is_active=True).order_by("username")

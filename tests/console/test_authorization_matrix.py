@@ -53,6 +53,7 @@ from console.asgi import application
 from console.models import PersonalToken
 from console.routing import websocket_urlpatterns
 from fleet.capacity.models import Pool, PowerApproval, ProcurementOrder, Reservation, Team, TeamQuota
+from fleet.cost.models import PoolPrice
 from fleet.models import Endpoint, Gpu, Job, Node, NodeInterface, NodeMount, Rack, SchedulerQueue, ScrapeTarget, Site
 from incidents.models import ActionItem, Incident, MaintenanceWindow, NotificationChannel, Silence
 from incidents.services.engine import raise_finding
@@ -293,6 +294,7 @@ RULES: dict[str, Rule] = {
     "power:dashboard": page(),
     "fabric:dashboard": page(),
     "storage:dashboard": page(),
+    "cost:dashboard": page(),
     # map queues (fleet.change_schedulerqueue) or import the scheduler's quota (the quota rule)
     "scheduler:queues": page(post=OPERATORS | APPROVERS),
     "capacity:plan": page(post=APPROVERS),  # approve or reject orders and power approvals
@@ -341,6 +343,18 @@ RULES: dict[str, Rule] = {
     # the fabric and storage pages' snapshots: reads for any role
     "api:fabric-api:snapshot": api(),
     "api:storage-api:snapshot": api(),
+    # the cost page's figures and CSV: reads for any role; prices are set by Admins and capacity
+    # approvers (fleet.add_poolprice, fleet.change_poolprice)
+    "api:cost-api:snapshot": api(),
+    "api:cost-api:training": api(),
+    "api:cost-api:idle": api(),
+    "api:cost-api:reserved": api(),
+    "api:cost-api:incidents": api(),
+    "api:cost-api:serving": api(),
+    "api:cost-api:own-or-rent": api(),
+    "api:cost-api:export": api(),
+    "api:cost-api:poolprice-list": api(post=APPROVERS),
+    "api:cost-api:poolprice-detail": api(patch=APPROVERS, target="pool_price"),
     "api:fleet-api:scrapetarget-list": api(post=OPERATORS),
     "api:fleet-api:scrapetarget-detail": api(patch=OPERATORS, delete=OPERATORS, target="scrape_target"),
     # a node's ports and mounts: found by ingest (no POST, no DELETE); operators set the fabric,
@@ -638,6 +652,7 @@ def targets(site_a: Site, site_b: Site, admin_user: User) -> dict[str, Any]:
     research = Team.objects.create(name="research")
     return {
         "pool": pool,
+        "pool_price": PoolPrice.objects.create(pool=pool, valid_from=soon.date(), mode="rate", rate_per_gpu_hour=2),
         "procurement_order": ProcurementOrder.objects.create(
             pool=pool, count=8, ordered_on=soon.date(), promised_on=soon.date()
         ),

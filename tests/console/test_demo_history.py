@@ -12,6 +12,7 @@ import threading
 import time
 from collections import Counter
 from datetime import timedelta
+from decimal import Decimal
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,7 @@ PAGES = [
     "/power/",
     "/fabric/",
     "/storage/",
+    "/cost/",
 ]
 
 
@@ -195,6 +197,16 @@ def test_a_first_start_writes_a_week_that_every_page_shows_and_that_agrees_with_
     starving = queues.get(site__name=site, name=f"{team}-{pool}")
     assert waits[starving.pk].p95 > 1800, waits[starving.pk]
     assert len(waits) >= 8 and all(w.p95 < waits[starving.pk].p95 for pk, w in waits.items() if pk != starving.pk)
+
+    # Cost opens on figures: the demo's pools are priced (owned H100/H200/A100 with power, rented
+    # L40S), the week's badput and idle GPUs cost money, and each owned pool's price is plausible.
+    cost = viewer_client.get("/api/v1/cost/", {"range": "7d"}).json()
+    assert cost["has_prices"] and Decimal(cost["total"]) > 0, cost["by_kind"]
+    kinds = {k["kind"]: Decimal(k["amount"]) for k in cost["by_kind"]}
+    assert kinds["training"] > 0 and kinds.get("incident", 0) > 0, kinds
+    owned = {r["pool"]: Decimal(r["hourly"]) for r in cost["own_or_rent"] if r["mode"] == "owned"}
+    assert owned and all(Decimal("0.5") < v < Decimal("3") for v in owned.values()), owned
+    assert all(r["periods"] for r in cost["own_or_rent"] if r["mode"] == "owned")
 
     # Reservations in every tier, from the capacity seed.
     assert set(Reservation.objects.values_list("tier", flat=True)) == {"reserved", "on-demand", "preemptible"}

@@ -189,6 +189,11 @@ class Command(BaseCommand):
             )
             if any(capacity.values()):
                 self.stdout.write("  capacity: added " + ", ".join(f"{n} {kind}" for kind, n in capacity.items()))
+            # Pool prices (fleet.cost), so the cost page has figures on first open.
+            from fleet.cost.simulator import seed_prices
+
+            if prices := seed_prices(now=utcnow()):
+                self.stdout.write(f"  cost: added {prices} pool prices")
         except ProgrammingError as exc:
             raise CommandError(
                 f"The database is not ready ({exc.__class__.__name__}); run `manage.py migrate` first."
