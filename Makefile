@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test soak lint install install-dev clean-data
+.PHONY: demo test soak scale lint install install-dev clean-data
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,11 @@ test: $(DEV_STAMP)
 # (bench/soak.py; about 45 minutes). CI runs the short subset: `make soak SOAK_ARGS=--short`.
 soak: $(DEV_STAMP)
 	$(BIN)/python bench/soak.py $(SOAK_ARGS)
+
+# A fleet of N GPUs on the console's own services, measured (bench/scale.py; 15 minutes at
+# 100,000 GPUs by default). CI runs `make scale SCALE_ARGS="--short --gpus 2000"`.
+scale: $(DEV_STAMP)
+	$(BIN)/python bench/scale.py $(SCALE_ARGS)
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
