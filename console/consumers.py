@@ -17,7 +17,7 @@ from django.conf import settings
 from django.contrib.sessions.backends.base import SessionBase
 from django.db import DataError
 
-from console import live, socket_slots, sockets
+from console import drain, live, socket_slots, sockets
 from console.permissions import DASHBOARD_PERMISSION
 
 logger = logging.getLogger(__name__)
@@ -34,6 +34,12 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         self.session_tag = ""
         self.watcher: asyncio.Task[None] | None = None
         self.slot_held = False
+        if drain.is_draining():
+            # This process is stopping: accepted and closed at once with "service restart", so
+            # the page reconnects (through the balancer, to another process) rather than backing off.
+            await self.accept()
+            await self.close(code=drain.CLOSE_SERVICE_RESTART, reason="service restart")
+            return
         try:
             user, code = await self._check(self.scope["session"])
         except DataError:  # a session cookie no session can have (a NUL, say)
@@ -61,6 +67,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=sockets.CLOSE_TRY_AGAIN_LATER)
             return
         await self.accept()
+        drain.add(self)
         if not self.slot_held:
             # Accepted, then closed: a refused handshake reaches the page without its close code.
             await self.close(code=sockets.CLOSE_TOO_MANY_SOCKETS, reason=f"At most {settings.WS_MAX_PER_USER} sockets")
@@ -120,6 +127,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             logger.warning("could not renew the watches of a websocket's topics", exc_info=True)
 
     async def disconnect(self, code: int) -> None:
+        drain.discard(self)
         if getattr(self, "watcher", None) is not None:
             self.watcher.cancel()
         if getattr(self, "slot_held", False):
