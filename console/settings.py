@@ -406,10 +406,19 @@ REQUEST_BODY_LIMITS = [
 # Django's own cap (a bare 400 from request.body) must never refuse what the door let through.
 DATA_UPLOAD_MAX_MEMORY_SIZE = max([REQUEST_MAX_BYTES, *(limit for _, limit in REQUEST_BODY_LIMITS)])
 # Retention: raw samples (GPU and serving) and rollups are kept this many days; expiry drops
-# whole partitions.
-RAW_RETENTION_DAYS = envint("GOODPUT_RAW_RETENTION_DAYS", 7, minimum=1)
-ROLLUP_1M_RETENTION_DAYS = envint("GOODPUT_ROLLUP_1M_RETENTION_DAYS", 30, minimum=1)
-ROLLUP_1H_RETENTION_DAYS = envint("GOODPUT_ROLLUP_1H_RETENTION_DAYS", 400, minimum=1)
+# whole partitions. Past SHORT_TERM_MAX_DAYS only the 1-hour rollups are kept: raw samples weigh
+# about 60 times and minute rollups about 60 times more a day than hours (`manage.py
+# telemetry_footprint`), which at 100,000 GPUs is the difference between gigabytes and terabytes.
+SHORT_TERM_MAX_DAYS = 30
+RAW_RETENTION_DAYS = envint("GOODPUT_RAW_RETENTION_DAYS", 7, minimum=1, maximum=SHORT_TERM_MAX_DAYS)
+ROLLUP_1M_RETENTION_DAYS = envint("GOODPUT_ROLLUP_1M_RETENTION_DAYS", 30, minimum=1, maximum=SHORT_TERM_MAX_DAYS)
+ROLLUP_1H_RETENTION_DAYS = envint("GOODPUT_ROLLUP_1H_RETENTION_DAYS", 400, minimum=SHORT_TERM_MAX_DAYS)
+if not RAW_RETENTION_DAYS <= ROLLUP_1M_RETENTION_DAYS:
+    # A dashboard reads minutes where it has no raw samples; minutes that expire first leave a hole.
+    raise ImproperlyConfiguredEnv(
+        f"GOODPUT_RAW_RETENTION_DAYS={RAW_RETENTION_DAYS} is above GOODPUT_ROLLUP_1M_RETENTION_DAYS="
+        f"{ROLLUP_1M_RETENTION_DAYS}: the minute rollups must last at least as long as the samples"
+    )
 # --- compliance ---------------------------------------------------------------------------
 # No retention policy, no purge and no session can delete audit entries younger than this: the
 # database's purge function keeps them (written into the database by `manage.py migrate`).
