@@ -876,7 +876,9 @@ def _rolling_restart(stack: soak_stack.Stack, live: LiveLoad) -> dict[str, Any]:
     began = time.time()
     clients.series_since = began
     stop_s: dict[str, float] = {}
+    gaps_by_stop: dict[str, dict[str, float | int | None]] = {}  # per restart: who moved, how long away
     for index, name in enumerate(stack.web_names()):
+        before = {c.number: len(c.gaps_ms) for c in clients.clients}
         log(f"rolling restart: SIGTERM {name}")
         stop_s[name] = stack.stop(name, grace=soak_stack.WEB_GRACE_S)
         log(f"rolling restart: {name} stopped in {stop_s[name]:.1f} s; starting it again")
@@ -885,6 +887,12 @@ def _rolling_restart(stack: soak_stack.Stack, live: LiveLoad) -> dict[str, Any]:
             log(f"rolling restart: not every client came back within {BACK_WITHIN_S:.0f} s of {name}'s restart")
         # The next process goes down only once this one's reconnects have their snapshots.
         _wait_snapshots(clients, timeout=60)
+        these = [gap for c in clients.clients for gap in c.gaps_ms[before[c.number] :]]
+        gaps_by_stop[name] = {
+            "moved": len(these),
+            "gap_p50_ms": round(percentile(these, 50), 1) if these else None,
+            "gap_max_ms": round(max(these), 1) if these else None,
+        }
     ended = time.time()
     back = clients.wait_subscribed(BACK_WITHIN_S)
     dropped = sum(1 for c in clients.clients if not c.subscribed)
@@ -917,6 +925,7 @@ def _rolling_restart(stack: soak_stack.Stack, live: LiveLoad) -> dict[str, Any]:
         "open_gap_max_ms": round(max(open_gaps), 1) if open_gaps else None,
         "data_gap_p50_ms": round(percentile(data_gaps, 50), 1) if data_gaps else None,
         "data_gap_max_ms": round(max(data_gaps), 1) if data_gaps else None,
+        "gaps_by_stop": gaps_by_stop,
         "snapshot_ms_p50": _snapshot_ms(checks, 50),
         "snapshot_ms_max": _snapshot_ms(checks, 100),
         "snapshots_checked": len(checks),
@@ -932,7 +941,7 @@ def _rolling_restart(stack: soak_stack.Stack, live: LiveLoad) -> dict[str, Any]:
         and result["stop_s_max"] <= soak_stack.WEB_DRAIN_S + soak_stack.WEB_GRACE_S + 1
     )
     # A timing, judged by the caller (bench/soak.py: the full soak fails past it, --short notes it):
-    # the stopping process closes its sockets with 1012 over WEB_DRAIN_S and the page retries within
+    # the stopping process closes its sockets with 1012, paced, and the page retries within
     # a second, so its herd reaches the other process a few at a time (console/drain.py).
     result["within_gap_target"] = max_gap <= GAP_TARGET_MS
     log("rolling restart details: " + json.dumps(result))

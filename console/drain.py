@@ -9,8 +9,11 @@ Instead, before uvicorn starts its own shutdown:
    new connections, and a handshake that still arrives is accepted and closed at once with
    ``CLOSE_SERVICE_RESTART``, so the page tries elsewhere;
 2. its open sockets are closed with ``CLOSE_SERVICE_RESTART`` (1012, RFC 6455 "service restart"),
-   spread evenly over ``WS_DRAIN_SECONDS``: the page (static/js/live.js) reconnects within a
-   second, without its "paused" banner, and the herd reaches the other processes a few at a time;
+   ``WS_DRAIN_PER_SECOND`` a second (spread evenly over at most ``WS_DRAIN_SECONDS``): the page
+   (static/js/live.js) reconnects within a second, without its "paused" banner, and the herd
+   reaches the other processes at a pace they can take in: each reconnect costs the process that
+   takes it a handshake, a session check and the page's snapshot, and a whole herd at once kept
+   pages waiting 9-22 s in the soak. A process with a few sockets closes them at once;
 3. uvicorn's own handler runs: it stops listening, waits for requests in flight (at most
    ``SHUTDOWN_GRACE_SECONDS``) and exits. A second signal skips the drain.
 
@@ -64,17 +67,20 @@ def open_sockets() -> int:
     return len(_sockets)
 
 
-def drain_delays(count: int, window: float) -> list[float]:
-    """When each of ``count`` sockets is closed: evenly over ``window`` seconds, the first at once."""
+def drain_delays(count: int, *, per_second: float, at_most: float) -> list[float]:
+    """When each of ``count`` sockets is closed: ``per_second`` a second, the first at once, the
+    whole drain within ``at_most`` seconds (faster than ``per_second`` if it must)."""
     if count <= 1:
         return [0.0] * count
-    return [window * i / (count - 1) for i in range(count)]
+    step = min(1 / per_second, at_most / (count - 1))
+    return [step * i for i in range(count)]
 
 
-async def close_all(*, window: float) -> int:
-    """Close every socket of this process with CLOSE_SERVICE_RESTART, spread over ``window`` s."""
+async def close_all(*, per_second: float, at_most: float) -> int:
+    """Close every socket of this process with CLOSE_SERVICE_RESTART, spread as ``drain_delays`` says."""
     _draining.set()
     sockets = list(_sockets)
+    delays = drain_delays(len(sockets), per_second=per_second, at_most=at_most)
     started = asyncio.get_running_loop().time()
 
     async def close_one(consumer: Closable, delay: float) -> None:
@@ -84,7 +90,7 @@ async def close_all(*, window: float) -> int:
         except Exception:  # already gone: uvicorn's shutdown deals with whatever is left
             logger.debug("a draining socket could not be closed", exc_info=True)
 
-    await asyncio.gather(*(close_one(c, d) for c, d in zip(sockets, drain_delays(len(sockets), window), strict=True)))
+    await asyncio.gather(*(close_one(c, d) for c, d in zip(sockets, delays, strict=True)))
     logger.warning(
         "drained %d websockets in %.1f s before stopping", len(sockets), asyncio.get_running_loop().time() - started
     )
@@ -118,9 +124,11 @@ def _handler(
         _draining.set()
 
         async def drain_then_stop() -> None:
-            window = float(settings.WS_DRAIN_SECONDS)
+            at_most = float(settings.WS_DRAIN_SECONDS)
             try:
-                await asyncio.wait_for(close_all(window=window), timeout=window + 2)
+                await asyncio.wait_for(
+                    close_all(per_second=float(settings.WS_DRAIN_PER_SECOND), at_most=at_most), timeout=at_most + 2
+                )
             except Exception:  # late or failed: uvicorn's own shutdown closes what is left
                 logger.warning("the websocket drain did not finish; stopping anyway", exc_info=True)
             finally:

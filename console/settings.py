@@ -451,10 +451,11 @@ LIVE_MIN_INTERVAL_MS = envint("GOODPUT_LIVE_MIN_INTERVAL_MS", 500, minimum=50)
 # close code 4429 past it), and this many topics per socket (close code 4413).
 WS_MAX_PER_USER = envint("GOODPUT_WS_MAX_PER_USER", 20, minimum=1)
 WS_MAX_TOPICS = envint("GOODPUT_WS_MAX_TOPICS", 50, minimum=1)
-# On SIGTERM a web process closes its sockets with 1012 ("service restart"), spread over this many
-# seconds, before the server's own shutdown: the pages reconnect to the other processes a few at
-# a time rather than all in one second (console.drain). 0 closes them all at once.
-WS_DRAIN_SECONDS = envint("GOODPUT_WS_DRAIN_SECONDS", 3, minimum=0, maximum=60)
+# On SIGTERM a web process closes its sockets with 1012 ("service restart"), this many a second
+# and within at most this many seconds, before the server's own shutdown: the pages reconnect to
+# the other processes at a pace they can take in rather than all in one second (console.drain).
+WS_DRAIN_PER_SECOND = envint("GOODPUT_WS_DRAIN_PER_SECOND", 10, minimum=1)
+WS_DRAIN_SECONDS = envint("GOODPUT_WS_DRAIN_SECONDS", 10, minimum=0, maximum=60)
 # Power a GPU node draws besides its GPUs (CPUs, memory, NICs, fans), for energised capacity and
 # rack draw: a DGX H100 draws about 10.2 kW at full load, 5.6 kW of it in its eight GPUs.
 NODE_OVERHEAD_W = envint("GOODPUT_NODE_OVERHEAD_W", 2000, minimum=0)

@@ -1,8 +1,8 @@
 """A web process that gets SIGTERM hands its websockets on before it stops (console.drain).
 
 Its pages must hear "service restart" (1012, which static/js/live.js answers by reconnecting
-within a second, without a banner), a few at a time over GOODPUT_WS_DRAIN_SECONDS rather than all
-in one instant; meanwhile the process says it is not ready and turns new sockets away the same way.
+within a second, without a banner), GOODPUT_WS_DRAIN_PER_SECOND a second rather than all in one
+instant; meanwhile the process says it is not ready and turns new sockets away the same way.
 """
 
 from __future__ import annotations
@@ -26,15 +26,19 @@ from console.processes import uvicorn_command
 from tests.conftest import redis_url
 from tests.stack import ROOT, free_port, stack_env
 
-DRAIN_SECONDS = 2
-GRACE_SECONDS = 2
+PER_SECOND = 2
 SOCKETS = 5
+DRAIN_SECONDS = (SOCKETS - 1) / PER_SECOND
+GRACE_SECONDS = 2
 
 
-def test_the_closes_are_spread_evenly_over_the_window_the_first_at_once() -> None:
-    assert drain_delays(0, 3) == []
-    assert drain_delays(1, 3) == [0.0]
-    assert drain_delays(4, 3) == [0.0, 1.0, 2.0, 3.0]
+def test_the_closes_are_paced_the_first_at_once_and_all_within_the_limit() -> None:
+    assert drain_delays(0, per_second=10, at_most=10) == []
+    assert drain_delays(1, per_second=10, at_most=10) == [0.0]
+    assert drain_delays(4, per_second=2, at_most=10) == [0.0, 0.5, 1.0, 1.5]
+    # Too many for the pace within the limit: faster, evenly, ending at the limit.
+    assert drain_delays(5, per_second=1, at_most=2) == [0.0, 0.5, 1.0, 1.5, 2.0]
+    assert drain_delays(3, per_second=1, at_most=0) == [0.0, 0.0, 0.0]
 
 
 @pytest.fixture
@@ -50,7 +54,8 @@ def _start(log: Path) -> tuple[subprocess.Popen[bytes], str]:
     env = {
         **stack_env(redis_url()),
         "GOODPUT_SHUTDOWN_GRACE_SECONDS": str(GRACE_SECONDS),
-        "GOODPUT_WS_DRAIN_SECONDS": str(DRAIN_SECONDS),
+        "GOODPUT_WS_DRAIN_PER_SECOND": str(PER_SECOND),
+        "GOODPUT_WS_DRAIN_SECONDS": "10",
     }
     with log.open("wb") as out:
         command = uvicorn_command(port, graceful_shutdown_s=GRACE_SECONDS)
