@@ -121,8 +121,13 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     async def _renew_watches(self, topics: set[str]) -> None:
         """Keep the page's watched topics (gpu.<id>, node.<id>) pushed while this socket follows them;
         ingest stops asking for their pushes a little after the last socket lets go."""
+        watched = sorted(t for t in topics if live.has_watcher(t))
+        if not watched:
+            # Nothing to renew: no hop onto the one thread every socket's database calls share,
+            # where a herd of reconnects would queue its "subscribed" behind the others' checks.
+            return
         try:
-            await database_sync_to_async(live.renew_watches)(sorted(topics))
+            await database_sync_to_async(live.renew_watches)(watched)
         except Exception:  # a missed renewal costs a few pushes until the next; the socket stays
             logger.warning("could not renew the watches of a websocket's topics", exc_info=True)
 
@@ -187,8 +192,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
                 await self._error(f"At most {settings.WS_MAX_TOPICS} topics per connection.")
                 await self.close(code=sockets.CLOSE_TOO_MANY_TOPICS, reason=f"At most {settings.WS_MAX_TOPICS} topics")
                 return
-            for topic in topics:
-                await self.channel_layer.group_add(live.group_name(topic), self.channel_name)
+            # Joined together rather than one Redis round trip after another.
+            await asyncio.gather(*(self.channel_layer.group_add(live.group_name(t), self.channel_name) for t in topics))
             self.topics |= set(topics)
             await self._renew_watches(set(topics))
         else:
