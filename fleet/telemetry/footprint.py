@@ -73,7 +73,8 @@ class LevelFootprint:
 
 def reporting_gpus() -> int:
     """GPUs that have reported (one latest-state row each); the inventory's count if none has."""
-    from fleet.models import Gpu, GpuState
+    from fleet.inventory.models import Gpu
+    from fleet.telemetry.models import GpuState
 
     return GpuState.objects.count() or Gpu.objects.count()
 
