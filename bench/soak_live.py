@@ -11,9 +11,10 @@ What runs (all against a ``soak_stack.Stack``: two uvicorn web processes, channe
 * ``LiveClients``: ``clients`` websocket clients in one asyncio loop, dealt evenly over the web
   URLs, signed in through the real login form (a session per web URL, shared by its clients), each
   subscribed to every page topic (fleet, incidents, training, serving, power). They reconnect as
-  static/js/live.js does: after a socket that was open closes, wait 500 ms x (0.75..1.25), then
-  connect (to the next web URL, as a load balancer would send them), subscribe, and fetch the
-  fleet page's snapshot (``/api/v1/fleet/overview/?range=1h``) to check it (below). The first
+  static/js/live.js does: after a socket that was open closes, wait a random 0-1 s, then connect
+  (to the next web URL, as a load balancer would send them; failures back off), subscribe, and
+  once subscribed fetch the fleet page's snapshot (``/api/v1/fleet/overview/?range=1h``) to check
+  it (below). The first
   connection fetches no snapshot: only a reconnect can have missed anything.
 * ``ApiProbe`` (bench/soak_sources.py): the dashboard APIs the pages read, over both web URLs,
   about 2 requests a second, with the personal token (or, given only agent tokens, the session).
@@ -38,8 +39,9 @@ closed, and the 1 h chart series must have no missing minute bucket since the re
 the end the series must hold every minute of the restart window (``snapshot_gaps`` counts the
 failures). ``dropped`` counts clients not subscribed again within 30 s of the last restart. It
 passes when no client is dropped, no snapshot has a gap and every stop is within the grace;
-``within_reconnect`` says whether every client was back within the page's longest reconnect wait
-(10 s and its jitter), which a herd of 100 clients moving to one process at once is not.
+``within_gap_target`` says whether every client was back within 5 s (GAP_TARGET_MS; bench/soak.py
+judges it in the full soak and notes it in ``--short``); ``told_to_move`` counts the closes with 1012
+("service restart"), which the stopping process sends spread over its drain (console/drain.py).
 Then one Celery worker is SIGTERMed under load and started again (``worker_stop``).
 
 ``tokens`` is bootstrap()'s answer or its agent tokens alone ({site: token}). ``run_live_load`` and
@@ -108,16 +110,19 @@ API_PATHS = [
 ]
 API_RATE = 2.0  # requests a second, over all paths and web URLs
 WARMUP_S = 20.0
-RECONNECT_MS = 500  # static/js/live.js: min(10 s, 500 ms x 2^attempt) x (0.75 + random / 2)
-# The page's longest reconnect wait (10 s, plus its jitter): a client back within it was away no
-# longer than its own reconnect schedule allows; one away longer was dropped in all but name.
-RECONNECT_MAX_MS = 10_000 * 1.25
+# static/js/live.js: a socket that was open reconnects after random 0-1 s; only repeated failures
+# back off, min(10 s, 500 ms x 2^attempt) x (0.75 + random / 2).
+RECONNECT_MAX_MS = 1000  # the page's longest wait before its first try
+GAP_TARGET_MS = 5000.0  # issue 27: no client is away longer than this in a rolling restart
+SERVICE_RESTART = 1012  # the close code of a stopping web process (console/drain.py)
 BACK_WITHIN_S = 30.0  # a client not subscribed again this long after the last restart is dropped
 P99_TARGET_MS = 1000.0
 
 
 def page_delay(attempt: int) -> float:
-    """static/js/live.js's reconnect delay in seconds (``attempt`` resets once a socket opens)."""
+    """static/js/live.js's reconnect delay in seconds (``attempt`` resets once a socket is subscribed)."""
+    if attempt == 0:
+        return random.random() * RECONNECT_MAX_MS / 1000
     return min(10.0, 0.5 * 2**attempt) * (0.75 + random.random() / 2)
 
 
@@ -344,6 +349,8 @@ class ClientState:
     data_gaps_ms: list[float] = field(default_factory=list)  # socket closed -> a push on the new one
     data_pending_since: float | None = None
     ws: ClientConnection | None = None  # the open socket
+    close_codes: Counter[int | None] = field(default_factory=Counter)  # how its sockets were closed
+    snapshot_due: tuple[str, dict[str, float]] | None = None  # a reconnect's check, once subscribed
 
 
 class LiveClients(threading.Thread):
@@ -461,12 +468,14 @@ class LiveClients(threading.Thread):
             c.ws = None
             if self._closing:
                 return
+            c.close_codes[ws.close_code] += 1
             c.connected = c.subscribed = False
             c.closed_at = time.time()
             c.disconnects += 1
             if self.recording:
                 c.window_disconnects += 1
-            # The page: paused, retry after the delay; the balancer sends it to the next process.
+            # The page: retry within a second (1012, "service restart": without its paused banner);
+            # the balancer sends it to the next process.
             await asyncio.sleep(page_delay(0))
             attempt = 1
             c.url_index = (c.url_index + 1) % len(self.urls)
@@ -476,10 +485,8 @@ class LiveClients(threading.Thread):
         c.connected = True
         try:
             await ws.send(json.dumps({"action": "subscribe", "topics": TOPICS}))
-            if c.closed_at is not None:
-                task = asyncio.create_task(self._check_snapshot(c, base, dict(c.seen)))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+            if c.closed_at is not None:  # as the page: the snapshot once the subscription holds
+                c.snapshot_due = (base, dict(c.seen))
             async for raw in ws:
                 self._receive(c, raw)
         except ConnectionClosed:
@@ -509,6 +516,13 @@ class LiveClients(threading.Thread):
             if c.closed_at is not None:
                 c.gaps_ms.append((received - c.closed_at) * 1000)
                 c.closed_at = None
+            if c.snapshot_due is not None:
+                base, seen_before = c.snapshot_due
+                c.snapshot_due = None
+                self.snapshots_pending += 1  # counted now: the restart waits on it from another thread
+                task = asyncio.create_task(self._check_snapshot(c, base, seen_before))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
             return
         if self.recording:
             c.window_messages += 1
@@ -538,7 +552,6 @@ class LiveClients(threading.Thread):
     # --- the snapshot after a reconnect ---
 
     async def _check_snapshot(self, c: ClientState, base: str, seen_before: dict[str, float]) -> None:
-        self.snapshots_pending += 1
         asked = time.time()
         try:
             status, snapshot = await asyncio.get_running_loop().run_in_executor(
@@ -858,11 +871,14 @@ def _rolling_restart(stack: soak_stack.Stack, live: LiveLoad) -> dict[str, Any]:
         c.gaps_ms.clear()
         c.open_gaps_ms.clear()
         c.data_gaps_ms.clear()
+        c.close_codes.clear()
     checks_before = len(clients.snapshot_checks)
     began = time.time()
     clients.series_since = began
     stop_s: dict[str, float] = {}
+    gaps_by_stop: dict[str, dict[str, float | int | None]] = {}  # per restart: who moved, how long away
     for index, name in enumerate(stack.web_names()):
+        before = {c.number: len(c.gaps_ms) for c in clients.clients}
         log(f"rolling restart: SIGTERM {name}")
         stop_s[name] = stack.stop(name, grace=soak_stack.WEB_GRACE_S)
         log(f"rolling restart: {name} stopped in {stop_s[name]:.1f} s; starting it again")
@@ -871,6 +887,12 @@ def _rolling_restart(stack: soak_stack.Stack, live: LiveLoad) -> dict[str, Any]:
             log(f"rolling restart: not every client came back within {BACK_WITHIN_S:.0f} s of {name}'s restart")
         # The next process goes down only once this one's reconnects have their snapshots.
         _wait_snapshots(clients, timeout=60)
+        these = [gap for c in clients.clients for gap in c.gaps_ms[before[c.number] :]]
+        gaps_by_stop[name] = {
+            "moved": len(these),
+            "gap_p50_ms": round(percentile(these, 50), 1) if these else None,
+            "gap_max_ms": round(max(these), 1) if these else None,
+        }
     ended = time.time()
     back = clients.wait_subscribed(BACK_WITHIN_S)
     dropped = sum(1 for c in clients.clients if not c.subscribed)
@@ -884,6 +906,10 @@ def _rolling_restart(stack: soak_stack.Stack, live: LiveLoad) -> dict[str, Any]:
     moved = sum(1 for c in clients.clients if c.gaps_ms)
     max_gap = round(max(gaps), 1) if gaps else 0.0
     snapshot_gaps = len(failed) + (1 if final else 0)
+    codes: Counter[int | None] = Counter()
+    for c in clients.clients:
+        codes.update(c.close_codes)
+    told_to_move = codes[SERVICE_RESTART]
     result: dict[str, Any] = {
         "rolling_restart_webs": len(stop_s),
         "stop_s": {k: round(v, 2) for k, v in stop_s.items()},
@@ -892,11 +918,14 @@ def _rolling_restart(stack: soak_stack.Stack, live: LiveLoad) -> dict[str, Any]:
         "reconnects": len(gaps),
         "max_gap_ms": max_gap,
         "gap_p50_ms": round(percentile(gaps, 50), 1) if gaps else None,
-        "reconnect_ms": RECONNECT_MS,
+        "reconnect_max_ms": RECONNECT_MAX_MS,
+        "gap_target_ms": GAP_TARGET_MS,
+        "close_codes": {str(code): n for code, n in codes.items()},
         "open_gap_p50_ms": round(percentile(open_gaps, 50), 1) if open_gaps else None,
         "open_gap_max_ms": round(max(open_gaps), 1) if open_gaps else None,
         "data_gap_p50_ms": round(percentile(data_gaps, 50), 1) if data_gaps else None,
         "data_gap_max_ms": round(max(data_gaps), 1) if data_gaps else None,
+        "gaps_by_stop": gaps_by_stop,
         "snapshot_ms_p50": _snapshot_ms(checks, 50),
         "snapshot_ms_max": _snapshot_ms(checks, 100),
         "snapshots_checked": len(checks),
@@ -908,15 +937,18 @@ def _rolling_restart(stack: soak_stack.Stack, live: LiveLoad) -> dict[str, Any]:
         back
         and dropped == 0
         and snapshot_gaps == 0
-        and result["stop_s_max"] <= soak_stack.WEB_GRACE_S + 1  # the grace, then cancelling and exiting
+        # the drain, the grace, then cancelling and exiting
+        and result["stop_s_max"] <= soak_stack.WEB_DRAIN_S + soak_stack.WEB_GRACE_S + 1
     )
-    # Reported, not judged: a process's whole herd of clients reconnects to the other at once, and
-    # their snapshots queue there (README, Reliability).
-    result["within_reconnect"] = max_gap <= RECONNECT_MAX_MS
+    # A timing, judged by the caller (bench/soak.py: the full soak fails past it, --short notes it):
+    # the stopping process closes its sockets with 1012, paced, and the page retries within
+    # a second, so its herd reaches the other process a few at a time (console/drain.py).
+    result["within_gap_target"] = max_gap <= GAP_TARGET_MS
     log("rolling restart details: " + json.dumps(result))
     result["result"] = (
         f"RESULT rolling_restart_webs={result['rolling_restart_webs']} stop_s_max={result['stop_s_max']} "
-        f"clients={moved} max_gap_ms={max_gap} reconnect_max_ms={RECONNECT_MAX_MS:.0f} snapshot_gaps={snapshot_gaps} "
+        f"clients={moved} max_gap_ms={max_gap} gap_p50_ms={result['gap_p50_ms']} gap_target_ms={GAP_TARGET_MS:.0f} "
+        f"reconnect_max_ms={RECONNECT_MAX_MS} told_to_move={told_to_move} snapshot_gaps={snapshot_gaps} "
         f"dropped={dropped}"
     )
     print(result["result"], flush=True)

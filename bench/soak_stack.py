@@ -29,6 +29,7 @@ from console.processes import uvicorn_command
 
 DATABASE = "goodput"
 WEB_GRACE_S = 10  # uvicorn's --timeout-graceful-shutdown, as the README's production command
+WEB_DRAIN_S = 10  # GOODPUT_WS_DRAIN_SECONDS: a stopping web process closes its sockets within this long first
 WORKER_GRACE_S = 30  # Celery's warm shutdown: the task in hand finishes (a drain hands over sooner)
 
 
@@ -83,6 +84,7 @@ class Stack:
             # A task on a SIGKILLed worker comes back after this long (production: 300 s).
             GOODPUT_TASK_VISIBILITY_TIMEOUT="60",
             GOODPUT_SHUTDOWN_GRACE_SECONDS=str(WEB_GRACE_S),
+            GOODPUT_WS_DRAIN_SECONDS=str(WEB_DRAIN_S),
             # The soak's ~50 clients are one user; a killed web process's slots also linger a while.
             GOODPUT_WS_MAX_PER_USER="1000",
             LOG_LEVEL="INFO",

@@ -17,7 +17,7 @@ from channels.sessions import SessionMiddlewareStack  # noqa: E402
 from django.conf import settings  # noqa: E402
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware  # noqa: E402
 
-from console import limits, live  # noqa: E402
+from console import drain, limits, live  # noqa: E402
 from console.routing import websocket_urlpatterns  # noqa: E402
 from console.runtime import announce_mode, settle_heap  # noqa: E402
 from console.sockets import SameOriginValidator  # noqa: E402
@@ -37,8 +37,11 @@ router = ProtocolTypeRouter(
 
 
 async def _serve(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    # Tell the live hub which loop serves this process's websockets (see console.live).
-    live.bind_event_loop(asyncio.get_running_loop())
+    # Tell the live hub which loop serves this process's websockets (see console.live), and put
+    # the websocket drain in front of the server's SIGTERM handler (console.drain).
+    loop = asyncio.get_running_loop()
+    live.bind_event_loop(loop)
+    drain.install(loop)
     await router(scope, receive, send)
 
 

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.contrib.sessions.backends.base import SessionBase
 from django.db import DataError
 
-from console import live, socket_slots, sockets
+from console import drain, live, socket_slots, sockets
 from console.permissions import DASHBOARD_PERMISSION
 
 logger = logging.getLogger(__name__)
@@ -34,6 +34,12 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         self.session_tag = ""
         self.watcher: asyncio.Task[None] | None = None
         self.slot_held = False
+        if drain.is_draining():
+            # This process is stopping: accepted and closed at once with "service restart", so
+            # the page reconnects (through the balancer, to another process) rather than backing off.
+            await self.accept()
+            await self.close(code=drain.CLOSE_SERVICE_RESTART, reason="service restart")
+            return
         try:
             user, code = await self._check(self.scope["session"])
         except DataError:  # a session cookie no session can have (a NUL, say)
@@ -61,6 +67,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=sockets.CLOSE_TRY_AGAIN_LATER)
             return
         await self.accept()
+        drain.add(self)
         if not self.slot_held:
             # Accepted, then closed: a refused handshake reaches the page without its close code.
             await self.close(code=sockets.CLOSE_TOO_MANY_SOCKETS, reason=f"At most {settings.WS_MAX_PER_USER} sockets")
@@ -114,12 +121,18 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     async def _renew_watches(self, topics: set[str]) -> None:
         """Keep the page's watched topics (gpu.<id>, node.<id>) pushed while this socket follows them;
         ingest stops asking for their pushes a little after the last socket lets go."""
+        watched = sorted(t for t in topics if live.has_watcher(t))
+        if not watched:
+            # Nothing to renew: no hop onto the one thread every socket's database calls share,
+            # where a herd of reconnects would queue its "subscribed" behind the others' checks.
+            return
         try:
-            await database_sync_to_async(live.renew_watches)(sorted(topics))
+            await database_sync_to_async(live.renew_watches)(watched)
         except Exception:  # a missed renewal costs a few pushes until the next; the socket stays
             logger.warning("could not renew the watches of a websocket's topics", exc_info=True)
 
     async def disconnect(self, code: int) -> None:
+        drain.discard(self)
         if getattr(self, "watcher", None) is not None:
             self.watcher.cancel()
         if getattr(self, "slot_held", False):
@@ -179,8 +192,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
                 await self._error(f"At most {settings.WS_MAX_TOPICS} topics per connection.")
                 await self.close(code=sockets.CLOSE_TOO_MANY_TOPICS, reason=f"At most {settings.WS_MAX_TOPICS} topics")
                 return
-            for topic in topics:
-                await self.channel_layer.group_add(live.group_name(topic), self.channel_name)
+            # Joined together rather than one Redis round trip after another.
+            await asyncio.gather(*(self.channel_layer.group_add(live.group_name(t), self.channel_name) for t in topics))
             self.topics |= set(topics)
             await self._renew_watches(set(topics))
         else:

@@ -62,6 +62,11 @@ def register_topic_watcher(prefix: str, watcher: Callable[[str], None]) -> None:
     _watchers[prefix] = watcher
 
 
+def has_watcher(topic: str) -> bool:
+    """Whether the topic is pushed only while watched (``gpu.<id>``...), so a socket renews it."""
+    return topic.split(".", 1)[0] in _watchers
+
+
 def renew_watches(topics: Iterable[str]) -> None:
     """Renew the watch of each of these topics that has a watcher (the others are always pushed)."""
     for topic in topics:

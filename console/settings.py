@@ -407,10 +407,20 @@ REQUEST_BODY_LIMITS = [
 # Django's own cap (a bare 400 from request.body) must never refuse what the door let through.
 DATA_UPLOAD_MAX_MEMORY_SIZE = max([REQUEST_MAX_BYTES, *(limit for _, limit in REQUEST_BODY_LIMITS)])
 # Retention: raw samples (GPU and serving) and rollups are kept this many days; expiry drops
-# whole partitions.
-RAW_RETENTION_DAYS = envint("GOODPUT_RAW_RETENTION_DAYS", 7, minimum=1)
-ROLLUP_1M_RETENTION_DAYS = envint("GOODPUT_ROLLUP_1M_RETENTION_DAYS", 30, minimum=1)
-ROLLUP_1H_RETENTION_DAYS = envint("GOODPUT_ROLLUP_1H_RETENTION_DAYS", 400, minimum=1)
+# whole partitions. Past SHORT_TERM_MAX_DAYS only the 1-hour rollups are kept: a GPU's raw samples
+# weigh about 1.9 MB a day and its minute rollups about 0.4 MB, its hour rollups about 6 KB
+# (`manage.py telemetry_footprint`; 223 B a raw row, about 250 B a rollup row, in the soak's
+# database): at 100,000 GPUs a month of minutes is over a terabyte, a year of hours about 250 GB.
+SHORT_TERM_MAX_DAYS = 30
+RAW_RETENTION_DAYS = envint("GOODPUT_RAW_RETENTION_DAYS", 7, minimum=1, maximum=SHORT_TERM_MAX_DAYS)
+ROLLUP_1M_RETENTION_DAYS = envint("GOODPUT_ROLLUP_1M_RETENTION_DAYS", 30, minimum=1, maximum=SHORT_TERM_MAX_DAYS)
+ROLLUP_1H_RETENTION_DAYS = envint("GOODPUT_ROLLUP_1H_RETENTION_DAYS", 400, minimum=SHORT_TERM_MAX_DAYS)
+if not RAW_RETENTION_DAYS <= ROLLUP_1M_RETENTION_DAYS:
+    # A dashboard reads minutes where it has no raw samples; minutes that expire first leave a hole.
+    raise ImproperlyConfiguredEnv(
+        f"GOODPUT_RAW_RETENTION_DAYS={RAW_RETENTION_DAYS} is above GOODPUT_ROLLUP_1M_RETENTION_DAYS="
+        f"{ROLLUP_1M_RETENTION_DAYS}: the minute rollups must last at least as long as the samples"
+    )
 # --- compliance ---------------------------------------------------------------------------
 # No retention policy, no purge and no session can delete audit entries younger than this: the
 # database's purge function keeps them (written into the database by `manage.py migrate`).
@@ -443,6 +453,11 @@ LIVE_MIN_INTERVAL_MS = envint("GOODPUT_LIVE_MIN_INTERVAL_MS", 500, minimum=50)
 # close code 4429 past it), and this many topics per socket (close code 4413).
 WS_MAX_PER_USER = envint("GOODPUT_WS_MAX_PER_USER", 20, minimum=1)
 WS_MAX_TOPICS = envint("GOODPUT_WS_MAX_TOPICS", 50, minimum=1)
+# On SIGTERM a web process closes its sockets with 1012 ("service restart"), this many a second
+# and within at most this many seconds, before the server's own shutdown: the pages reconnect to
+# the other processes at a pace they can take in rather than all in one second (console.drain).
+WS_DRAIN_PER_SECOND = envint("GOODPUT_WS_DRAIN_PER_SECOND", 5, minimum=1)
+WS_DRAIN_SECONDS = envint("GOODPUT_WS_DRAIN_SECONDS", 10, minimum=0, maximum=60)
 # Power a GPU node draws besides its GPUs (CPUs, memory, NICs, fans), for energised capacity and
 # rack draw: a DGX H100 draws about 10.2 kW at full load, 5.6 kW of it in its eight GPUs.
 NODE_OVERHEAD_W = envint("GOODPUT_NODE_OVERHEAD_W", 2000, minimum=0)

@@ -13,7 +13,7 @@ from django.views import View
 from django.views.decorators.cache import never_cache
 from django.views.generic import TemplateView
 
-from console import overview, people
+from console import drain, overview, people
 from console.forms import PersonalTokenForm, PersonForm, RoleForm
 from console.models import PersonalToken
 from console.permissions import DASHBOARD_PERMISSION, DashboardRequiredMixin
@@ -27,7 +27,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 @never_cache
 def readyz(request: HttpRequest) -> JsonResponse:
-    """Readiness: the database answers, and the broker does in production."""
+    """Readiness: the database answers, the broker does in production, and the process is not stopping."""
     checks: dict[str, str] = {}
     try:
         with connection.cursor() as cursor:
@@ -43,6 +43,9 @@ def readyz(request: HttpRequest) -> JsonResponse:
             checks["broker"] = "ok"
         except Exception as exc:
             checks["broker"] = f"error: {exc.__class__.__name__}"
+    # A process draining its websockets before it stops (console.drain) takes no new clients.
+    if drain.is_draining():
+        checks["draining"] = "stopping: websockets are moving to other processes"
     ready = all(v == "ok" for v in checks.values())
     return JsonResponse({"status": "ok" if ready else "unavailable", "checks": checks}, status=200 if ready else 503)
 

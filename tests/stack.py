@@ -78,6 +78,7 @@ class TcpProxy:
                     upstream.connect(self.target)
                 else:
                     upstream = socket.create_connection(self.target, timeout=5)
+                    upstream.settimeout(None)  # the 5 s was for connecting: an idle link stays up
             except OSError:
                 client.close()
                 continue

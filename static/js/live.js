@@ -1,8 +1,16 @@
 // The live hub client: one websocket per page, topic subscriptions, reconnect with backoff.
-// After every (re)connect the page's onSnapshot runs first: channel layers may drop messages,
-// so a fresh HTTP snapshot is the source of truth and deltas only move it forward.
+// After every (re)connect the page's onSnapshot runs once the server has confirmed the
+// subscription: channel layers may drop messages, so a fresh HTTP snapshot taken after the
+// socket joined its topics is the source of truth and deltas only move it forward.
+//
+// Reconnects: a socket that was open reconnects at once, after a random 0-1 s (so a process's
+// pages do not all knock in the same millisecond); only repeated failures back off (1 s, 2 s, ...
+// up to 10 s, each with +-25 % jitter). The count resets once a socket is subscribed again.
 //
 // The page says plainly what state it is in (#live-banner, above the content):
+// - server restarting (close 1012, sent by a web process that is stopping, console/drain.py): no
+//   banner; it reconnects within a second, to another process behind the balancer. Only if that
+//   fails too does it say it is paused, as below;
 // - socket down: "Live updates paused since HH:MM:SS UTC", while it reconnects with backoff;
 // - session gone (close 4401, or a refused handshake whose page now answers 401/403 or a redirect
 //   to sign in): it stops reconnecting and links to the sign-in page;
@@ -17,6 +25,8 @@
   var FORBIDDEN = 4403;
   var TOO_MANY_TOPICS = 4413;
   var TOO_MANY_SOCKETS = 4429;
+  var SERVICE_RESTART = 1012;
+  var MOVES_BEFORE_PAUSED = 3;
   var SOCKETS_RETRY_MS = 60000;
 
   function LiveClient(opts) {
@@ -120,10 +130,20 @@
     });
   };
 
+  // The first try after a socket was lost is at once, jittered over a second; later ones back off.
+  LiveClient.reconnectDelay = function (attempt) {
+    if (attempt === 0) return Math.random() * 1000;
+    return Math.min(10000, 500 * Math.pow(2, attempt)) * (0.75 + Math.random() / 2);
+  };
+
   LiveClient.prototype.retry = function () {
     var self = this;
-    var delay = Math.min(10000, 500 * Math.pow(2, this.attempt++)) * (0.75 + Math.random() / 2);
+    var delay = LiveClient.reconnectDelay(this.attempt++);
     setTimeout(function () { if (!self.stopped) self.connect(); }, delay);
+  };
+
+  LiveClient.prototype.moving = function () {
+    this.setStatus("on", "Live: the server is restarting; reconnecting…");
   };
 
   LiveClient.prototype.connect = function () {
@@ -131,19 +151,27 @@
     var scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
     var ws = new WebSocket(scheme + window.location.host + "/ws/live/");
     var opened = false;
+    var snapshotTaken = false;
     this.ws = ws;
+    // The snapshot is read once the server has answered the subscribe (subscribed, or an error
+    // naming what it refused): read earlier, a push sent before the socket joined its topics
+    // would be in neither the snapshot nor the socket.
+    function snapshot() {
+      if (snapshotTaken) return;
+      snapshotTaken = true;
+      Promise.resolve(self.onSnapshot()).catch(function (err) { console.error("snapshot failed", err); });
+    }
     ws.onopen = function () {
       opened = true;
-      self.attempt = 0;
       self.connected();
       ws.send(JSON.stringify({ action: "subscribe", topics: self.topics }));
-      Promise.resolve(self.onSnapshot()).catch(function (err) { console.error("snapshot failed", err); });
     };
     ws.onmessage = function (event) {
       var msg;
       try { msg = JSON.parse(event.data); } catch (e) { return; }
-      if (msg.type === "error") { console.warn("live:", msg.error); return; }
-      if (msg.type !== "subscribed") self.onMessage(msg);
+      if (msg.type === "error") { console.warn("live:", msg.error); snapshot(); return; }
+      if (msg.type === "subscribed") { self.attempt = 0; snapshot(); return; }
+      self.onMessage(msg);
     };
     ws.onclose = function (event) {
       if (event.code === SIGNED_OUT || event.code === FORBIDDEN) {
@@ -156,6 +184,14 @@
           var delay = SOCKETS_RETRY_MS * (0.75 + Math.random() / 2);
           setTimeout(function () { if (!self.stopped) self.connect(); }, delay);
         }
+        return;
+      }
+      if (event.code === SERVICE_RESTART && self.attempt < MOVES_BEFORE_PAUSED) {
+        // The process is stopping and handed this page on: no banner, reconnect within a second
+        // (a balancer that still sends the page to the stopping process gets the same answer;
+        // a few of those, with backoff, before the page says it is paused).
+        self.moving();
+        self.retry();
         return;
       }
       self.paused();

@@ -4,14 +4,20 @@ The server is stopped and started again on the same port under an open /fleet/ p
 down the page says "Live updates paused since HH:MM:SS UTC" and comes back live by itself; when it
 comes back with the page's session gone, the handshake is refused, and the page says plainly that
 the session has ended, links to sign in, and stops knocking.
+
+A rolling restart is not an outage: behind a balancer, the stopping process closes the page's
+socket with 1012 (console.drain) and the page moves to the other process within a second, without
+ever showing the banner.
 """
 
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -20,8 +26,9 @@ from django.contrib.auth.models import User
 from django.contrib.sessions.models import Session
 from django.db import connections
 
+from console.processes import healthy, uvicorn_command
 from tests.browser.support import launch, sign_in, wait_until
-from tests.stack import Stack
+from tests.stack import Stack, TcpProxy, free_port
 
 pytestmark = [pytest.mark.browser]
 
@@ -147,3 +154,66 @@ def test_a_page_past_the_socket_limit_says_so_and_waits_rather_than_knocking(sta
             assert log.sockets_opened == opened, "the page kept knocking past the socket limit"
         finally:
             browser.close()
+
+
+def _poll(page: Any, check: Any, what: str, timeout_s: float = 10) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"waited {timeout_s} s for {what}"
+        page.wait_for_timeout(50)
+
+
+JS_WATCH_BANNER = """(() => {
+  window.__bannerShown = false;
+  const seen = () => { const b = document.getElementById('live-banner');
+                       if (b && !b.hidden) window.__bannerShown = true; };
+  new MutationObserver(seen).observe(document.body, {subtree: true, childList: true, attributes: true});
+})()"""
+
+
+def test_a_rolling_restart_moves_the_page_to_the_other_process_without_a_banner(
+    stack: Stack, viewer_user: User
+) -> None:
+    """Two web processes behind a balancer (a TCP proxy that sends new connections to the one
+    started last); the process holding the page's socket gets SIGTERM."""
+    first = _uvicorn(stack)
+    balancer = TcpProxy("127.0.0.1", int(stack.base_url.rsplit(":", 1)[1]))
+    direct_url, stack.base_url = stack.base_url, f"http://127.0.0.1:{balancer.port}"
+
+    from playwright.sync_api import sync_playwright
+
+    try:
+        with sync_playwright() as pw:
+            browser = launch(pw)
+            try:
+                page, log = sign_in(browser, stack, viewer_user.username, "/fleet/", "/api/v1/fleet/overview/")
+                wait_until(page, f"{JS_DOT} === 'live-dot on'")
+                page.evaluate("window.__sameDocument = true")
+                page.evaluate(JS_WATCH_BANNER)
+
+                # A second process; the balancer sends new connections to it from now on.
+                port = free_port()
+                second = stack._spawn("uvicorn-second", uvicorn_command(port))
+                stack._wait(lambda: healthy(port, timeout=1), "the second uvicorn", second)
+                balancer.target = ("127.0.0.1", port)
+                opened, fetches = log.sockets_opened, log.fetches
+
+                signalled = time.monotonic()
+                first.send_signal(signal.SIGTERM)
+                _poll(page, lambda: log.sockets_opened > opened, "the page to reconnect")
+                moved_s = time.monotonic() - signalled
+                first.wait(timeout=15)
+                # Back on the other process, subscribed, with a fresh snapshot, and never paused.
+                wait_until(page, f"{JS_DOT} === 'live-dot on'")
+                _poll(page, lambda: log.fetches > fetches, "the snapshot after the move")
+                # The first try is within a second (the page's jitter) of the close, sent at once.
+                assert moved_s < 2.5, moved_s
+                assert log.of_type("subscribed"), log.frames[-3:]
+                assert page.evaluate("window.__bannerShown") is False, _banner(page)
+                assert page.evaluate("window.__sameDocument === true"), "the page reloaded"
+                assert not log.errors, log.errors
+            finally:
+                browser.close()
+    finally:
+        stack.base_url = direct_url
+        balancer.close()
