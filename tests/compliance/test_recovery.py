@@ -29,6 +29,13 @@ ITEMS = "/api/v1/recovery/items/"
 NOW = timezone.now()
 
 
+@pytest.fixture(autouse=True)
+def _now() -> None:
+    """Each test's own "now": the module's import time is minutes old by a long suite's later tests."""
+    global NOW
+    NOW = timezone.now()
+
+
 def make_item(site: Site | None = None, **fields: Any) -> RecoveryItem:
     fields = {"kind": RecoveryKind.DATASET, "name": "c4-en", "method": BackupMethod.REPLICATION, **fields}
     return RecoveryItem.objects.create(source_site=site, source_tier=fields.pop("source_tier", "nfs"), **fields)
