@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from console import counters, outbound
 from fleet.choices import ScrapeHealth
+from fleet.ingest import hooks
 from fleet.ingest.prometheus import check_scope, parse_exposition, store_exposition
 from fleet.telemetry.models import ScrapeTarget
 from fleet.validation import IngestError
@@ -109,13 +110,16 @@ def scrape(target_id: int) -> int:
     timed_out = f"timed out after {target.timeout_seconds:g} s"
     try:
         body = _fetch(target)
+        text = body.decode("utf-8", errors="replace")
         exposition = parse_exposition(
-            body.decode("utf-8", errors="replace"),
+            text,
             hostname=target.hostname or None,
             endpoint=target.endpoint_name or None,
             kind=target.kind,
             now=scraped_at,
         )
+        # Series another app maps (Velero's backup metrics), as the push door hands them over.
+        hooks.run(text, exposition.ignored_metrics, site_id=target.site_id, received=scraped_at, openmetrics=False)
         check_scope(exposition, site_id=target.site_id)
         samples = exposition.count
         stored = store_exposition(

@@ -142,6 +142,46 @@ def test_a_velero_scrape_pushed_to_the_prometheus_door_becomes_backup_reports(
     assert BackupReport.objects.count() == 4
 
 
+def test_a_velero_scrape_target_maps_its_scrapes_as_the_door_does(
+    items: dict[str, RecoveryItem], site_a: Site, settings
+) -> None:
+    """A scrape target of Velero's /metrics (kind auto): each scrape is mapped like a push."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from fleet.models import ScrapeTarget
+    from fleet.tasks import schedule_scrapes
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            data = FIRST.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        target = ScrapeTarget.objects.create(site=site_a, name="velero", url=url)
+        assert schedule_scrapes() == 1  # eager: the scrape runs now
+        target.refresh_from_db()
+        assert target.health == "up", target.last_error
+        assert BackupReport.objects.count() == 4
+        ScrapeTarget.objects.filter(pk=target.pk).update(next_scrape_at=target.last_scrape_at)
+        assert schedule_scrapes() == 1
+        assert BackupReport.objects.count() == 4  # the same scrape again: nothing twice
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_a_push_without_velero_series_is_untouched_by_the_mapping(client: Client, token_a: str) -> None:
     response = client.post(
         DOOR, "go_goroutines 3\n", content_type="text/plain; version=0.0.4", HTTP_AUTHORIZATION=f"Bearer {token_a}"
