@@ -11,8 +11,11 @@ only prices it with fleet.cost.prices.cost_of, at the prices valid at the time.
 * Idle energised GPUs: GPU-hours whose hourly mean utilisation was under the power page's
   IDLE_UTIL_PCT (fleet.power.services: an energised GPU reports; under 5 % it idles), from the
   hour rollups, leaving out the hours a job held the GPU (those are the job's badput already).
-* Reserved but unused: committed reservations' GPU-hours less what the team's jobs held in the
-  pool over the same segment (the goodput accounts' allocated GPU-hours), never below zero.
+* Reserved but unused: committed reservations' GPU-hours less what the team used in the pool
+  over the same segment, never below zero: the larger of its jobs' allocated GPU-hours (the
+  goodput accounts) and, where the scheduler reports, the GPUs Kueue admitted on the team's
+  ClusterQueues mapped to the pool (``resource_usage`` of ``nvidia.com/gpu``, each minute's last
+  value), since a team's workloads need not all report as training jobs.
 * Incidents: Incident.current_gpu_hours, priced at the incident's start day in the pool of its
   job or GPU label (unpriced when it names neither).
 * Serving: an endpoint's GPUs x the window's hours at its pool's price, over the generated tokens
@@ -41,7 +44,7 @@ from fleet.capacity.models import COMMITTED_STATES, Pool, Reservation, Reservati
 from fleet.capacity.power_budget import board_power_w
 from fleet.cost.models import PoolPrice
 from fleet.cost.prices import Cost, CostError, Span, cost_of, hourly, money
-from fleet.cost.usage import DAY, DayFigures, midnight, pool_keys, rollup_days
+from fleet.cost.usage import DAY, DayFigures, midnight, pool_keys, rollup_days, scheduler_gpu_hours
 from fleet.training.accounts import accounts_between
 from fleet.training.goodput import BADPUT_CATEGORIES, CATEGORY_LABELS
 
@@ -311,8 +314,9 @@ def reserved_items(book: PriceBook) -> list[Item]:
         for job_id, acc in book.accounts(start, end).items():
             pool, team = jobs.get(job_id, (None, UNASSIGNED))
             used[(team, pool)] += _dec(acc.allocated_s) / 3600
+        admitted = scheduler_gpu_hours(set(reserved), start, end)
         for (team, pool), hours in sorted(reserved.items()):
-            unused = hours - used.get((team, pool), ZERO)
+            unused = hours - max(used.get((team, pool), ZERO), admitted.get((team, pool), ZERO))
             if unused > 0:
                 out.append(
                     _item(book, start, end, unused, kind="reserved", cause="reserved_unused", team=team, pool_id=pool)

@@ -11,13 +11,18 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 
 from django.core.cache import cache
 from django.db import connection
+from django.db.models import Sum
 from django.utils import timezone
 
 from fleet.capacity.models import Pool
+from fleet.choices import QueueScheduler
 from fleet.power.services import IDLE_UTIL_PCT
+from fleet.scheduler.models import SchedulerQueue, SchedulerRollup1m
+from fleet.scheduler.services import GPU_RESOURCE
 
 DAY = timedelta(days=1)
 
@@ -140,3 +145,38 @@ def rollup_days(start: datetime, end: datetime) -> dict[tuple[int, datetime], Da
             f.power_sum += power_sum
             f.power_n += power_n
     return out
+
+
+def scheduler_gpu_hours(keys: set[tuple[str, int]], start: datetime, end: datetime) -> dict[tuple[str, int], Decimal]:
+    """(team, pool) -> the GPU-hours Kueue admitted on the team's ClusterQueues mapped to the pool
+    in [start, end): each minute's last ``resource_usage`` of ``nvidia.com/gpu`` / 60. Empty where
+    no such queue reports (the scheduler is optional)."""
+    if not keys:
+        return {}
+    queues = {
+        pk: (team, pool)
+        for pk, pool, team in SchedulerQueue.objects.filter(
+            scheduler=QueueScheduler.KUEUE,
+            pool_id__in={pool for _, pool in keys},
+            team__name__in={team for team, _ in keys},
+        ).values_list("pk", "pool_id", "team__name")
+        if (team, pool) in keys
+    }
+    if not queues:
+        return {}
+    rows = (
+        SchedulerRollup1m.objects.filter(
+            queue_id__in=queues,
+            quantity="resource_usage",
+            series__contains=GPU_RESOURCE,
+            bucket__gte=start,
+            bucket__lt=end,
+        )
+        .values("queue_id")
+        .annotate(total=Sum("last"))
+        .order_by()
+    )
+    out: dict[tuple[str, int], Decimal] = defaultdict(Decimal)
+    for row in rows:
+        out[queues[row["queue_id"]]] += Decimal(str(row["total"] or 0)) / 60
+    return dict(out)

@@ -2,7 +2,7 @@
 
 inventory <- telemetry <- {training | serving | capacity <- {power | scheduler} | fabric | storage}
 <- cost <- {correlation, ingest}
-(cost: prices on the training, serving, capacity and power figures; correlation: cause and effect
+(cost: prices on the training, serving, capacity, power and scheduler figures; correlation: cause and effect
 between sibling rooms). A room imports its own
 modules, the rooms below it, and the shared modules at the top of ``fleet`` (``choices``,
 ``validation``); ``fleet.models`` is for the app's registration and for code outside the app. The
@@ -29,7 +29,7 @@ BELOW: dict[str, set[str]] = {
     "fabric": {"inventory", "telemetry"},
     "storage": {"inventory", "telemetry"},
     "scheduler": {"inventory", "telemetry", "capacity"},
-    "cost": {"inventory", "telemetry", "capacity", "power", "training", "serving"},
+    "cost": {"inventory", "telemetry", "capacity", "power", "training", "serving", "scheduler"},
     "correlation": {"inventory", "telemetry", "training", "fabric", "storage", "cost"},
     "ingest": {
         "inventory",

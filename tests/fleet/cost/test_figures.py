@@ -120,6 +120,42 @@ def test_a_reservation_the_team_did_not_use_is_costed_for_that_team(site_a: Site
     assert [(i.team, i.gpu_hours, i.amount) for i in items] == [("apps", Decimal(20), Decimal(20))]
 
 
+def test_gpus_kueue_admitted_on_the_teams_queues_count_as_used_when_more_than_its_jobs_held(
+    site_a: Site, l40s_pool: Pool
+) -> None:
+    from datetime import timedelta
+
+    from django.db import connection
+
+    from fleet.models import SchedulerQueue
+    from fleet.telemetry import partitions
+
+    rate_price(l40s_pool, "1.00")
+    team = Team.objects.create(name="apps")
+    Reservation.objects.create(team_id="apps", pool=l40s_pool, gpus=4, start=at(2), end=at(2, 10), state="expired")
+    job = job_on(site_a, node_with_gpus(site_a, L40S, 2, "l-1"), team="apps")
+    for hour in range(10):
+        account(job, at(2, hour), productive_s=2 * 3600)  # the jobs held 2 of the 4 GPUs: 20 GPU-hours
+    queue = SchedulerQueue.objects.create(site=site_a, scheduler="kueue", name="apps-cq", pool=l40s_pool, team=team)
+    other = SchedulerQueue.objects.create(site=site_a, scheduler="kueue", name="ml-cq", pool=l40s_pool)
+    partitions.ensure_partitions(partitions.SCHEDULER_ROLLUP_1M, at(2), at(2, 10))
+    with connection.cursor() as cursor:
+        for q, series, usage in (
+            (queue.pk, 'flavor="l40s",resource="nvidia.com/gpu"', 3.0),  # Kueue admitted 3 GPUs throughout
+            (queue.pk, 'flavor="l40s",resource="cpu"', 96.0),  # not GPUs
+            (other.pk, 'flavor="l40s",resource="nvidia.com/gpu"', 4.0),  # not the team's queue
+        ):
+            cursor.execute(
+                "INSERT INTO fleet_schedulerrollup_1m (queue_id, series, quantity, bucket, samples, min, max, last)"
+                " SELECT %s, %s, 'resource_usage', b, 4, %s, %s, %s FROM generate_series(%s::timestamptz,"
+                " %s::timestamptz, interval '1 minute') b",
+                [q, series, usage, usage, usage, at(2), at(2, 10) - timedelta(minutes=1)],
+            )
+    items = figures.reserved_items(price_book(at(1), at(3)))
+    # 40 reserved - max(20 held by jobs, 30 admitted by Kueue) = 10 GPU-hours x 1.00
+    assert [(i.team, i.gpu_hours, i.amount) for i in items] == [("apps", Decimal(10), Decimal(10))]
+
+
 def test_a_cancelled_or_requested_reservation_costs_nothing(site_a: Site, l40s_pool: Pool) -> None:
     rate_price(l40s_pool, "1.00")
     Team.objects.create(name="apps")
