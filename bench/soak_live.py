@@ -100,7 +100,9 @@ UUID_PREFIX = "GPU-soaklive-"  # the GPUs FleetLoad reports; the clients time on
 KEY_PREFIX = "soaklive-"  # Idempotency-Keys, to find FleetLoad's batches in fleet_ingestbatch
 
 TOPICS = ["fleet", "incidents", "training", "serving", "power"]  # every page topic (console/live.py)
-SNAPSHOT_PATH = "/api/v1/fleet/overview/?range=1h"  # what the fleet page re-fetches (range: 1 h chart)
+# What the fleet page re-fetches (range: 1 h chart), showing a table page of FleetLoad's GPUs: the
+# page's own topic (the snapshot's table.topic) carries those rows; the fleet topic carries none.
+SNAPSHOT_PATH = "/api/v1/fleet/overview/?range=1h&q=soaklive&size=200"
 API_PATHS = [
     SNAPSHOT_PATH,
     "/api/v1/incidents/?limit=500&ordering=-detected_at",
@@ -383,6 +385,11 @@ class LiveClients(threading.Thread):
         self._ready = threading.Event()
         # A thread per client: each page's fetch is in flight at once, as browsers send them.
         self._http = ThreadPoolExecutor(clients, thread_name_prefix="snapshot")
+        # The table page the clients show (SNAPSHOT_PATH's): its topic, named by the server.
+        base = self.urls[0]
+        snapshot = requests.get(base + SNAPSHOT_PATH, headers={"Cookie": cookies[base]}, timeout=60)
+        snapshot.raise_for_status()
+        self.view_topics = [snapshot.json()["table"]["topic"]]
 
     # --- control, from other threads ---
 
@@ -484,7 +491,7 @@ class LiveClients(threading.Thread):
         """Subscribe, fetch the snapshot if this is a reconnect, then read until the socket closes."""
         c.connected = True
         try:
-            await ws.send(json.dumps({"action": "subscribe", "topics": TOPICS}))
+            await ws.send(json.dumps({"action": "subscribe", "topics": [*TOPICS, *self.view_topics]}))
             if c.closed_at is not None:  # as the page: the snapshot once the subscription holds
                 c.snapshot_due = (base, dict(c.seen))
             async for raw in ws:
@@ -529,7 +536,7 @@ class LiveClients(threading.Thread):
         if c.data_pending_since is not None:
             c.data_gaps_ms.append((received - c.data_pending_since) * 1000)
             c.data_pending_since = None
-        if message.type != "fleet.delta" or not message.gpus:
+        if message.type not in ("fleet.delta", "fleet.rows") or not message.gpus:
             return
         newest = 0.0
         seen, recording, row_lat = c.seen, self.recording, self.row_lat
