@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import zlib
 from typing import Any
 
 from django.core.cache import cache
 from django.utils import timezone
+from redis.exceptions import RedisError
 
 from console import live
 from console.ranges import Window
@@ -34,6 +36,8 @@ SITE_PREFIX = "site"
 _VIEW_KEY = "fleet:view:{}"
 _VIEWS_INDEX = "fleet:views"
 MAX_VIEWS = 500  # distinct table views followed at once; past it the oldest stop getting pushes
+
+logger = logging.getLogger(__name__)
 
 
 def site_rows() -> list[dict[str, Any]]:
@@ -70,9 +74,12 @@ def view_topic(query: TableQuery) -> str:
 def watch_view(query: TableQuery) -> str:
     """Keep this view's query under its topic while a page watches it; returns the topic."""
     topic = view_topic(query)
-    cache.set(_VIEW_KEY.format(topic), query.as_params(), timeout=live.WATCH_SECONDS)
-    _index(topic)
-    live.watch_topic(topic)
+    try:
+        cache.set(_VIEW_KEY.format(topic), query.as_params(), timeout=live.WATCH_SECONDS)
+        _index(topic)
+        live.watch_topic(topic)
+    except RedisError as exc:  # Redis restarting: the page still gets its snapshot; the socket's renewal watches it
+        logger.warning("table view %s not watched now (%s)", topic, exc.__class__.__name__)
     return topic
 
 
