@@ -182,3 +182,16 @@ def test_a_push_with_the_clock_moved_on_still_reads_its_own_times() -> None:
     later_ms = MS + 86_400_000
     later = parse_exposition(stamped(FIXTURE, later_ms), hostname=HOST, now=NOW + timedelta(days=1))
     assert {p.ts for p in later.node} == {datetime.fromtimestamp(later_ms / 1000, UTC)}
+
+
+@pytest.mark.parametrize("trailing_newline", [True, False])
+def test_a_push_past_the_line_limit_is_refused_whole_with_its_count(monkeypatch, trailing_newline: bool) -> None:  # type: ignore[no-untyped-def]
+    from fleet.ingest import prometheus
+
+    text = stamped(FIXTURE)
+    lines = len(text.split("\n")) - 1  # the fixture ends with a newline
+    body = text if trailing_newline else text.rstrip("\n")
+    monkeypatch.setattr(prometheus, "MAX_LINES", lines)
+    assert not isinstance(answer(body, hostname=HOST), tuple)  # exactly at the limit
+    monkeypatch.setattr(prometheus, "MAX_LINES", lines - 1)
+    assert answer(body, hostname=HOST) == (413, f"The exposition has {lines} lines; at most {lines - 1}.")
