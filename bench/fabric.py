@@ -16,9 +16,10 @@ otherwise) and Redis database (BENCH_REDIS_URL, flushed):
   relabelling or a federating agent sends them), every line with the scrape's timestamp (15 s
   apart). The pushes go over keep-alive HTTP to the real door, POST /api/v1/ingest/prometheus,
   with an agent token (uvicorn and a Celery worker as subprocesses, production mode: the
-  door's parse, packed, is stashed in Redis beside a Celery task, ``fleet.tasks.ingest_prometheus_batch``,
-  which writes it through fleet.telemetry.series: binary COPY and the minutes it wrote queued for
-  the rollups, in one transaction per table). A skeleton seen before is read from its plan
+  door's parse, packed, goes on the push stream (fleet.ingest.push_queue), whose drainers,
+  ``fleet.tasks.drain_prometheus_ingest``, store folds of pushes through fleet.telemetry.series:
+  binary COPY, one statement a table for the fold, and the minutes written queued for the
+  rollups, in one transaction). A skeleton seen before is read from its plan
   (fleet.ingest.plans), so the warm-up scrape also makes the plans. Client threads POST for
   ``--duration`` seconds after one warm-up scrape of every host (which registers the nodes,
   ports and mounts).

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import redis
 from django.conf import settings
@@ -19,22 +18,13 @@ def redis_client() -> redis.Redis:
     return _client
 
 
-# Redis streams whose entries are queued work too (the GPU ingest stream); apps register theirs.
+# Redis streams whose entries are queued work too (the ingest lanes); apps register theirs.
 _streams: list[str] = []
 
 
 def register_stream(name: str) -> None:
     if name not in _streams:
         _streams.append(name)
-
-
-# Other waiting work an app counts itself (a function of the Redis client -> a count).
-_pending: list[Callable[[redis.Redis], int]] = []
-
-
-def register_pending(count: Callable[[redis.Redis], int]) -> None:
-    if count not in _pending:
-        _pending.append(count)
 
 
 _depth: tuple[float, int] = (0.0, 0)
@@ -57,8 +47,7 @@ def queue_depth(queue: str = "celery") -> int:
         pipe.llen(queue)
         for stream in _streams:
             pipe.xlen(stream)
-        client = redis_client()
-        _depth = (now, sum(int(n) for n in pipe.execute()) + sum(count(client) for count in _pending))
+        _depth = (now, sum(int(n) for n in pipe.execute()))
     return _depth[1]
 
 
@@ -69,11 +58,8 @@ def reset() -> None:
 
 
 # --- payload stash ------------------------------------------------------------------------------
-# A Prometheus push body (up to 5 MB) travels beside its task, not inside it: inside, it would be
-# JSON-escaped and base64-encoded by the broker, costing the web and the worker more than the
-# COPY it feeds. The worker drops it once the batch is committed; a redelivered task whose body
-# is gone finds its batch key already stored. (GPU sample batches travel in their own stream,
-# fleet.ingest.stream.)
+# Before Prometheus pushes travelled on their stream (fleet.ingest.push_queue), a push's parse
+# waited here beside a small Celery task; a task queued before a deploy still finds its body here.
 STASH_PREFIX = "goodput:payload:"
 STASH_TTL_SECONDS = 24 * 3600
 

@@ -251,6 +251,7 @@ CELERY_BEAT_SCHEDULE = {
     "update-node-rollups": {"task": "fleet.tasks.update_node_rollups", "schedule": 5.0},
     # A safety net: the API schedules drains itself; this one catches batches a lost message stranded.
     "drain-gpu-ingest": {"task": "fleet.tasks.drain_gpu_ingest", "schedule": 15.0},
+    "drain-prometheus-ingest": {"task": "fleet.tasks.drain_prometheus_ingest", "schedule": 15.0},
     "schedule-scrapes": {"task": "fleet.tasks.schedule_scrapes", "schedule": 5.0},
     "maintain-partitions": {"task": "fleet.tasks.maintain_partitions", "schedule": 3600.0},
     "run-detectors": {

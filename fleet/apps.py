@@ -28,7 +28,10 @@ class FleetConfig(AppConfig):
         from fleet.training import detectors as training_detectors  # noqa: F401  (registers its detectors and hook)
 
         metrics.register_collector(fleet_metrics.collect)
-        queues.register_stream(ingest_stream.STREAM)
+        from fleet.ingest import push_queue  # noqa: F401  (registers the Prometheus pushes' lane)
+
+        for lane in ingest_stream.LANES:
+            queues.register_stream(lane.stream)
         silent_sources.register_backlog_probe(lambda: ingest_stream.oldest_waiting_seconds())
         fleet_page.register()  # the fleet, site.<id> and fleetview.<digest> topics
         live.register_topic_builder("gpu", dashboard.build_gpu_delta)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from fleet.ingest.tasks import drain_gpu_ingest, ingest_prometheus_batch
+from fleet.ingest.tasks import drain_gpu_ingest, drain_prometheus_ingest, ingest_prometheus_batch
 from fleet.telemetry import partitions, rollups
 
-__all__ = ["drain_gpu_ingest", "ingest_prometheus_batch"]  # registered by this module's import
+# registered by this module's import
+__all__ = ["drain_gpu_ingest", "drain_prometheus_ingest", "ingest_prometheus_batch"]
 
 
 @shared_task(ignore_result=True, acks_late=False)

@@ -206,10 +206,9 @@ def _forget_queued_work(client: Any) -> None:
     from fleet.ingest import push_queue
     from fleet.ingest import stream as ingest_stream
 
-    client.delete(
-        "celery", ingest_stream.STREAM, ingest_stream.DEAD_LETTERS, ingest_stream.RECLAIM_CHECK, push_queue.DEAD_LETTERS
-    )
-    client.delete(*ingest_stream.slot_keys())
+    client.delete("celery")
+    for lane in (ingest_stream.GPU, push_queue.PROMETHEUS):
+        client.delete(lane.stream, lane.dead_letters, lane.reclaim_check, *lane.slot_keys())
 
 
 @pytest.fixture

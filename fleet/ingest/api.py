@@ -3,7 +3,7 @@ first (400 naming the item or line, nothing written), then queue it with an idem
 
 from __future__ import annotations
 
-import contextlib
+from datetime import datetime
 from typing import Any
 
 import redis
@@ -21,13 +21,14 @@ from console import counters
 from console.api import unavailable
 from console.authentication import AgentTokenAuthentication
 from console.permissions import IsAgent
-from console.queues import queue_depth, stash_payload
+from console.queues import queue_depth
 from fleet.ingest import hooks, push_queue, remote_write
 from fleet.ingest import stream as ingest_stream
 from fleet.ingest.batches import ScopeCheck, batch_key, check_site_scope, parse_gpu_batch
 from fleet.ingest.prometheus import (
     IGNORED_NAMES_SHOWN,
     KINDS,
+    Exposition,
     check_scope,
     exposition_key,
     packed,
@@ -91,23 +92,25 @@ def admit() -> Response | None:
     return None
 
 
-def dispatch(task: Any, site_id: int, key: str, payload: bytes, *args: Any) -> Response | None:
-    """Queue a validated Prometheus push (its parsed values: prometheus.packed) for a worker; a
-    503 Response when the broker is down.
-
-    In production the payload waits in Redis beside a small task (console.queues); eager mode has
-    no broker and hands it over directly. (GPU sample batches go through queue_gpu_batch.)
-    """
+def dispatch(site_id: int, key: str, exposition: Exposition, options: dict[str, Any]) -> Response | None:
+    """Queue a validated Prometheus push (its parsed values: prometheus.packed) for the writers
+    (fleet.ingest.push_queue); a 503 Response when the queue is down. Eager mode (embedded, no
+    broker) stores it here and now."""
+    payload = packed(exposition)
+    received = datetime.fromisoformat(options["now"])
+    if settings.EAGER_TASKS:
+        ingest_prometheus_batch.apply_async(args=[site_id, key, payload, options, options["now"]])
+        return None
     try:
-        if settings.EAGER_TASKS:
-            task.apply_async(args=[site_id, key, payload, *args])
-        else:
-            stash_payload(key, payload)
-            push_queue.accepted(key)
-            task.apply_async(args=[site_id, key, None, *args])
+        push_queue.enqueue(
+            site_id=site_id,
+            key=key,
+            payload=payload,
+            options=options,
+            samples=exposition.count,
+            enqueued_at=received,
+        )
     except (BrokerError, redis.RedisError, OSError) as exc:
-        with contextlib.suppress(redis.RedisError):
-            push_queue.done(key)  # not queued after all
         counters.increment("goodput_ingest_rejected_total", reason="broker_down")
         return unavailable(f"The ingest queue is unavailable ({exc.__class__.__name__}); retry later.")
     return None
@@ -256,7 +259,7 @@ class PrometheusIngestView(APIView):
             )
         except IngestError as exc:
             return rejected(exc)
-        refused = dispatch(ingest_prometheus_batch, token.site_id, key, packed(exposition), options, options["now"])
+        refused = dispatch(token.site_id, key, exposition, options)
         if refused is not None:
             return refused
         counters.increment("goodput_ingest_accepted_total", kind="prometheus")
@@ -358,11 +361,11 @@ class PrometheusRemoteWriteView(APIView):
                 key = exposition_key(
                     site_id=token.site_id, body=chunk.text, idempotency_key=None, options=options, timestamped=True
                 )
-                queued.append((key, packed(exposition)))
+                queued.append((key, exposition))
         except IngestError as exc:
             return rejected(exc)
-        for key, body in queued:
-            refused = dispatch(ingest_prometheus_batch, token.site_id, key, body, options, options["now"])
+        for key, exposition in queued:
+            refused = dispatch(token.site_id, key, exposition, options)
             if refused is not None:
                 return refused  # a retry re-queues what went before under the same keys: stored once
         if queued:

@@ -18,10 +18,10 @@ import hashlib
 import math
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import uuid4
 
 import msgspec
@@ -51,8 +51,8 @@ from fleet.serving import metrics as sm
 from fleet.serving.store import ServingPoint, store_serving_points
 from fleet.storage.store import storage_parts
 from fleet.telemetry.fields import COUNTER_FIELDS, FIELDS_BY_NAME, GPU_SAMPLE_FIELDS, MIG_INSTANCE_FIELDS
-from fleet.telemetry.series import NodePoint, store_parts
-from fleet.telemetry.store import store_gpu_samples
+from fleet.telemetry.series import NodePoint, Part, store_parts
+from fleet.telemetry.store import PendingBatch, store_gpu_batches
 from fleet.validation import HOSTNAME_PATTERN, IngestError
 
 DCGM_FIELDS = {f.dcgm: f.name for f in GPU_SAMPLE_FIELDS}
@@ -844,22 +844,49 @@ def check_scope(exposition: Exposition, *, site_id: int) -> ScopeCheck | None:
 def store_exposition(
     exposition: Exposition, *, site_id: int, batch_key: str, enqueued_at: datetime | None = None
 ) -> int:
-    """Store the GPU samples, the serving series, the node series and the scheduler series; each
-    part is idempotent under its own key."""
+    """Store one push's GPU samples, serving, node and scheduler series (store_expositions)."""
+    return store_expositions([_Push(site_id, batch_key, exposition, enqueued_at)])
+
+
+class _Push(NamedTuple):
+    site_id: int
+    key: str
+    exposition: Exposition
+    enqueued_at: datetime | None
+
+
+def store_expositions(pushes: Sequence[Any]) -> int:
+    """Store pushes (each with ``site_id``, ``key``, ``exposition``, ``enqueued_at``: a fold off
+    the push queue); every part is idempotent under its own key, derived from the push's.
+
+    The GPU samples of the fold go in one transaction (store_gpu_batches), as do the node
+    series of each site: its ports, mounts and disks, one COPY a table for the whole fold. The
+    serving and scheduler series (a few a push) are stored push by push."""
     stored = 0
-    if exposition.gpu_samples:
-        stored += store_gpu_samples(
-            site_id=site_id, batch_key=f"{batch_key}:gpu", samples=exposition.gpu_samples, enqueued_at=enqueued_at
-        )
-    if exposition.serving:
-        stored += store_serving_points(site_id=site_id, batch_key=f"{batch_key}:serving", points=exposition.serving)
-    # Ports, mounts and disks in one transaction (each table's part under its own key).
-    ports = [p for p in exposition.node if p.source in ("infiniband", "netdev")]
-    storage = [p for p in exposition.node if p.source in ("filesystem", "mountstats", "disk")]
-    parts = [port_part(site_id=site_id, batch_key=f"{batch_key}:port", points=ports)] if ports else []
-    if storage:
-        parts += storage_parts(site_id=site_id, batch_key=f"{batch_key}:storage", points=storage)
-    stored += store_parts(site_id=site_id, parts=parts)
-    if exposition.scheduler:
-        stored += store_queue_points(site_id=site_id, batch_key=f"{batch_key}:scheduler", points=exposition.scheduler)
+    gpu = [
+        PendingBatch(p.site_id, f"{p.key}:gpu", p.exposition.gpu_samples, p.enqueued_at)
+        for p in pushes
+        if p.exposition.gpu_samples
+    ]
+    if gpu:
+        stored += store_gpu_batches(gpu)
+    parts: dict[int, list[Part]] = {}
+    for push in pushes:
+        exposition, site_id = push.exposition, push.site_id
+        if exposition.serving:
+            stored += store_serving_points(site_id=site_id, batch_key=f"{push.key}:serving", points=exposition.serving)
+        if exposition.scheduler:
+            stored += store_queue_points(
+                site_id=site_id, batch_key=f"{push.key}:scheduler", points=exposition.scheduler
+            )
+        ports = [p for p in exposition.node if p.source in ("infiniband", "netdev")]
+        storage = [p for p in exposition.node if p.source in ("filesystem", "mountstats", "disk")]
+        if ports:
+            parts.setdefault(site_id, []).append(port_part(site_id=site_id, batch_key=f"{push.key}:port", points=ports))
+        if storage:
+            parts.setdefault(site_id, []).extend(
+                storage_parts(site_id=site_id, batch_key=f"{push.key}:storage", points=storage)
+            )
+    for site_id, site_parts in parts.items():
+        stored += store_parts(site_id=site_id, parts=site_parts)
     return stored

@@ -1,4 +1,4 @@
-"""The ingest room's Celery tasks: drain the GPU batch queue, store a Prometheus push. Their names
+"""The ingest room's Celery tasks: drain the GPU batch and Prometheus push queues. Their names
 stay those they had in ``fleet.tasks`` (where they are re-exported), so tasks queued before a
 deploy still run after it."""
 
@@ -7,7 +7,8 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from celery import Task, shared_task
+from celery import shared_task
+from django.utils import timezone
 
 from console.queues import drop_payload, take_payload
 from fleet.ingest import push_queue
@@ -34,39 +35,34 @@ def drain_gpu_ingest(slot: int | None = None, token: str | None = None) -> int:
     return ingest_stream.drain(slot, token)
 
 
-@shared_task(
-    name="fleet.tasks.ingest_prometheus_batch", bind=True, ignore_result=True, max_retries=push_queue.MAX_RETRIES
-)
+@shared_task(name="fleet.tasks.drain_prometheus_ingest", ignore_result=True)
+def drain_prometheus_ingest(slot: int | None = None, token: str | None = None) -> int:
+    """Write the queued Prometheus pushes (fleet.ingest.push_queue), as drain_gpu_ingest does
+    the GPU batches."""
+    return push_queue.drain(slot, token)
+
+
+@shared_task(name="fleet.tasks.ingest_prometheus_batch", ignore_result=True)
 def ingest_prometheus_batch(
-    self: Task, site_id: int, batch_key: str, body: bytes | str | None, options: dict, enqueued_at: str | None = None
+    site_id: int, batch_key: str, body: bytes | str | None, options: dict, enqueued_at: str | None = None
 ) -> int:
-    """Store a validated Prometheus exposition (GPU samples, serving, node and scheduler series),
-    as the door parsed it (or a text body, parsed here): retried through a database outage,
-    dead-lettered on its own fault (fleet.ingest.push_queue)."""
+    """Store a validated Prometheus exposition handed over inline (embedded mode: the request
+    itself answers for a failure, 503 for an outage). A task without its body is one queued before
+    pushes travelled on their stream: its stashed body joins the stream, and is stored from there."""
     from fleet.ingest.prometheus import store_exposition, unpacked
 
-    try:
-        payload = _payload(batch_key, body)
-        if payload is None:
-            push_queue.done(batch_key)
-            return 0
-        exposition = unpacked(payload, options)
-        stored = store_exposition(
-            exposition,
-            site_id=site_id,
-            batch_key=batch_key,
-            enqueued_at=datetime.fromisoformat(enqueued_at) if enqueued_at else None,
-        )
-    except Exception as exc:
-        if body is not None:
-            raise  # eager mode: the request itself answers (503 for an outage)
-        if ingest_stream.is_outage(exc) and self.request.retries < self.max_retries:
-            logger.warning("Prometheus push %s not stored (%s); retrying", batch_key, exc.__class__.__name__)
-            push_queue.keep_waiting(batch_key)  # the body outlives the outage
-            raise self.retry(exc=exc, countdown=push_queue.retry_delay(self.request.retries)) from None
-        push_queue.dead_letter(site_id=site_id, key=batch_key, body=payload, options=options, error=exc)
-        return 0
+    received = datetime.fromisoformat(enqueued_at) if enqueued_at else None
     if body is None:
-        drop_payload(batch_key)
-        push_queue.done(batch_key)
-    return stored
+        payload = _payload(batch_key, None)
+        if payload is not None:
+            push_queue.enqueue(
+                site_id=site_id,
+                key=batch_key,
+                payload=payload if isinstance(payload, bytes) else payload.encode(),
+                options=options,
+                samples=0,
+                enqueued_at=received or timezone.now(),
+            )
+            drop_payload(batch_key)
+        return 0
+    return store_exposition(unpacked(body, options), site_id=site_id, batch_key=batch_key, enqueued_at=received)

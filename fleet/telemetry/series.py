@@ -150,9 +150,10 @@ def store_series(
 
 
 def store_parts(*, site_id: int, parts: Sequence[Part]) -> int:
-    """Write several tables' parts of one push in one transaction (one commit a push, not one a
-    table): claim their keys in one statement, then COPY each fresh part and queue or roll its
-    minutes. A part whose key is taken (a redelivery) is skipped; return the rows written."""
+    """Write several tables' parts (of one push, or of a fold of pushes) in one transaction: claim
+    their keys in one statement, then COPY the fresh parts' rows, one statement a table, and queue
+    or roll their minutes. A part whose key is taken (a redelivery) is skipped; return the rows
+    written."""
     parts = [p for p in parts if p.stamps]
     if not parts:
         return 0
@@ -165,21 +166,22 @@ def store_parts(*, site_id: int, parts: Sequence[Part]) -> int:
     def write() -> tuple[int, list[Part]]:
         with transaction.atomic():
             fresh = claim_batch_keys([(p.batch_key, site_id, len(p.stamps), None) for p in parts])
-            total, written = 0, []
+            written = [p for p in parts if p.batch_key in fresh]
+            # One COPY a table for every fresh part (a fold of pushes holds several a table).
+            by_table: dict[str, tuple[SeriesTable, list[tuple]]] = {}
+            for part in written:
+                by_table.setdefault(part.table.samples.name, (part.table, []))[1].extend(part.rows())
+            total = 0
             queued: dict[str, set[datetime]] = {}
-            for part in parts:
-                if part.batch_key not in fresh:
-                    continue
-                written.append(part)
-                values = part.rows()
+            for table, values in by_table.values():
                 if not values:
                     continue
-                _copy(part.table, values)
-                if part.table.queue:
-                    n = len(part.table.keys)
-                    queued.setdefault(part.table.queue, set()).update(row[n] for row in values)
+                _copy(table, values)
+                if table.queue:
+                    n = len(table.keys)
+                    queued.setdefault(table.queue, set()).update(row[n] for row in values)
                 else:
-                    _roll(part.table, values)
+                    _roll(table, values)
                 total += len(values)
             if queued:
                 _mark_minutes(queued)

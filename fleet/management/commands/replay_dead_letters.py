@@ -34,7 +34,7 @@ class Command(BaseCommand):
             pushes = push_queue.replay_dead_letters(left) if left is None or left > 0 else 0
             self.stdout.write(
                 f"Put {moved} GPU batch(es) back on the ingest queue (a drain is scheduled) and "
-                f"{pushes} Prometheus push(es) back on the task queue."
+                f"{pushes} Prometheus push(es) back on theirs."
             )
             return
         letters = ingest_stream.dead_letters(count or 100)
@@ -47,7 +47,7 @@ class Command(BaseCommand):
             self.stdout.write(f"    {fields['error']}")
         for entry_id, fields in pushes:
             self.stdout.write(
-                f"{entry_id}  site {fields['site']}  Prometheus push, {fields['bytes']} bytes  {fields['key']}"
+                f"{entry_id}  site {fields['site']}  Prometheus push, {fields['samples']} samples  {fields['key']}"
             )
             self.stdout.write(f"    {fields['error']}")
         shown = len(letters) + len(pushes)

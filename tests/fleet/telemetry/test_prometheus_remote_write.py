@@ -212,16 +212,14 @@ def test_it_needs_an_agent_token(client, token_a, viewer_user) -> None:
 
 def test_a_full_queue_answers_429_with_retry_after_and_queues_nothing(client, token_a, broker_mode, settings) -> None:
     settings.INGEST_QUEUE_BOUND = 1
-    broker_mode.delete(push_queue.PENDING)  # no push left waiting by another test
     body = write_request(DCGM, now_ms())
-    assert send(client, token_a, body).status_code == 204  # queued for a worker: one push waiting
-    assert broker_mode.llen("celery") == 1 and GpuSample.objects.count() == 0
+    assert send(client, token_a, body).status_code == 204  # queued for a writer: one push waiting
+    assert broker_mode.xlen(push_queue.STREAM) == 1 and GpuSample.objects.count() == 0
     queues.reset()
     response = send(client, token_a, write_request(DCGM, now_ms(20)))
     assert response.status_code == 429
     assert response["Retry-After"] == "2" and "bound 1" in response.json()["error"]
-    assert broker_mode.llen("celery") == 1
-    broker_mode.delete(push_queue.PENDING)
+    assert broker_mode.xlen(push_queue.STREAM) == 1
 
 
 def test_the_write_request_class_reads_what_prometheus_writes() -> None:
