@@ -11,7 +11,7 @@ and leaves non-role groups alone. Admins are staff (the Django admin is theirs),
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -45,6 +45,7 @@ class PersonRow:
     role: str | None
     teams: list[str]
     active_personal_tokens: int
+    team_records: list[Any] = field(default_factory=list)  # the Team records, each linking to its page
 
     @property
     def last_sign_in(self) -> datetime | None:
@@ -58,7 +59,16 @@ def people() -> list[PersonRow]:
         .prefetch_related("groups", "teams")
         .annotate(active_tokens=Count("personal_tokens", filter=Q(personal_tokens__revoked_at__isnull=True)))
     )
-    return [PersonRow(u, roles.role_of(u), teams_of(u), u.active_tokens) for u in users]  # type: ignore[attr-defined]
+    return [
+        PersonRow(
+            u,
+            roles.role_of(u),
+            teams_of(u),
+            u.active_tokens,  # type: ignore[attr-defined]
+            sorted(u.teams.all(), key=lambda team: team.name),
+        )
+        for u in users
+    ]
 
 
 def generate_password() -> str:

@@ -18,7 +18,16 @@ from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
 from fleet.capacity import services as capacity
-from fleet.capacity.models import OrderStatus, Pool, PowerApproval, ProcurementOrder, Reservation
+from fleet.capacity.models import (
+    OrderStatus,
+    Pool,
+    PowerApproval,
+    ProcurementOrder,
+    Reservation,
+    ReservationState,
+    Team,
+    TeamQuota,
+)
 
 PLAN_MONTHS = 12
 
@@ -43,13 +52,14 @@ def pool_rows(*, now: datetime | None = None) -> list[PoolRow]:
     now = now or timezone.now()
     pools = list(Pool.objects.select_related("site").order_by("site__name", "name"))
     figures = capacity.pool_figures(pools, now=now)
+    team_ids = dict(Team.objects.values_list("name", "pk"))  # each quota's team links to its page
     rows = []
     for pool in pools:
         f = figures[pool.pk]
         # preemptible_at_risk recomputes the pool's figures: only ask when preemptible GPUs held now
         # exceed what healthy supply leaves after firm reservations (otherwise none is at risk).
         at_risk = capacity.preemptible_at_risk(pool, now=now) if f.reserved_preemptible > f.healthy - f.reserved else []
-        quotas = [_with_share(q) for q in capacity.quota_use(pool, now=now)]
+        quotas = [_with_share(q) | {"team_id": team_ids.get(q["team"])} for q in capacity.quota_use(pool, now=now)]
         rows.append(PoolRow(pool=pool, figures=f, at_risk=at_risk, quotas=quotas))
     return rows
 
@@ -79,6 +89,63 @@ def pool_sections(pools: list[Pool], request: Any = None, *, rows: list[PoolRow]
                 quotas[key]["queue"] = note
         out.append(mark_safe(render_to_string(template, data, request=request)))  # our templates, autoescaped
     return out
+
+
+# The team page's sections from the rooms above (fleet.scheduler's queue figures for the team),
+# registered the same way: a template and its context from the team and the pools it holds quotas on.
+_team_sections: list[tuple[str, Callable[[Team, list[Pool]], dict[str, Any]]]] = []
+
+
+def register_team_section(template: str, context: Callable[[Team, list[Pool]], dict[str, Any]]) -> None:
+    if (template, context) not in _team_sections:
+        _team_sections.append((template, context))
+
+
+def team_sections(team: Team, quotas: list[dict[str, Any]], request: Any = None) -> list[SafeString]:
+    """The registered team sections rendered for ``team``; as on the plan page, a section's
+    ``quota_notes`` {(pool id, team): {"text", "title"}} set each quota row's ``queue``, so the
+    team page's wait beside its quota is the plan page's number."""
+    pools = [q["pool"] for q in quotas]
+    by_pool = {q["pool"].pk: q for q in quotas}
+    out = []
+    for template, context in _team_sections:
+        data = context(team, pools)
+        for (pool_id, name), note in data.get("quota_notes", {}).items():
+            if name == team.name and pool_id in by_pool:
+                by_pool[pool_id]["queue"] = note
+        out.append(mark_safe(render_to_string(template, data, request=request)))  # our templates, autoescaped
+    return out
+
+
+# Reservations a team page lists: those that hold or may come to hold GPUs.
+TEAM_RESERVATION_STATES = (ReservationState.REQUESTED, ReservationState.APPROVED, ReservationState.ACTIVE)
+
+
+def team_quotas(team: Team, *, now: datetime | None = None) -> list[dict[str, Any]]:
+    """The team's quota on each pool with its use now: the plan page's quota row for the team
+    (capacity.quota_use, the same figures), with its pool."""
+    now = now or timezone.now()
+    pools = [
+        q.pool
+        for q in TeamQuota.objects.filter(team=team)
+        .select_related("pool__site")
+        .order_by("pool__site__name", "pool__name")
+    ]
+    rows = []
+    for pool in pools:
+        mine = [q for q in capacity.quota_use(pool, now=now) if q["team"] == team.name]
+        rows += [{"pool": pool, **_with_share(q)} for q in mine]
+    return rows
+
+
+def team_reservations(team: Team, *, now: datetime | None = None) -> list[Reservation]:
+    """The team's reservations not yet over that are requested, approved or active, soonest first."""
+    now = now or timezone.now()
+    return list(
+        Reservation.objects.filter(team=team, state__in=TEAM_RESERVATION_STATES, end__gt=now)
+        .select_related("pool__site", "created_by")
+        .order_by("start", "pk")
+    )
 
 
 def _with_share(quota: dict[str, Any]) -> dict[str, Any]:

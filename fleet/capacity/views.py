@@ -25,7 +25,7 @@ from fleet.capacity import approvals
 from fleet.capacity import pages as capacity_pages
 from fleet.capacity import services as capacity
 from fleet.capacity.forms import ReservationForm
-from fleet.capacity.models import Pool, PowerApproval, ProcurementOrder, Reservation, ReservationState
+from fleet.capacity.models import Pool, PowerApproval, ProcurementOrder, Reservation, ReservationState, Team
 from fleet.choices import PriorityTier
 
 ADD_PERMISSION = "fleet.add_reservation"
@@ -101,6 +101,30 @@ class CapacityPlanView(DashboardRequiredMixin, TemplateView):
             },
             page_config={"plan": plan, "tiers": [t.value for t in PriorityTier]},
         )
+        return context
+
+
+class TeamView(DashboardRequiredMixin, TemplateView):
+    """One team: its members, its quota on each pool (nominal, borrowing and lending limits, use
+    now) with its scheduler queue wait beside it, its reservations requested or holding GPUs, and
+    its queues' figures per pool, live (the capacity page's panel figures, fleet.scheduler). Any
+    role reads; nothing changes here (quotas change through the API, reservations on their page)."""
+
+    template_name = "capacity/team.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        team = get_object_or_404(Team, pk=kwargs["pk"])
+        now = timezone.now()
+        quotas = capacity_pages.team_quotas(team, now=now)
+        context.update(
+            team=team,
+            members=list(team.members.order_by("username")),
+            quotas=quotas,
+            sections=capacity_pages.team_sections(team, quotas, self.request),
+            reservations=capacity_pages.team_reservations(team, now=now),
+        )
+        context["quota_queues"] = any("queue" in q for q in quotas)
         return context
 
 

@@ -14,15 +14,19 @@ kube-state-metrics and a Slurm exporter. Names, labels and types as each project
   and docs/metrics/policy/resourcequota-metrics.md (internal/store/pod.go, node.go,
   resourcequota.go). Pod gauges are summed per namespace (pods per phase, unschedulable pods,
   pods by scheduled condition, GPUs requested per node); restarts stay per pod and container (a
-  counter per series). Resource names are sanitised in requests and allocatable
+  counter per series). A node's cordon (``kube_node_spec_unschedulable{node}``, a gauge of 1 or 0)
+  stays per node, the cluster's own series. Resource names are sanitised in requests and allocatable
   (``nvidia_com_gpu``) but not in ``kube_resourcequota`` (``requests.nvidia.com/gpu``).
 - Slurm: vpenso/prometheus-slurm-exporter (README.md; nodes.go, gpus.go, queue.go,
   partitions.go): node, GPU and job counts for the whole cluster, without labels, and per
   ``partition`` pending jobs and CPUs. A partition series is printed only while its value is
   above zero (partitions.go), so a partition's pending jobs fall to zero by vanishing. The GPU
   series need ``-gpus-acct``; ``slurm_gpus_other`` is printed by the development branch only
-  (release 0.20 prints alloc, idle = total - alloc, total and utilization). Other exporters
-  (rivosinc, SckyzO) name these differently and are not mapped.
+  (release 0.20 prints alloc, idle = total - alloc, total and utilization). Per partition the
+  exporter itself prints CPUs and pending jobs only: running jobs and GPUs per partition
+  (``slurm_partition_jobs_running``, ``slurm_partition_gpus_*``) are printed by forks (SckyzO's,
+  and others' partition_gpus.go), not by vpenso's, and are not mapped. Other exporters (rivosinc,
+  SckyzO) name these differently and are not mapped.
 """
 
 from __future__ import annotations
@@ -106,6 +110,9 @@ SCHEDULER_SERIES: dict[str, QueueSeries] = {
     "kube_node_status_allocatable": QueueSeries(
         KUBERNETES, "gpus_allocatable", None, ("node",), ("node", "resource"), only=_gpu
     ),
+    # 1 while the node is cordoned (spec.unschedulable: kubectl cordon or drain), else 0; per node,
+    # so the drained-capacity detector can name the nodes (fleet.scheduler.detectors)
+    "kube_node_spec_unschedulable": QueueSeries(KUBERNETES, "node_unschedulable", None, ("node",), ("node",)),
     "kube_resourcequota": QueueSeries(
         KUBERNETES,
         "resource_quota",

@@ -21,12 +21,16 @@ and storage detectors.
   files ``kueue_preempted_workloads_total`` under the preempting ClusterQueue, never the
   victim's, so the preemptors named are the queues of the same cohort or pool (or the victim
   itself, ``InClusterQueue``) whose preemptions rose in the same window;
-* scheduler-drained-capacity: more than SCHEDULER_DRAINED_SHARE of a Slurm cluster's nodes
-  drained or down (the exporter's ``slurm_nodes_drain`` + ``slurm_nodes_down`` over every node
-  state) for SCHEDULER_DRAINED_SECONDS or longer, with the GPU-hours unavailable since it began
-  (drained nodes x GPUs per node, from ``slurm_gpus_total``). The pool is the cluster series'
-  queue's. The exporter counts nodes without naming them, so no GPU-health or fabric incident
-  on those nodes can be linked; kube-state-metrics' mapped series carry no cordon state;
+* scheduler-drained-capacity: more than SCHEDULER_DRAINED_SHARE of a cluster's nodes out of
+  scheduling for SCHEDULER_DRAINED_SECONDS or longer, with the GPU-hours unavailable since it
+  began (nodes out x GPUs per node). The pool is the cluster series' queue's. A Slurm cluster's
+  nodes are drained or down (the exporter's ``slurm_nodes_drain`` + ``slurm_nodes_down`` over
+  every node state; GPUs per node from ``slurm_gpus_total``); the exporter counts nodes without
+  naming them, so no incident on them can be linked. A Kubernetes cluster's nodes are cordoned
+  (kube-state-metrics' ``kube_node_spec_unschedulable``, per node; GPUs per node from
+  ``kube_node_status_allocatable``): the finding names the cordoned nodes and links the open
+  GPU-health and fabric incidents on those hostnames (GPU health labels a node ``hostname``,
+  the fabric detectors ``node``);
 * scheduler-reservation-unused: an approved or active reservation, current now, whose team's
   ClusterQueues on the pool admitted nothing (``kueue_admitted_active_workloads`` 0 every minute)
   for SCHEDULER_RESERVATION_IDLE_SECONDS or longer, with the GPU-hours held idle.
@@ -47,7 +51,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Max, Min, Q, Sum
+from django.db.models import Count, Max, Min, Q, Sum
 from django.db.models.functions import Coalesce
 
 from fleet.capacity.models import Pool, Reservation
@@ -58,6 +62,7 @@ from fleet.scheduler.services import admission_waits
 from fleet.telemetry.histograms import parse_series
 from incidents.choices import Severity
 from incidents.detectors import FindingSpec, register
+from incidents.models import Incident
 
 STARVATION_WINDOW = timedelta(minutes=30)  # the p95 admission wait is read over this
 FRESH = timedelta(minutes=5)  # a gauge older than this is not a reading of now
@@ -66,7 +71,9 @@ IDLE_LOOKBACK = timedelta(days=7)  # how far back a reservation's idle stretch i
 GPU = "nvidia.com/gpu"  # Kueue's resource name (kube-state-metrics sanitises it; Kueue does not)
 QUOTA_GAUGES = ("nominal_quota", "resource_usage", "borrowing_limit", "lending_limit")
 OUT_OF_SERVICE = ('state="drain"', 'state="down"')  # Slurm exporter node states that hold no jobs
-KUEUE, SLURM = QueueScheduler.KUEUE, QueueScheduler.SLURM
+KUEUE, SLURM, KUBERNETES = QueueScheduler.KUEUE, QueueScheduler.SLURM, QueueScheduler.KUBERNETES
+# The incidents on a node that a cordon is likely for: its GPUs' health and its fabric ports.
+NODE_INCIDENT_CATEGORIES = ("gpu-health", "fabric")
 
 
 # --- the rules, as plain functions of numbers --------------------------------------------------
@@ -433,6 +440,53 @@ def _node_minutes(queue_ids: Iterable[int], now: datetime) -> dict[int, list[Nod
     return out
 
 
+def _cordon_minutes(queue_ids: Iterable[int], now: datetime) -> dict[int, list[NodeMinute]]:
+    """Per Kubernetes cluster series, its nodes per minute over DRAINED_LOOKBACK, oldest first:
+    cordoned (``node_unschedulable`` is 1) of every node reporting, and the cluster's GPUs as
+    allocatable GPUs per GPU node x nodes (so GPUs per node is the GPU nodes' average)."""
+    rows = (
+        SchedulerRollup1m.objects.filter(
+            queue_id__in=list(queue_ids),
+            quantity__in=("node_unschedulable", "gpus_allocatable"),
+            bucket__gt=now - DRAINED_LOOKBACK,
+            bucket__lte=now,
+        )
+        .values("queue_id", "bucket")
+        .annotate(
+            out=Coalesce(Sum("last", filter=Q(quantity="node_unschedulable")), 0.0),
+            total=Count("series", filter=Q(quantity="node_unschedulable")),
+            gpus=Sum("last", filter=Q(quantity="gpus_allocatable")),
+            gpu_nodes=Count("series", filter=Q(quantity="gpus_allocatable")),
+        )
+        .order_by("queue_id", "bucket")
+    )
+    out: dict[int, list[NodeMinute]] = defaultdict(list)
+    for row in rows:
+        gpus = row["gpus"] / row["gpu_nodes"] * row["total"] if row["gpus"] and row["gpu_nodes"] else None
+        out[row["queue_id"]].append(NodeMinute(row["bucket"], row["out"], float(row["total"]), gpus))
+    return out
+
+
+def cordoned_nodes(queue: SchedulerQueue, now: datetime) -> list[str]:
+    """The Kubernetes cluster's nodes cordoned now (their last value within FRESH is 1), by name."""
+    gauges = latest_gauges([queue.pk], ["node_unschedulable"], now)
+    return sorted(parse_series(series).get("node", "") for (_, _, series), value in gauges.items() if value > 0)
+
+
+def node_incidents(site: str, hostnames: Iterable[str]) -> list[Incident]:
+    """The open GPU-health and fabric incidents on these hosts at the site, oldest first."""
+    hosts = sorted(set(hostnames) - {""})
+    if not hosts:
+        return []
+    return list(
+        Incident.objects.open()
+        .filter(category__in=NODE_INCIDENT_CATEGORIES)
+        .filter(Q(labels__hostname__in=hosts) | Q(labels__node__in=hosts))
+        .filter(Q(labels__site=site) | ~Q(labels__has_key="site"))
+        .order_by("pk")
+    )
+
+
 @dataclass(frozen=True)
 class DrainedStretch:
     since: datetime
@@ -467,47 +521,95 @@ def drained_stretch(minutes: list[NodeMinute], now: datetime, share: float) -> D
 
 @register("scheduler-drained-capacity", judged=_queue_judged)
 def scheduler_drained_capacity(now: datetime) -> list[FindingSpec]:
-    """A Slurm cluster with more than the share of its nodes drained or down for the threshold."""
+    """A Slurm or Kubernetes cluster with more than the share of its nodes out of scheduling
+    (drained or down; cordoned) for the threshold; a Kubernetes one names its cordoned nodes and
+    the open incidents on them."""
     share = settings.SCHEDULER_DRAINED_SHARE
     threshold = timedelta(seconds=settings.SCHEDULER_DRAINED_SECONDS)
     clusters = {
         q.pk: q
-        for q in SchedulerQueue.objects.filter(scheduler=SLURM, name="").select_related("site", "pool__site", "team")
+        for q in SchedulerQueue.objects.filter(scheduler__in=(SLURM, KUBERNETES), name="").select_related(
+            "site", "pool__site", "team"
+        )
     }
+    minutes = _node_minutes([pk for pk, q in clusters.items() if q.scheduler == SLURM], now)
+    minutes |= _cordon_minutes([pk for pk, q in clusters.items() if q.scheduler == KUBERNETES], now)
     specs = []
-    for queue_id, minutes in _node_minutes(clusters, now).items():
-        stretch = drained_stretch(minutes, now, share)
+    for queue_id, per_minute in minutes.items():
+        stretch = drained_stretch(per_minute, now, share)
         if stretch is None or now - stretch.since < threshold:
             continue
         queue = clusters[queue_id]
-        where = f"{queue.pool}" if queue.pool else f"{queue.site.name} Slurm cluster"
-        specs.append(
-            FindingSpec(
-                fingerprint=_fingerprint("scheduler-drained-capacity", queue),
-                labels=_queue_labels(queue),
-                severity=Severity.SEV3,
-                summary=(
-                    f"Drained capacity on {where}: {_n(stretch.out)} of {_n(stretch.total)} nodes "
-                    f"({drained_share(stretch.out, stretch.total):.0%}, limit {share:.0%}) drained or down for "
-                    f"{_minutes(now - stretch.since)}, {stretch.gpu_hours:,.1f} GPU-hours unavailable "
-                    f"({_n(stretch.out * stretch.gpus_per_node)} GPUs now)"
-                ),
-                description=(
-                    "Slurm holds no jobs on drained or down nodes: the GPUs are installed and counted as "
-                    "capacity, but the scheduler cannot use them. Resume the nodes once repaired "
-                    "(scontrol update nodename=... state=resume) or take them out of the plan."
-                ),
-                impact={
-                    "nodes_out": stretch.out,
-                    "nodes_total": stretch.total,
-                    "gpus_out": stretch.out * stretch.gpus_per_node,
-                    "gpu_hours_unavailable": round(stretch.gpu_hours, 2),
-                },
-                category="scheduler",
-                started_at=stretch.since,
-            )
-        )
+        spec = _slurm_drained(queue, stretch, now) if queue.scheduler == SLURM else _cordoned(queue, stretch, now)
+        specs.append(spec)
     return specs
+
+
+def _drained_summary(queue: SchedulerQueue, stretch: DrainedStretch, now: datetime, state: str) -> str:
+    where = f"{queue.pool}" if queue.pool else f"{queue.site.name} {queue.get_scheduler_display()} cluster"
+    share = settings.SCHEDULER_DRAINED_SHARE
+    return (
+        f"Drained capacity on {where}: {_n(stretch.out)} of {_n(stretch.total)} nodes "
+        f"({drained_share(stretch.out, stretch.total):.0%}, limit {share:.0%}) {state} for "
+        f"{_minutes(now - stretch.since)}, {stretch.gpu_hours:,.1f} GPU-hours unavailable "
+        f"({_n(stretch.out * stretch.gpus_per_node)} GPUs now)"
+    )
+
+
+def _drained_impact(stretch: DrainedStretch) -> dict[str, Any]:
+    return {
+        "nodes_out": stretch.out,
+        "nodes_total": stretch.total,
+        "gpus_out": stretch.out * stretch.gpus_per_node,
+        "gpu_hours_unavailable": round(stretch.gpu_hours, 2),
+    }
+
+
+def _slurm_drained(queue: SchedulerQueue, stretch: DrainedStretch, now: datetime) -> FindingSpec:
+    return FindingSpec(
+        fingerprint=_fingerprint("scheduler-drained-capacity", queue),
+        labels=_queue_labels(queue),
+        severity=Severity.SEV3,
+        summary=_drained_summary(queue, stretch, now, "drained or down"),
+        description=(
+            "Slurm holds no jobs on drained or down nodes: the GPUs are installed and counted as "
+            "capacity, but the scheduler cannot use them. Resume the nodes once repaired "
+            "(scontrol update nodename=... state=resume) or take them out of the plan."
+        ),
+        impact=_drained_impact(stretch),
+        category="scheduler",
+        started_at=stretch.since,
+    )
+
+
+def _cordoned(queue: SchedulerQueue, stretch: DrainedStretch, now: datetime) -> FindingSpec:
+    """A Kubernetes cluster's cordoned capacity, naming the nodes and the open GPU-health and
+    fabric incidents on them (most cordons are for one of those)."""
+    nodes = cordoned_nodes(queue, now)
+    incidents = node_incidents(queue.site.name, nodes)
+    summary = _drained_summary(queue, stretch, now, "cordoned")
+    if nodes:
+        summary += f"; cordoned: {', '.join(nodes)}"
+    if incidents:
+        summary += "; open incidents on them: " + "; ".join(f"#{i.pk} {i.title}" for i in incidents)
+    return FindingSpec(
+        fingerprint=_fingerprint("scheduler-drained-capacity", queue),
+        labels=_queue_labels(queue),
+        severity=Severity.SEV3,
+        summary=summary,
+        description=(
+            "Kubernetes schedules no new pod on a cordoned node: the GPUs are installed and counted as "
+            "capacity, but the scheduler cannot use them. Uncordon the nodes once repaired "
+            "(kubectl uncordon ...) or take them out of the plan; the linked incidents say why they were cordoned."
+        ),
+        impact=_drained_impact(stretch)
+        | {
+            "cordoned_nodes": nodes,
+            "incidents": [{"id": i.pk, "title": i.title, "category": i.category} for i in incidents],
+        },
+        category="scheduler",
+        started_at=stretch.since,
+    )
 
 
 # --- reservation unused ------------------------------------------------------------------------

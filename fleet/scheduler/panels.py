@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleet.capacity.models import Pool
+from fleet.capacity.models import Pool, Team
 from fleet.scheduler import drift
+from fleet.scheduler.models import SchedulerQueue
 from fleet.scheduler.services import pool_queues
 from fleet.scheduler.store import TOPIC
 
@@ -31,6 +32,20 @@ def queues_part(pool_ids: list[int]) -> list[dict[str, Any]]:
     return [figures[pk] for pk in pool_ids]
 
 
+def quota_waits_part(pool_ids: list[int]) -> list[dict[str, Any]]:
+    """The plan API's ``quota_waits``: each team's wait beside its quota on the plan's pools
+    (quota_waits), the snapshot the pages' quota cells are redrawn from after a reconnect."""
+    return quota_waits(pool_queues(pool_ids))
+
+
+def _with_wait_text(queues: list[dict[str, Any]]) -> None:
+    """Each queue's 1 h and 24 h waits as the panel prints them: p50 / p95."""
+    for q in queues:
+        for key in ("wait_1h", "wait_24h"):
+            w = q[key] or {}
+            q[f"{key}_text"] = f"{duration(w.get('p50'))} / {duration(w.get('p95'))}"
+
+
 def pool_section(pools: list[Pool]) -> dict[str, Any]:
     """The panel's context: the pools with a mapped queue, each with its figures, its waits as text
     and its queues whose quota drifts from the console's; and ``quota_notes``, each team's queue
@@ -42,10 +57,7 @@ def pool_section(pools: list[Pool]) -> dict[str, Any]:
         f = figures[pool.pk]
         if not f["queues"]:
             continue
-        for q in f["queues"]:
-            for key in ("wait_1h", "wait_24h"):
-                w = q[key] or {}
-                q[f"{key}_text"] = f"{duration(w.get('p50'))} / {duration(w.get('p95'))}"
+        _with_wait_text(f["queues"])
         over = f["gpus_allocated"] is not None and f["gpus_allocated"] > f["gpus_reserved"]
         rows.append({"pool": pool, "figures": f, "over_reserved": over, "drifts": drifts.get(pool.pk, [])})
     return {
@@ -118,6 +130,30 @@ def quota_notes(figures: dict[int, dict[str, Any]]) -> dict[tuple[int, str], dic
     return notes
 
 
+def quota_waits(figures: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+    """quota_notes as a list a push carries: {"pool", "team", "text", "title"}, the text each
+    page's quota cell (``data-value="queue_wait"``) shows."""
+    return [{"pool": pk, "team": team, **note} for (pk, team), note in sorted(quota_notes(figures).items())]
+
+
+def team_section(team: Team, pools: list[Pool]) -> dict[str, Any]:
+    """The team page's queue figures: for each pool the team holds a quota on or has a queue
+    mapped to, the team's queues with the capacity panel's figures (pool_queues, the same
+    statements), and ``quota_notes``, the wait beside each of its quotas, computed as the
+    capacity page's quota table computes it (one number, one definition)."""
+    mapped = SchedulerQueue.objects.filter(team=team, pool__isnull=False).values_list("pool_id", flat=True)
+    pool_ids = sorted({p.pk for p in pools} | set(mapped))
+    figures = pool_queues(pool_ids)
+    named = Pool.objects.select_related("site").in_bulk(pool_ids)
+    rows = []
+    for pk in sorted(pool_ids, key=lambda pk: str(named[pk])):
+        queues = [q for q in figures[pk]["queues"] if q["team"] == team.name]
+        if queues:
+            _with_wait_text(queues)
+            rows.append({"pool": named[pk], "queues": queues})
+    return {"team": team, "team_queue_rows": rows, "topic": TOPIC, "quota_notes": quota_notes(figures)}
+
+
 def build_scheduler_delta(topic: str, watermark: Any) -> tuple[dict[str, Any] | None, Any]:
     """The ``scheduler`` topic's push: the queue figures of the pools whose figures changed since
     the last push (all of them on the first); the page redraws pool by pool."""
@@ -126,16 +162,19 @@ def build_scheduler_delta(topic: str, watermark: Any) -> tuple[dict[str, Any] | 
     changed = [f for pk, f in sorted(figures.items()) if before.get(pk) != f]
     if not changed:
         return None, watermark
-    return {"type": "scheduler.delta", "topic": topic, "pools": changed}, figures
+    waits = quota_waits({f["pool"]: f for f in changed})  # the quota cells of the pools that changed
+    return {"type": "scheduler.delta", "topic": topic, "pools": changed, "quota_waits": waits}, figures
 
 
 def register() -> None:
     """Register the panel, the API part and the live topic (called from FleetConfig.ready)."""
     from console import live
     from fleet.capacity.api import register_capacity_part
-    from fleet.capacity.pages import register_pool_section
+    from fleet.capacity.pages import register_pool_section, register_team_section
 
     register_pool_section("scheduler/_pool_queues.html", pool_section)
+    register_team_section("scheduler/_team_queues.html", team_section)
     register_capacity_part("queues", queues_part)
+    register_capacity_part("quota_waits", quota_waits_part)
     live.register_topic_builder(TOPIC, build_scheduler_delta)
     live.register_topic_watcher(TOPIC, live.watch_topic)

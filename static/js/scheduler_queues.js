@@ -1,11 +1,14 @@
-// The capacity page's scheduler queue panel, kept live: the `scheduler` topic's deltas carry the
-// figures of the pools that changed; after each (re)connect the plan API's `queues` part is the snapshot.
-// Figures are written into the cells the server rendered (data-pool, data-queue, data-value); a
-// queue newly mapped to a pool appears on the next page load.
+// The scheduler queue figures, kept live on the capacity page (its queue panel and the wait beside
+// each team's quota) and on a team's page (its queues and its quota table): the `scheduler` topic's
+// deltas carry the figures of the pools that changed and each team's wait beside its quota on them
+// (`quota_waits`, fleet.scheduler.panels.quota_waits); after each (re)connect the plan API's `queues`
+// and `quota_waits` parts are the snapshot. Figures are written into the cells the server rendered
+// (data-pool, data-queue, data-team, data-value); a queue newly mapped to a pool appears on the next
+// page load.
 (function () {
   "use strict";
 
-  var card = document.getElementById("pool-queues");
+  var card = document.querySelector("[data-scheduler-live]");
   if (!card || !window.GoodputLive) return;
 
   // The same rule as fleet.scheduler.panels.duration.
@@ -27,6 +30,21 @@
   function set(scope, key, text) {
     var el = scope.querySelector('[data-value="' + key + '"]');
     if (el) el.textContent = text;
+  }
+
+  function attr(value) {
+    return window.CSS && CSS.escape ? CSS.escape(String(value)) : String(value).replace(/["\\]/g, "\\$&");
+  }
+
+  // Each team's p95 wait over 1 h beside its quota: the text the server computed, never worked out here.
+  function renderWaits(waits) {
+    (waits || []).forEach(function (w) {
+      var selector = 'tr[data-pool="' + w.pool + '"][data-team="' + attr(w.team) + '"] [data-value="queue_wait"]';
+      document.querySelectorAll(selector).forEach(function (cell) {
+        cell.textContent = w.text;
+        cell.title = w.title;
+      });
+    });
   }
 
   function render(pools) {
@@ -57,11 +75,17 @@
   function load() {
     return fetch(card.dataset.snapshotUrl, { credentials: "same-origin", headers: { Accept: "application/json" } })
       .then(function (r) { return r.ok ? r.json() : null; })
-      .then(function (snap) { if (snap) render(snap.queues); });
+      .then(function (snap) {
+        if (!snap) return;
+        render(snap.queues);
+        renderWaits(snap.quota_waits);
+      });
   }
 
   function onDelta(msg) {
-    if (msg.type === "scheduler.delta") render(msg.pools);
+    if (msg.type !== "scheduler.delta") return;
+    render(msg.pools);
+    renderWaits(msg.quota_waits);
   }
 
   new window.GoodputLive({ topics: [card.dataset.topic], onMessage: onDelta, onSnapshot: load });

@@ -204,6 +204,8 @@ def _page_kwargs(incident_id: int) -> dict[str, dict[str, Any]]:
         "compliance:model-detail": {"pk": summarised.pk},
         "compliance:dataset-detail": {"pk": summarised.lineage.get().dataset_id},
         "recovery:item": {"pk": _recovery_item(summarised.lineage.get().dataset).pk},
+        # qa: a quota, reservations and a Kueue queue mapped to it (_capacity_data, _scheduler_data)
+        "capacity:team": {"pk": Team.objects.get(name="qa").pk},
     }
 
 

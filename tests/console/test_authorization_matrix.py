@@ -300,6 +300,7 @@ RULES: dict[str, Rule] = {
     "capacity:plan": page(post=APPROVERS),  # approve or reject orders and power approvals
     # request (fleet.add_reservation), approve and cancel (fleet.change_reservation)
     "capacity:reservations": page(post=OPERATORS),
+    "capacity:team": page(target="team"),  # a team's members, quotas, reservations and queue waits: reads only
     "serving:endpoint_detail": page(post=OPERATORS, target="endpoint"),  # the SLO form: fleet.change_endpoint
     "incidents:list": page(),
     "incidents:metrics": page(),
@@ -657,6 +658,7 @@ def targets(site_a: Site, site_b: Site, admin_user: User) -> dict[str, Any]:
             pool=pool, count=8, ordered_on=soon.date(), promised_on=soon.date()
         ),
         "power_approval": PowerApproval.objects.create(site=site_b, added_kw=100, expected_on=soon.date()),
+        "team": research,
         "team_quota": TeamQuota.objects.create(pool=pool, team=research, nominal_gpus=8),
         "reservation": Reservation.objects.create(
             pool=pool, team=research, gpus=1, start=soon, end=soon + timedelta(hours=1)

@@ -43,7 +43,8 @@ from fleet.serving import slo as serving
 from fleet.serving.simulator import SURGE_NOTE
 from fleet.training.simulator import JOB_KINDS, NCCL_TIMEOUT
 from incidents.choices import IncidentState
-from incidents.models import Incident
+from incidents.detectors import run_detectors
+from incidents.models import Finding, Incident
 from incidents.services.views_data import mttx_by_severity_and_month
 
 # prepare() closes stale connections between its steps, as a long-running command does: no outer
@@ -197,6 +198,14 @@ def test_a_first_start_writes_a_week_that_every_page_shows_and_that_agrees_with_
     starving = queues.get(site__name=site, name=f"{team}-{pool}")
     assert waits[starving.pk].p95 > 1800, waits[starving.pk]
     assert len(waits) >= 8 and all(w.p95 < waits[starving.pk].p95 for pk, w in waits.items() if pk != starving.pk)
+
+    # The demo opens on a finding (issue 25): the admission-starvation detector, run once on the
+    # backfill alone (no live scrape yet), names the starving team and says its quota is the cause.
+    report = run_detectors(now=timezone.now(), only=["scheduler-admission-starvation"])
+    firing = Finding.objects.filter(source="detector:scheduler-admission-starvation", status="firing")
+    found = [(f.labels["site"], f.labels["team"], f.labels["cause"]) for f in firing]
+    assert found == [(site, team, "quota")], (found, report)
+    assert Incident.objects.open().filter(findings__in=firing).exists()
 
     # Cost opens on figures: the demo's pools are priced (owned H100/H200/A100 with power, rented
     # L40S), the week's badput and idle GPUs cost money, and each owned pool's price is plausible.

@@ -171,4 +171,10 @@ def test_the_page_lists_the_teams_a_person_is_a_member_of(
     assert people.teams_of(viewer_user) == []
     html = admin_client.get(URL).content.decode()
     rows = dict(re.findall(r'<tr data-person="(\w+)"[^>]*>(.*?)</tr>', html, re.S))
-    assert re.search(r'data-field="teams">alpha, search<', rows[operator_user.username])
+    # each team named, and linked to its page
+    alpha, search = (Team.objects.get(name=n).pk for n in ("alpha", "search"))
+    linked = (
+        f'data-field="teams"><a href="/capacity/teams/{alpha}/">alpha</a>, '
+        f'<a href="/capacity/teams/{search}/">search</a><'
+    )
+    assert linked in rows[operator_user.username]

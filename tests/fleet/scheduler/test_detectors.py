@@ -17,7 +17,7 @@ from fleet.scheduler import detectors
 from fleet.scheduler.detectors import QueueQuota, cohort_idle, quota_room, starvation_cause
 from fleet.scheduler.store import QueuePoint, store_queue_points
 from incidents.detectors import registered, run_detectors
-from incidents.models import Finding
+from incidents.models import Finding, Incident
 from tests.fleet.scheduler import support
 from tests.fleet.scheduler.support import SLURM, push, samples, stamped
 
@@ -350,6 +350,66 @@ def test_a_drained_finding_holds_while_the_exporter_is_silent_and_clears_once_it
     _slurm_points(site_a.pk, range(-9, -11, -1), drain=1)  # the nodes resumed
     run_detectors(now=now + timedelta(minutes=10), only=["scheduler-drained-capacity"])
     assert _firing("scheduler-drained-capacity") == []
+
+
+def _push_cordons(client, token: str, minutes: range, cordoned: set[str]) -> None:  # type: ignore[no-untyped-def]
+    """kube-state-metrics' fixture nodes (8 + 8 + 7 GPUs allocatable), ``cordoned`` cordoned."""
+    lines = []
+    for line in support.KSM.splitlines():
+        if line.startswith("kube_node_status_allocatable"):
+            lines.append(line)
+        elif line.startswith("kube_node_spec_unschedulable"):
+            node = line.split('"')[1]
+            lines.append(f'kube_node_spec_unschedulable{{node="{node}"}} {int(node in cordoned)}')
+    types = {"kube_node_spec_unschedulable": "gauge", "kube_node_status_allocatable": "gauge"}
+    for m in minutes:
+        assert push(client, token, stamped(lines, minute_ago(m), types)).status_code == 202
+
+
+def _incident(category: str, labels: dict[str, str], state: str = "triggered") -> Incident:
+    return Incident.objects.create(
+        title=f"{category} on {labels.get('hostname') or labels.get('node')}",
+        severity="SEV2",
+        category=category,
+        group_key=f"test:{next(_keys)}",
+        labels=labels,
+        started_at=minute_ago(30),
+        state=state,
+    )
+
+
+def test_cordoned_kubernetes_nodes_past_the_share_fire_naming_them_and_their_open_incidents(
+    client, token_a, pool
+) -> None:  # type: ignore[no-untyped-def]
+    _push_cordons(client, token_a, range(20, -1, -1), {"gpu-a-018"})  # 1 of 3 nodes for 20 min
+    _map("", pool, scheduler="kubernetes")
+    xid = _incident("gpu-health", {"site": "ams-1", "hostname": "gpu-a-018", "gpu": "GPU-18-0"})
+    flap = _incident("fabric", {"site": "ams-1", "node": "gpu-a-018", "interface": "mlx5_0/1"})
+    _incident("gpu-health", {"site": "ams-1", "hostname": "gpu-a-017"})  # not cordoned
+    _incident("fabric", {"site": "ams-1", "node": "gpu-a-018"}, state="resolved")  # over
+    _incident("gpu-health", {"site": "elsewhere", "hostname": "gpu-a-018"})  # another site's node
+    _incident("serving", {"site": "ams-1", "hostname": "gpu-a-018"})  # not a node's fault
+    now = _now()
+    [spec] = detectors.scheduler_drained_capacity(now)
+    assert spec.fingerprint == "scheduler-drained-capacity:ams-1:kubernetes:(cluster)"
+    assert spec.labels == {"site": "ams-1", "scheduler": "kubernetes", "queue": "", "pool": "H100"}
+    assert spec.started_at == minute_ago(20)
+    assert "1 of 3 nodes (33%, limit 10%) cordoned for 20 min" in spec.summary, spec.summary
+    assert "cordoned: gpu-a-018" in spec.summary
+    assert f"#{xid.pk} {xid.title}" in spec.summary and f"#{flap.pk} {flap.title}" in spec.summary
+    assert spec.impact["cordoned_nodes"] == ["gpu-a-018"]
+    assert [i["id"] for i in spec.impact["incidents"]] == [xid.pk, flap.pk]
+    per_node = (8 + 8 + 7) / 3  # the GPU nodes' allocatable GPUs, on average
+    assert spec.impact["gpus_out"] == pytest.approx(per_node)
+    assert spec.impact["gpu_hours_unavailable"] == pytest.approx(per_node * 20.5 / 60, abs=0.01)
+
+
+def test_kubernetes_nodes_schedulable_or_cordoned_briefly_raise_nothing(client, token_a, pool) -> None:  # type: ignore[no-untyped-def]
+    _push_cordons(client, token_a, range(20, 0, -1), set())
+    _map("", pool, scheduler="kubernetes")
+    assert detectors.scheduler_drained_capacity(_now()) == []
+    _push_cordons(client, token_a, range(0, -1, -1), {"gpu-a-017", "gpu-a-018"})  # 2 of 3, since a minute
+    assert detectors.scheduler_drained_capacity(_now()) == []
 
 
 # --- reservation unused --------------------------------------------------------------------------

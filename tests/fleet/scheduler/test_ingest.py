@@ -132,12 +132,15 @@ def test_kube_state_metrics_pods_are_summed_per_namespace_and_gpus_kept(client, 
             add(ns, "gpus_requested", f'node="{labels["node"]}"', value)
         elif name == "kube_node_status_allocatable" and labels["resource"] == "nvidia_com_gpu":
             add("", "gpus_allocatable", f'node="{labels["node"]}"', value)
+        elif name == "kube_node_spec_unschedulable":
+            add("", "node_unschedulable", f'node="{labels["node"]}"', value)
         elif name == "kube_resourcequota" and labels["resource"] == "requests.nvidia.com/gpu":
             add(ns, "resource_quota", label_text({k: labels[k] for k in ("resource", "resourcequota", "type")}), value)
     assert stored() == expected
     assert expected[("kubernetes", "team-a", "pods", 'phase="Running"')] == 2
     assert expected[("kubernetes", "team-a", "gpus_requested", 'node=""')] == 8  # the pending worker's
     assert expected[("kubernetes", "team-b", "gpus_requested", 'node="gpu-a-019"')] == 4
+    assert expected[("kubernetes", "", "node_unschedulable", 'node="gpu-a-018"')] == 1  # cordoned
     assert set(SchedulerQueue.objects.values_list("scheduler", "name")) == {
         ("kubernetes", ""),
         ("kubernetes", "team-a"),
