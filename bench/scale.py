@@ -8,7 +8,8 @@ the soak runs it. Then:
    of 10,000 GPUs, nodes of 8). 24 h of rollups are then written by SQL, an hour a statement: the
    fleet's and each site's group rollups at 1 minute and 1 hour (what the overview and a site's
    page chart), and the probed GPUs' own minutes (what a GPU's page charts). Node and rack
-   rollups come from the run itself.
+   rollups come from the run itself. The database is then ANALYZEd, as autovacuum would have
+   done by the time a fleet this size had grown.
 2. **Load** for ``--minutes`` (``--short``: 3): every GPU reports every 10 s through the JSON door,
    one POST a node (the NVML agent's batch: 8 GPUs), spread evenly over the 10 s by ``--posters``
    threads over both web processes, each POST with an Idempotency-Key kept across retries (429,
@@ -57,6 +58,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psutil
+import psycopg
 import requests
 import soak_stack
 from _common import log, percentile
@@ -390,6 +392,10 @@ def run(args: argparse.Namespace, stack: soak_stack.Stack, sites: list[str], nod
     log(f"registered {args.gpus:,} GPUs on {len(nodes):,} nodes in {len(sites)} site(s) in {took:.0f} s")
     probed = [u for n in nodes[:: max(1, len(nodes) // PROBED_GPUS)] for u in n.uuids[:1]][:PROBED_GPUS]
     seed_rollups(stack, probed)
+    # The fleet appeared in seconds, not over months: give the planner the statistics autovacuum
+    # would have gathered by now (with none, it joins GPUs to their states one node at a time).
+    with psycopg.connect(stack.database_url, autocommit=True) as conn:
+        conn.execute("ANALYZE")
     site_id = stack.sql("SELECT id FROM fleet_site WHERE name = %s", [sites[0]])[0][0]
     cookies = {base: sign_in(base, "soak", PASSWORD) for base in urls}
     probes = {

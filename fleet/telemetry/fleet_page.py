@@ -7,6 +7,13 @@ No page holds the whole GPU table or receives every changed row. The page shows:
   *view topic*, ``fleetview.<digest>``, whose push carries only that page's rows;
 - with a site chosen, the site's aggregates and worst GPUs: the ``site.<id>`` topic.
 
+The figures are computed at most once every ``FLEET_SUMMARY_SECONDS`` for all processes and
+sockets (``fresh``: kept in the shared cache, recomputed by one process while the others serve
+the previous value), so a read costs a cache lookup at any fleet size, and a push of the
+``fleet`` topic twice a second does not recompute what a page read a moment ago. A view's rows
+are computed afresh for its push (their delivery is timed from the sample) and written back for
+the reads.
+
 A view topic's name is a digest of the canonical table query, made here by code: the client never
 names a group. The snapshot (or the table API) registers the query under its digest for as long
 as a page watches it (live.watch_topic's lease, renewed by the socket while subscribed), and each
@@ -16,12 +23,16 @@ view share one topic and one build. The snapshot and the pushes are built from t
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
+import time
 import zlib
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
+from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 from redis.exceptions import RedisError
@@ -38,6 +49,70 @@ _VIEWS_INDEX = "fleet:views"
 MAX_VIEWS = 500  # distinct table views followed at once; past it the oldest stop getting pushes
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+_FRESH_KEY = "fleet:fresh:{}"
+_FRESH_LOCK_SECONDS = 30
+_clock = time.time  # the tests move it
+
+
+def fresh(name: str, compute: Callable[[], T]) -> T:
+    """``compute()``'s value as of at most FLEET_SUMMARY_SECONDS ago, shared by every process.
+
+    Expired, one caller (holding a lock in the cache) recomputes it while the others keep serving
+    the previous value; with none kept (a first read, a flushed Redis) every caller computes. A
+    cache that cannot be reached costs a computation, never an error."""
+    seconds = settings.FLEET_SUMMARY_SECONDS
+    if seconds <= 0:
+        return compute()
+    key = _FRESH_KEY.format(name)
+    try:
+        held = cache.get(key)
+        if held is not None and _clock() - held[0] < seconds:
+            return held[1]
+        if held is not None and not cache.add(f"{key}:lock", 1, timeout=_FRESH_LOCK_SECONDS):
+            return held[1]  # another process is computing it
+    except RedisError as exc:
+        logger.warning("fleet figures computed without the cache (%s)", exc.__class__.__name__)
+        return compute()
+    try:
+        value = compute()
+        keep(name, value)
+    finally:
+        if held is not None:
+            _forget_lock(key)
+    return value
+
+
+def keep(name: str, value: Any) -> None:
+    """Store a value just computed for ``fresh`` readers (a push's rows, written back)."""
+    if settings.FLEET_SUMMARY_SECONDS <= 0:
+        return
+    try:
+        cache.set(_FRESH_KEY.format(name), (_clock(), value), timeout=max(60, settings.FLEET_SUMMARY_SECONDS * 10))
+    except RedisError as exc:
+        logger.warning("fleet figures not kept (%s)", exc.__class__.__name__)
+
+
+def _forget_lock(key: str) -> None:
+    with contextlib.suppress(RedisError):  # else it expires on its own
+        cache.delete(f"{key}:lock")
+
+
+def current_sites() -> list[dict[str, Any]]:
+    return fresh("sites", site_rows)
+
+
+def current_totals(sites: list[dict[str, Any]], site_id: int | None = None) -> dict[str, Any]:
+    return fresh(f"totals.{site_id}", lambda: aggregates(sites, site_id=site_id))
+
+
+def current_worst(site_id: int | None = None) -> list[dict[str, Any]]:
+    return fresh(f"worst.{site_id}", lambda: gpu_table.worst_gpus(site_id=site_id))
+
+
+def current_page(query: TableQuery) -> dict[str, Any]:
+    return fresh(view_topic(query), lambda: gpu_table.table_page(query))
 
 
 def site_rows() -> list[dict[str, Any]]:
@@ -111,7 +186,9 @@ def build_view_delta(topic: str, watermark: Any) -> tuple[dict[str, Any] | None,
     params = cache.get(_VIEW_KEY.format(topic))
     if params is None:  # nobody watches it any more
         return None, watermark
-    page = gpu_table.table_page(gpu_table.query_from_params(params))
+    query = gpu_table.query_from_params(params)
+    page = gpu_table.table_page(query)
+    keep(view_topic(query), page)
     digest = zlib.crc32(repr((page["count"], [tuple(r.values()) for r in page["gpus"]])).encode())
     if digest == watermark:
         return None, watermark
@@ -124,14 +201,14 @@ def build_view_delta(topic: str, watermark: Any) -> tuple[dict[str, Any] | None,
 def build_fleet_delta(topic: str, watermark: Any) -> tuple[dict[str, Any], Any]:
     """The ``fleet`` topic's push: aggregates, site rows and the worst GPUs; no table rows (those go
     to the view topics, whose pushes this asks for, with the watched site topics')."""
-    sites = site_rows()
+    sites = current_sites()
     payload = {
         "type": "fleet.delta",
         "topic": topic,
         "ts": timezone.now().isoformat(),
-        "totals": aggregates(sites),
+        "totals": current_totals(sites),
         "sites": sites,
-        "worst": gpu_table.worst_gpus(),
+        "worst": current_worst(),
     }
     followers = [*watched_views(), *live.watched([f"{SITE_PREFIX}.{s['id']}" for s in sites])]
     if followers:
@@ -142,7 +219,7 @@ def build_fleet_delta(topic: str, watermark: Any) -> tuple[dict[str, Any], Any]:
 def build_site_delta(topic: str, watermark: Any) -> tuple[dict[str, Any] | None, Any]:
     """A ``site.<id>`` push: the site's row, its aggregates and its worst GPUs."""
     site_id = int(topic.split(".", 1)[1])
-    sites = site_rows()
+    sites = current_sites()
     row = next((s for s in sites if s["id"] == site_id), None)
     if row is None:
         return None, watermark
@@ -151,8 +228,8 @@ def build_site_delta(topic: str, watermark: Any) -> tuple[dict[str, Any] | None,
         "topic": topic,
         "ts": timezone.now().isoformat(),
         "site": row,
-        "totals": aggregates(sites, site_id=site_id),
-        "worst": gpu_table.worst_gpus(site_id=site_id),
+        "totals": current_totals(sites, site_id),
+        "worst": current_worst(site_id),
     }, None
 
 
@@ -186,8 +263,8 @@ def overview_snapshot(
         )
     # The worst GPUs follow the table's site, if it has one (the totals only an explicit site_id).
     scope = int(query.filters["site_id"]) if "site_id" in query.filters else None
-    sites = site_rows()
-    page = gpu_table.table_page(query)
+    sites = current_sites()
+    page = dict(current_page(query))
     topics = {"fleet": "fleet", "view": watch_view(query), "site": None}
     if scope is not None:
         topics["site"] = f"{SITE_PREFIX}.{scope}"
@@ -196,9 +273,9 @@ def overview_snapshot(
     return {
         "ts": timezone.now().isoformat(),
         "range": "custom" if window is not None and window.custom else range_key,
-        "totals": aggregates(sites, site_id=site_id),
+        "totals": current_totals(sites, site_id),
         "sites": sites,
-        "worst": gpu_table.worst_gpus(site_id=scope),
+        "worst": current_worst(scope),
         "gpus": gpus,
         "table": {**page, "topic": topics["view"]},
         "topics": topics,
@@ -209,10 +286,10 @@ def overview_snapshot(
 def table_snapshot(query: TableQuery) -> dict[str, Any]:
     """The table API's answer: one page and the topic that keeps it live; filtered to a site by
     its id, also that site's worst GPUs and its topic (``site_topic``), which keeps them live."""
-    answer = {**gpu_table.table_page(query), "topic": watch_view(query)}
+    answer = {**current_page(query), "topic": watch_view(query)}
     site_id = query.filters.get("site_id")
     if site_id is not None:
         answer["site_topic"] = f"{SITE_PREFIX}.{int(site_id)}"
-        answer["worst"] = gpu_table.worst_gpus(site_id=int(site_id))
+        answer["worst"] = current_worst(int(site_id))
         live.watch_topic(answer["site_topic"])
     return answer

@@ -1,0 +1,88 @@
+"""The fleet page's figures are computed at most once every FLEET_SUMMARY_SECONDS for every reader
+(fleet_page.fresh): a read within it is a cache lookup, an expired value is recomputed by one
+caller while the others serve the previous one, a push's rows are written back for the reads,
+and a cache that cannot be reached costs a computation, not an error."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.cache import cache
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from fleet.telemetry import fleet_page, gpu_table
+from tests.conftest import make_sample, post_batch
+
+
+@pytest.fixture
+def kept(settings, monkeypatch):  # type: ignore[no-untyped-def]
+    """FLEET_SUMMARY_SECONDS = 5 on an empty cache, and a clock the test moves."""
+    settings.FLEET_SUMMARY_SECONDS = 5
+    cache.clear()
+    clock = {"now": 1_000_000.0}
+    monkeypatch.setattr(fleet_page, "_clock", lambda: clock["now"])
+    yield clock
+    cache.clear()
+
+
+def _report(client, token, uuid: str, temp: float) -> None:  # type: ignore[no-untyped-def]
+    sample = make_sample(gpu_uuid=uuid, hostname="gpu-a-001", gpu_index=0, gpu_temp_c=temp)
+    assert post_batch(client, token, {"samples": [sample]}).status_code == 202
+
+
+def test_within_the_interval_a_read_is_the_kept_value_then_it_is_recomputed(kept, client, token_a) -> None:
+    calls = []
+
+    def compute() -> int:
+        calls.append(1)
+        return len(calls)
+
+    assert fleet_page.fresh("x", compute) == 1
+    kept["now"] += 4.9
+    assert fleet_page.fresh("x", compute) == 1 and len(calls) == 1  # kept
+    kept["now"] += 0.2
+    assert fleet_page.fresh("x", compute) == 2  # expired: computed again
+
+
+def test_the_overview_reads_its_figures_once_an_interval(kept, viewer_client, client, token_a) -> None:
+    _report(client, token_a, "GPU-cache-0001", 60.0)
+    first = viewer_client.get("/api/v1/fleet/overview/").json()
+    assert first["totals"]["max_temp"] == 60.0
+    _report(client, token_a, "GPU-cache-0001", 71.0)
+    kept["now"] += 1
+    assert viewer_client.get("/api/v1/fleet/overview/").json()["totals"]["max_temp"] == 60.0  # as of 1 s ago
+    kept["now"] += 5
+    again = viewer_client.get("/api/v1/fleet/overview/").json()
+    assert again["totals"]["max_temp"] == 71.0 and again["sites"][0]["max_temp"] == 71.0
+
+
+def test_an_expired_value_is_served_while_another_caller_recomputes_it(kept) -> None:
+    fleet_page.fresh("y", lambda: "old")
+    kept["now"] += 10
+    assert cache.add("fleet:fresh:y:lock", 1)  # another process took the recomputation
+    assert fleet_page.fresh("y", lambda: pytest.fail("computed twice")) == "old"
+    cache.delete("fleet:fresh:y:lock")  # it finished (without writing, say): the next caller does it
+    assert fleet_page.fresh("y", lambda: "new") == "new"
+    assert cache.get("fleet:fresh:y:lock") is None  # released
+
+
+def test_a_view_push_writes_its_rows_back_for_the_reads(kept, client, token_a) -> None:
+    _report(client, token_a, "GPU-cache-0002", 55.0)
+    query = gpu_table.parse_query({"size": "5"})
+    topic = fleet_page.watch_view(query)
+    assert fleet_page.table_snapshot(query)["gpus"][0]["temp"] == 55.0
+    _report(client, token_a, "GPU-cache-0002", 66.0)
+    pushed, _ = fleet_page.build_view_delta(topic, None)  # the push computes afresh, at once
+    assert pushed is not None and pushed["gpus"][0]["temp"] == 66.0
+    assert fleet_page.table_snapshot(query)["gpus"][0]["temp"] == 66.0  # and the reads get its rows
+
+
+def test_a_cache_that_cannot_be_reached_costs_a_computation(kept, monkeypatch) -> None:
+    class Down:
+        def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+            def down(*args, **kwargs):  # type: ignore[no-untyped-def]
+                raise RedisConnectionError("Redis is restarting")
+
+            return down
+
+    monkeypatch.setattr(fleet_page, "cache", Down())
+    assert fleet_page.fresh("z", lambda: 42) == 42
