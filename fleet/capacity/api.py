@@ -270,7 +270,7 @@ class ProcurementOrderViewSet(_DecisionActions, _NoDeleteViewSet):
     """GPU orders: lead time (promised and actual) and whether late. Created requested; only an
     approved order counts as supply."""
 
-    queryset = ProcurementOrder.objects.select_related("pool", "requested_by", "approved_by")
+    queryset = ProcurementOrder.objects.select_related("pool", "requested_by", "approved_by", "rejected_by")
     serializer_class = ProcurementOrderSerializer
     filterset_fields = ["pool", "status", "approval_status"]
     decide = {"approve": approvals.approve_order, "reject": approvals.reject_order}
@@ -315,7 +315,7 @@ class PowerApprovalViewSet(_DecisionActions, _NoDeleteViewSet):
     """Grid or power approvals adding kW to a site. Created requested; approved or energised ones
     count as supply."""
 
-    queryset = PowerApproval.objects.select_related("site", "requested_by", "approved_by")
+    queryset = PowerApproval.objects.select_related("site", "requested_by", "approved_by", "rejected_by")
     serializer_class = PowerApprovalSerializer
     filterset_fields = ["site", "status"]
     decide = {"approve": approvals.approve_power, "reject": approvals.reject_power}

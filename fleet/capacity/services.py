@@ -618,7 +618,7 @@ def update_reservation(reservation: Reservation, *, actor: Any, changes: dict[st
     """
     with transaction.atomic():
         target = changes.get("pool", reservation.pool)
-        Pool.objects.select_for_update().filter(pk=getattr(target, "pk", target)).exists()
+        Pool.objects.select_for_update().only("pk").get(pk=getattr(target, "pk", target))
         current = Reservation.objects.select_for_update().get(pk=reservation.pk)
         changed = {k: v for k, v in changes.items() if getattr(current, k) != v}
         by_admin = False

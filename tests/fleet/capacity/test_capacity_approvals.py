@@ -239,6 +239,8 @@ def test_a_rejected_order_names_who_rejected_it_until_it_is_approved_again(
         stored.rejected_by_id,
     )
 
+    assert "rejected by cappy" in approver_client.get("/capacity/").content.decode()  # the plan page says so
+
     approved = _post(admin_client, f"orders/{order['id']}/approve/").json()
     assert (approved["approval_status"], approved["approved_by"], approved["rejected_by"]) == ("approved", "ada", None)
     assert _entries(stored)[-1].before["rejected_by"] == stored.rejected_by_id  # the history stays in the log
