@@ -233,7 +233,7 @@ class _ApprovalAdmin(admin.ModelAdmin):
     edit may not add supply (approvals.refused_changes)."""
 
     decision_field: str
-    approval_fields = ["requested_by", "approved_by", "approved_at", "self_approved"]
+    approval_fields = ["requested_by", "approved_by", "approved_at", "self_approved", "rejected_by", "rejected_at"]
     actions = ["approve_selected", "reject_selected"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
@@ -355,12 +355,22 @@ class TeamQuotaAdmin(admin.ModelAdmin):
 
 @admin.register(Reservation)
 class ReservationAdmin(admin.ModelAdmin):
-    """Read-mostly: approving goes through the API or the page, where supply and quota are checked."""
+    """Read-mostly: approving and changing what a reservation asks for go through the API or the
+    page, where supply, quota and who may change it (its requester, fleet.capacity.approvals) are
+    checked; here only its note."""
 
     list_display = ["team", "pool", "gpus", "start", "end", "tier", "priority", "state"]
     list_filter = ["state", "tier", "pool"]
     search_fields = ["team__name", "client_id"]
     readonly_fields = [
+        "team",
+        "pool",
+        "gpus",
+        "start",
+        "end",
+        "tier",
+        "priority",
+        "client_id",
         "state",
         "approved_by",
         "approved_at",

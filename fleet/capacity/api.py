@@ -15,7 +15,6 @@ from datetime import date
 from decimal import Decimal
 from typing import Any
 
-from django.db import transaction
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
@@ -163,6 +162,7 @@ class PoolViewSet(_NoDeleteViewSet):
 class _ApprovalFields(BoundedDatesSerializerMixin, serializers.ModelSerializer):
     requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
     approved_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    rejected_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
 
     def _refuse_approved_changes(self, attrs: dict[str, Any]) -> None:
         if self.instance is not None:
@@ -171,7 +171,7 @@ class _ApprovalFields(BoundedDatesSerializerMixin, serializers.ModelSerializer):
                 raise serializers.ValidationError(refused)
 
 
-APPROVAL_FIELDS = ["requested_by", "approved_by", "approved_at", "self_approved"]
+APPROVAL_FIELDS = ["requested_by", "approved_by", "approved_at", "self_approved", "rejected_by", "rejected_at"]
 
 
 class ProcurementOrderSerializer(_ApprovalFields):
@@ -198,7 +198,7 @@ class ProcurementOrderSerializer(_ApprovalFields):
             *APPROVAL_FIELDS,
             "created_at",
         ]
-        read_only_fields = ["approved_at", "self_approved"]
+        read_only_fields = ["approved_at", "self_approved", "rejected_at"]
         extra_kwargs = {
             "count": {"min_value": 1, "max_value": 1_000_000},
             "approval_status": {
@@ -270,7 +270,7 @@ class ProcurementOrderViewSet(_DecisionActions, _NoDeleteViewSet):
     """GPU orders: lead time (promised and actual) and whether late. Created requested; only an
     approved order counts as supply."""
 
-    queryset = ProcurementOrder.objects.select_related("pool", "requested_by", "approved_by")
+    queryset = ProcurementOrder.objects.select_related("pool", "requested_by", "approved_by", "rejected_by")
     serializer_class = ProcurementOrderSerializer
     filterset_fields = ["pool", "status", "approval_status"]
     decide = {"approve": approvals.approve_order, "reject": approvals.reject_order}
@@ -290,7 +290,7 @@ class PowerApprovalSerializer(_ApprovalFields):
     class Meta:
         model = PowerApproval
         fields = ["id", "site", "added_kw", "expected_on", "status", "reference", *APPROVAL_FIELDS, "created_at"]
-        read_only_fields = ["approved_at", "self_approved"]
+        read_only_fields = ["approved_at", "self_approved", "rejected_at"]
         extra_kwargs = {
             "added_kw": {"min_value": Decimal("0.1")},
             "status": {
@@ -315,7 +315,7 @@ class PowerApprovalViewSet(_DecisionActions, _NoDeleteViewSet):
     """Grid or power approvals adding kW to a site. Created requested; approved or energised ones
     count as supply."""
 
-    queryset = PowerApproval.objects.select_related("site", "requested_by", "approved_by")
+    queryset = PowerApproval.objects.select_related("site", "requested_by", "approved_by", "rejected_by")
     serializer_class = PowerApprovalSerializer
     filterset_fields = ["site", "status"]
     decide = {"approve": approvals.approve_power, "reject": approvals.reject_power}
@@ -480,19 +480,25 @@ class ReservationViewSet(_NoDeleteViewSet):
             status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
         )
 
-    def perform_update(self, serializer: ReservationSerializer) -> None:  # type: ignore[override]
-        from django.contrib.admin.models import CHANGE, LogEntry
-
-        with transaction.atomic():
-            changed = sorted(k for k, v in serializer.validated_data.items() if getattr(serializer.instance, k) != v)
-            reservation = serializer.save()
-            if changed:
-                LogEntry.objects.log_actions(  # type: ignore[attr-defined]
-                    user_id=self.request.user.pk,
-                    queryset=[reservation],
-                    action_flag=CHANGE,
-                    change_message=f"Changed {', '.join(changed)}.",
-                )
+    @extend_schema(responses={200: ReservationSerializer, 403: REFUSED, 409: CONFLICT})
+    def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Change a reservation. A requested one only by its requester or an Admin (403 naming the
+        rule, before the body is read); a change of what it asks for is checked against the team's
+        quota as a new request is (409, `gpus` says what would fit; nothing stored)."""
+        reservation = self.get_object()
+        try:
+            if reservation.state == ReservationState.REQUESTED:
+                approvals.check_editor(request.user, requester_id=reservation.created_by_id)
+            serializer = self.get_serializer(reservation, data=request.data, partial=True)
+            serializer.is_valid(raise_exception=True)
+            reservation = capacity.update_reservation(
+                reservation, actor=request.user, changes=dict(serializer.validated_data)
+            )
+        except approvals.ApprovalRefused as exc:
+            return _refused(exc)
+        except capacity.ConflictError as exc:
+            return Response(exc.detail, status=status.HTTP_409_CONFLICT)
+        return Response(ReservationSerializer(reservation, context=self.get_serializer_context()).data)
 
     @extend_schema(request=None, responses={200: ReservationSerializer, 403: REFUSED, 409: CONFLICT})
     @action(detail=True, methods=["post"])

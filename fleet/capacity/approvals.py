@@ -12,9 +12,13 @@ The rules (issue 23, item 7), used by the API, the pages and the admin alike:
 3. **Team quotas** are created, changed and deleted only with ``fleet.approve_capacity``.
 4. **Self-approval**: an Admin may approve what they requested; the row's ``self_approved`` flag
    and the audit entry say so. Nobody else may.
-5. Every approval records ``approved_by`` and ``approved_at``; the requester is recorded when the
-   row is created (``requested_by``; a reservation's ``created_by``).
-6. Once approved, what makes the supply is fixed: an order's pool and count, a power approval's
+5. Every approval records ``approved_by`` and ``approved_at``, every rejection ``rejected_by`` and
+   ``rejected_at`` (each clears the other's: the row says who decided its current state); the
+   requester is recorded when the row is created (``requested_by``; a reservation's ``created_by``).
+6. A **requested reservation's fields** are changed only by its requester or an Admin (recorded
+   as such): an approver who could rewrite someone else's request could then approve what nobody
+   else asked for (``check_editor``).
+7. Once approved, what makes the supply is fixed: an order's pool and count, a power approval's
    site and kW. Its date may move later (a slip), never earlier: more supply, or supply sooner,
    is a new request.
 
@@ -46,6 +50,9 @@ RULE_QUOTA = "quota-approver"
 
 # Power approval states that count as supply: moving into one from another is an approval.
 POWER_APPROVED = (ApprovalStatus.APPROVED, ApprovalStatus.ENERGISED)
+
+# The fields an approval or a rejection sets (with the state), as _decide records them.
+DECISION_FIELDS = ("approved_by", "approved_at", "self_approved", "rejected_by", "rejected_at")
 
 # Once approved: fields fixed, and dates that may only move later.
 FIXED_ONCE_APPROVED = {ProcurementOrder: ("pool", "count"), PowerApproval: ("site", "added_kw")}
@@ -90,6 +97,21 @@ def check_approver(actor: Any, *, requester_id: int | None, permission: str, wha
     )
 
 
+def check_editor(actor: Any, *, requester_id: int | None) -> bool:
+    """Raise ApprovalRefused unless ``actor`` may change a requested reservation's fields (rule 6):
+    its requester, or an Admin; return whether it is an Admin changing someone else's (recorded)."""
+    person = _person(actor)
+    if person is not None and requester_id is not None and person.pk == requester_id:
+        return False
+    if roles.is_admin(person):
+        return True
+    raise ApprovalRefused(
+        "Only its requester or an Admin may change a requested reservation (separation of duties: whoever "
+        "approves it must approve what its requester asked for). Ask them, or cancel it and request anew.",
+        rule=RULE_SEPARATION,
+    )
+
+
 def check_quota_change(actor: Any) -> None:
     """Raise ApprovalRefused unless ``actor`` may create, change or delete team quotas."""
     person = _person(actor)
@@ -114,7 +136,7 @@ def approval_message(verb: str, *, self_approved: bool) -> str:
 
 
 def refused_changes(instance: models.Model, changes: dict[str, Any]) -> dict[str, str]:
-    """Rule 6: the fields of ``changes`` an approved order or power approval may not take, with
+    """Rule 7: the fields of ``changes`` an approved order or power approval may not take, with
     why ({} when none)."""
     if not is_approved(instance):
         return {}
@@ -194,13 +216,25 @@ def _decide(
             raise ConflictError(f"The {what} is {state}; only a {' or '.join(allowed_from)} one can be {verb}.")
         if isinstance(current, ProcurementOrder) and current.status == OrderStatus.CANCELLED and approving:
             raise ConflictError(f"The {what} is cancelled; it cannot be approved.")
-        before = {field: state, "approved_by": current.approved_by_id, "approved_at": current.approved_at}
-        before["self_approved"] = current.self_approved
+        before = {
+            field: state,
+            **{name: current._meta.get_field(name).value_from_object(current) for name in DECISION_FIELDS},
+        }
         values: dict[str, Any] = {field: to}
+        # Whoever decided last is on the row with the state: the approver while approved, the
+        # rejecter while rejected (the audit log keeps every decision).
         if approving:
-            values.update(approved_by=_person(actor), approved_at=now, self_approved=self_approved)
+            values.update(
+                approved_by=_person(actor),
+                approved_at=now,
+                self_approved=self_approved,
+                rejected_by=None,
+                rejected_at=None,
+            )
         else:
-            values.update(approved_by=None, approved_at=None, self_approved=False)
+            values.update(
+                approved_by=None, approved_at=None, self_approved=False, rejected_by=_person(actor), rejected_at=now
+            )
         moved = model.objects.filter(pk=pk, **{f"{field}__in": allowed_from}).update(**values)
         if moved != 1:
             raise ConflictError(f"The {what} changed meanwhile; reload it.")

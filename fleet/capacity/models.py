@@ -114,6 +114,11 @@ class ProcurementOrder(models.Model):
     )
     approved_at = models.DateTimeField(null=True, blank=True)
     self_approved = models.BooleanField(default=False, help_text="Approved by its own requester (an Admin)")
+    # Who rejected it, while it is rejected (an approval clears them; the audit log keeps the history).
+    rejected_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    rejected_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -161,6 +166,11 @@ class PowerApproval(models.Model):
     )
     approved_at = models.DateTimeField(null=True, blank=True)
     self_approved = models.BooleanField(default=False, help_text="Approved by its own requester (an Admin)")
+    # Who rejected it, while it is rejected (an approval clears them; the audit log keeps the history).
+    rejected_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    rejected_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -170,7 +170,7 @@ def open_orders(today: date | None = None) -> tuple[list[ProcurementOrder], list
     orders = list(
         ProcurementOrder.objects.filter(delivered_on__isnull=True)
         .exclude(status__in=[OrderStatus.CANCELLED, OrderStatus.DELIVERED])
-        .select_related("pool__site", "requested_by", "approved_by")
+        .select_related("pool__site", "requested_by", "approved_by", "rejected_by")
         .order_by("promised_on", "pk")
     )
     return [o for o in orders if o.promised_on < today], [o for o in orders if o.promised_on >= today]
@@ -179,7 +179,9 @@ def open_orders(today: date | None = None) -> tuple[list[ProcurementOrder], list
 def power_approvals() -> list[PowerApproval]:
     """Every grid or power approval, the soonest expected first."""
     return list(
-        PowerApproval.objects.select_related("site", "requested_by", "approved_by").order_by("expected_on", "pk")
+        PowerApproval.objects.select_related("site", "requested_by", "approved_by", "rejected_by").order_by(
+            "expected_on", "pk"
+        )
     )
 
 

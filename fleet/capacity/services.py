@@ -571,7 +571,10 @@ def create_reservation(*, actor: Any, via: str, scope: str = "", **values: Any) 
     return existing, False
 
 
-def _create(actor: Any, via: str, scope: str, values: dict[str, Any]) -> Reservation:
+def _check_quota(values: dict[str, Any], *, exclude: int | None = None) -> None:
+    """A request's check at the door (a create, or a change of what a requested one asks for):
+    ConflictError naming what would fit when the team's quota refuses it now. Supply is checked
+    at approval, when it is committed."""
     team = values["team"]
     decision = quota_decision(
         values["pool"],
@@ -581,14 +584,70 @@ def _create(actor: Any, via: str, scope: str, values: dict[str, Any]) -> Reserva
         end=values["end"],
         tier=values.get("tier", PriorityTier.RESERVED),
         priority=values.get("priority", 0),
+        exclude=exclude,
     )
     if decision is not None and not decision.admitted:
         raise _quota_refusal(decision)
+
+
+def _create(actor: Any, via: str, scope: str, values: dict[str, Any]) -> Reservation:
+    _check_quota(values)
     reservation = Reservation.objects.create(
         created_by=actor if getattr(actor, "pk", None) else None, requested_via=via, client_scope=scope, **values
     )
     _log(actor, reservation, ADDITION, f"Requested {reservation.gpus} GPUs ({reservation.tier}).")
     return reservation
+
+
+# What a request asks for: a change of one re-runs creation's quota check.
+ASKED_FIELDS = ("team", "pool", "gpus", "start", "end", "tier", "priority")
+
+
+def update_reservation(reservation: Reservation, *, actor: Any, changes: dict[str, Any]) -> Reservation:
+    """Change a reservation's fields (the API's PATCH), or raise ApprovalRefused (HTTP 403) or
+    ConflictError (HTTP 409); nothing is stored on a refusal.
+
+    1. Lock the pool the reservation is to be on, as approve does, and read the row again.
+    2. A requested reservation is changed only by its requester or an Admin
+       (fleet.capacity.approvals.check_editor): otherwise an approver could rewrite someone
+       else's request and approve it.
+    3. A change of what it asks for (ASKED_FIELDS) re-runs creation's quota check, itself left
+       out of the pool's use: 409 naming what would fit.
+    4. A conditional UPDATE (409 when its state moved meanwhile), then the audit entry naming the
+       fields, and whether an Admin changed someone else's request.
+    """
+    with transaction.atomic():
+        target = changes.get("pool", reservation.pool)
+        Pool.objects.select_for_update().only("pk").get(pk=getattr(target, "pk", target))
+        current = Reservation.objects.select_for_update().get(pk=reservation.pk)
+        changed = {k: v for k, v in changes.items() if getattr(current, k) != v}
+        by_admin = False
+        if current.state == ReservationState.REQUESTED:
+            from fleet.capacity.approvals import check_editor  # it imports this module
+
+            by_admin = check_editor(actor, requester_id=current.created_by_id)
+        if not changed:
+            return current
+        if current.state == ReservationState.REQUESTED and set(changed) & set(ASKED_FIELDS):
+            _check_quota({k: changes.get(k, getattr(current, k)) for k in ASKED_FIELDS}, exclude=current.pk)
+        before = {k: current._meta.get_field(k).value_from_object(current) for k in changed}
+        moved = Reservation.objects.filter(pk=current.pk, state=current.state).update(
+            **changed, updated_at=timezone.now()
+        )
+        if moved != 1:
+            raise ConflictError("The reservation changed meanwhile; reload it.")
+        current.refresh_from_db()
+        message = f"Changed {', '.join(sorted(changed))}."
+        if by_admin:
+            message += " Changed by an Admin, not its requester."
+        _log(actor, current, CHANGE, message)
+        row_changed.send(
+            sender=Reservation,
+            instance=current,
+            before=before,
+            message=message,
+        )
+    return current
 
 
 def approve(reservation: Reservation, *, actor: Any, now: datetime | None = None) -> Reservation:

@@ -67,7 +67,7 @@ def port_part(*, site_id: int, batch_key: str, points: Sequence[NodePoint]) -> P
             (ids[key], p.ts, p.quantity, p.value) for p in points if (key := (p.hostname, interface_name(p))) in ids
         ]
 
-    return Part(PORTS, batch_key, [p.ts for p in points], rows)
+    return Part(PORTS, batch_key, [p.ts for p in points], rows, hostnames=frozenset(p.hostname for p in points))
 
 
 def _resolve_interfaces(site_id: int, points: Sequence[NodePoint]) -> dict[tuple[str, str], int]:

@@ -5,7 +5,9 @@ another site's token later sends the same one, either the hardware moved, or a t
 another site's names by mistake (or on purpose). Neither is for the ingest door to decide: the
 sighting is recorded as a ClaimConflict, the claimant's samples that carry the value are held
 back (not written; the door answers 409 naming it), the rest of its batch is written, and an Admin
-resolves the claim (``resolve``):
+resolves the claim (``resolve``). node_exporter's series (fabric and storage ports, mounts and
+disks) are sighted where they are written, once a push (fleet.telemetry.series.claim_foreign_nodes):
+the door has already accepted the push (202), and the host's series are held back the same way.
 
 - **kept**: the value stays with its owner; the claimant's samples carrying it stay refused (403)
   for as long as the owner holds it;

@@ -98,9 +98,11 @@ def storage_parts(*, site_id: int, batch_key: str, points: Sequence[NodePoint]) 
 
     parts = []
     if mounts:
-        parts.append(Part(MOUNTS, f"{batch_key}:mount", [p.ts for p in mounts], mount_rows, count_unmounted))
+        hosts = frozenset(p.hostname for p in mounts)
+        parts.append(Part(MOUNTS, f"{batch_key}:mount", [p.ts for p in mounts], mount_rows, count_unmounted, hosts))
     if disks:
-        parts.append(Part(DISKS, f"{batch_key}:disk", [p.ts for p in disks], disk_rows))
+        hosts = frozenset(p.hostname for p in disks)
+        parts.append(Part(DISKS, f"{batch_key}:disk", [p.ts for p in disks], disk_rows, hostnames=hosts))
     return parts
 
 

@@ -25,7 +25,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from console import counters
-from fleet.inventory import directory
+from fleet.choices import ClaimKind
+from fleet.inventory import claims, directory
 from fleet.inventory.models import Node
 from fleet.telemetry import partitions
 from fleet.telemetry.store import claim_batch_keys
@@ -113,7 +114,8 @@ ON CONFLICT ({keys}, quantity, bucket) DO UPDATE SET samples = EXCLUDED.samples,
 
 def site_nodes(site_id: int, hostnames: Iterable[str]) -> dict[str, int]:
     """hostname -> node id for this site's nodes, registering the unknown ones under the site (as
-    the GPU writer does). A node of another site is left out: its series are not written."""
+    the GPU writer does). A node of another site is left out: its series are not written (the
+    sighting is a claim, recorded once a push by store_parts: claim_foreign_nodes)."""
     wanted = sorted(set(hostnames))
     found = directory.nodes(wanted)
     missing = [h for h in wanted if h not in found]
@@ -121,6 +123,21 @@ def site_nodes(site_id: int, hostnames: Iterable[str]) -> dict[str, int]:
         Node.objects.bulk_create([Node(site_id=site_id, hostname=h) for h in missing], ignore_conflicts=True)
         found.update(directory.nodes(missing, remember=False))
     return {h: node_id for h, (node_id, node_site) in found.items() if node_site == site_id}
+
+
+def claim_foreign_nodes(site_id: int, hostnames: Iterable[str]) -> set[str]:
+    """Record this site's sightings of hostnames registered under another site as claims
+    (fleet.inventory.claims), exactly as the GPU samples' door records them, and return those
+    hostnames: their series are held back (site_nodes leaves them out), the rest of the push is
+    written, and an Admin keeps the node with its owner or moves it here."""
+    found = directory.nodes(set(hostnames))
+    foreign = {h for h, (_, node_site) in found.items() if node_site != site_id}
+    if not foreign:
+        return set()
+    directory.forget(hostnames=foreign)  # cached: read them again, in case they moved here since
+    owners = {h: node_site for h, (_, node_site) in directory.nodes(foreign).items() if node_site != site_id}
+    claims.sighted(site_id, [claims.Sighting(ClaimKind.HOSTNAME, h, owner) for h, owner in owners.items()])
+    return set(owners)
 
 
 @dataclass
@@ -134,6 +151,7 @@ class Part:
     stamps: Sequence[datetime]
     rows: Callable[[], list[tuple]]
     after: Callable[[], None] | None = None
+    hostnames: frozenset[str] = frozenset()  # the nodes its rows name: another site's are claims
 
 
 def store_series(
@@ -151,8 +169,9 @@ def store_series(
 
 def store_parts(*, site_id: int, parts: Sequence[Part]) -> int:
     """Write several tables' parts (of one push, or of a fold of pushes) in one transaction: claim
-    their keys in one statement, then COPY the fresh parts' rows, one statement a table, and queue
-    or roll their minutes. A part whose key is taken (a redelivery) is skipped; return the rows
+    their keys in one statement, record the fresh parts' sightings of other sites' nodes as claims
+    (claim_foreign_nodes), then COPY the fresh parts' rows, one statement a table, and queue or
+    roll their minutes. A part whose key is taken (a redelivery) is skipped; return the rows
     written."""
     parts = [p for p in parts if p.stamps]
     if not parts:
@@ -167,6 +186,8 @@ def store_parts(*, site_id: int, parts: Sequence[Part]) -> int:
         with transaction.atomic():
             fresh = claim_batch_keys([(p.batch_key, site_id, len(p.stamps), None) for p in parts])
             written = [p for p in parts if p.batch_key in fresh]
+            # Once a fold (not once a part, nor again on a redelivery): another site's hostnames.
+            claim_foreign_nodes(site_id, {h for p in written for h in p.hostnames})
             # One COPY a table for every fresh part (a fold of pushes holds several a table).
             by_table: dict[str, tuple[SeriesTable, list[tuple]]] = {}
             for part in written:

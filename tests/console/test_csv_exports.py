@@ -1,5 +1,7 @@
 """Every CSV the console writes escapes cells a spreadsheet would run as a formula (OWASP "CSV
 injection"): one writer, console.spreadsheet, tested here for every export through its real URL.
+The exports are found in the URL resolver (``csv_routes``), not listed by hand: a new CSV route
+fails the test until it is fetched here.
 
 Each export is fed records whose every free-text field holds a formula (``=HYPERLINK(...)``,
 ``+1``, ``-1``, ``@SUM(1)``); no cell of any export may start with a formula character unless it
@@ -18,6 +20,7 @@ from typing import Any
 import pytest
 from django.db import models
 from django.test import Client
+from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.utils import timezone
 
 from compliance.choices import DataClass, LawfulBasis, Modality, RequestKind, SizeUnit, SourceCategory
@@ -33,15 +36,57 @@ from compliance.models import (
     RetentionRun,
     SubjectRequest,
 )
+from compliance.services import summary
 from compliance.services.audit import record
 from console.spreadsheet import FORMULA_STARTS
 from fleet.capacity.models import Team
 from fleet.models import Pool, Reservation, Site
 from tests.fleet.capacity import days_ahead
+from tests.fleet.cost.conftest import L40S, account, job_on, node_with_gpus, rate_price
 
 pytestmark = pytest.mark.django_db
 
 PAYLOADS = ['=HYPERLINK("http://x")', "+1", "-1", "@SUM(1)"]
+
+
+# Routes the name rule below matches that write no CSV, with why (checked, so it cannot go stale).
+NOT_CSV = {"api:compliance-api:summary-version-export": "a published summary as Markdown, JSON or PDF"}
+# Routes whose CSVs come inside a ZIP (the compliance pack: opened and read below).
+ZIPPED = {"api:compliance-api:pack-download"}
+
+
+def _patterns(patterns: list[Any], prefix: str = "", namespace: str = "") -> Any:
+    for p in patterns:
+        if isinstance(p, URLResolver):
+            inner = f"{namespace}:{p.namespace}" if namespace and p.namespace else p.namespace or namespace
+            yield from _patterns(p.url_patterns, prefix + str(p.pattern), inner)
+        elif isinstance(p, URLPattern) and p.name:
+            yield prefix + str(p.pattern), f"{namespace}:{p.name}" if namespace else p.name
+
+
+def csv_routes() -> dict[str, str]:
+    """name -> route of every URL pattern that writes a CSV or an export, by its path (ending in
+    ``.csv``) or its name (ending in ``csv``, ``export`` or ``download``)."""
+    found = {}
+    for route, name in _patterns(get_resolver().url_patterns):
+        path = route.rstrip("$/").replace("\\.", ".")
+        if path.endswith(".csv") or name.endswith(("csv", "export", "download")):
+            found[name] = route
+    return found
+
+
+def test_the_routes_found_include_every_known_csv_and_the_exceptions_are_true() -> None:
+    routes = csv_routes()
+    for name in (
+        "compliance:audit-export",
+        "api:capacity-api:plan-csv",
+        "api:capacity-api:reservations-csv",
+        "api:cost-api:export",
+        *ZIPPED,
+        *NOT_CSV,
+    ):
+        assert name in routes, name
+    assert not any("csv" in media for media in summary.EXPORT_FORMATS.values())
 
 
 def planted(model: type[models.Model], **given: Any) -> Any:
@@ -120,20 +165,35 @@ def hostile_records(db: None) -> dict[str, Any]:
     planted(LegalHold, data_class=DataClass.INCIDENTS)
     for payload in PAYLOADS:
         record("update", obj=reservation, actor=payload, message=payload)
-    return {"reservation": reservation}
+    # A priced job of a team named like a formula, with an hour of hang: a row of the cost export.
+    rented = Pool.objects.create(site=site, gpu_model=L40S, name="@rented")
+    rate_price(rented, "2.50")
+    job = job_on(site, node_with_gpus(site, L40S, 2, "c-1"), name="-job", team=PAYLOADS[0])
+    account(job, timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(hours=2), hang_s=7200)
+    return {"reservation": reservation, "pool": pool}
+
+
+# Each CSV route by name: how to fetch it (reverse()'s kwargs, the query) and who may.
+FETCH: dict[str, tuple[dict[str, Any], str, str]] = {
+    "api:capacity-api:plan-csv": ({}, "months=2", "viewer"),
+    "api:capacity-api:reservations-csv": ({}, "", "viewer"),
+    "api:cost-api:export": ({}, "range=24h", "viewer"),
+    "compliance:audit-export": ({}, "", "admin"),
+}
 
 
 def test_every_csv_export_escapes_formulas_in_text_and_keeps_numbers(
     hostile_records: dict[str, Any], viewer_client: Client, admin_client: Client, django_capture_on_commit_callbacks
 ) -> None:
+    uncovered = set(csv_routes()) - set(FETCH) - ZIPPED - set(NOT_CSV)
+    assert not uncovered, f"CSV routes this test does not fetch: add them to FETCH: {sorted(uncovered)}"
     exports: dict[str, list[list[str]]] = {}
-    for url in ("/api/v1/capacity/plan.csv?months=2", "/api/v1/capacity/reservations.csv"):
-        response = viewer_client.get(url)
-        assert response.status_code == 200 and response["Content-Type"].startswith("text/csv"), url
-        exports[url] = _rows(response.content.decode())
-    response = admin_client.get("/compliance/audit.csv")
-    assert response.status_code == 200
-    exports["/compliance/audit.csv"] = _rows(b"".join(response.streaming_content).decode())
+    clients = {"viewer": viewer_client, "admin": admin_client}
+    for name, (kwargs, query, who) in FETCH.items():
+        response = clients[who].get(f"{reverse(name, kwargs=kwargs)}?{query}")
+        assert response.status_code == 200 and response["Content-Type"].startswith("text/csv"), name
+        body = b"".join(response.streaming_content) if response.streaming else response.content
+        exports[name] = _rows(body.decode())
 
     today = timezone.localdate()
     with django_capture_on_commit_callbacks(execute=True):
@@ -158,8 +218,12 @@ def test_every_csv_export_escapes_formulas_in_text_and_keeps_numbers(
             assert _escaped(rows), where
     assert set().union(*(_escaped(rows) for rows in exports.values())) == set(PAYLOADS)
 
-    reservations = exports["/api/v1/capacity/reservations.csv"]
+    reservations = exports["api:capacity-api:reservations-csv"]
     row = dict(zip(reservations[0], reservations[1], strict=True))
     assert row["priority"] == "-3" and row["gpus"] == "4"  # numbers stay numbers
-    plan = exports["/api/v1/capacity/plan.csv?months=2"]
-    assert plan[1][3] == "'" + Pool.objects.get().gpu_model  # the plan's gpu_model column, escaped
+    plan = exports["api:capacity-api:plan-csv"]
+    gpu_models = {r[3] for r in plan[1:]}
+    assert "'" + hostile_records["pool"].gpu_model in gpu_models  # the plan's gpu_model column, escaped
+    cost = [dict(zip(exports["api:cost-api:export"][0], r, strict=True)) for r in exports["api:cost-api:export"][1:]]
+    [hang] = [r for r in cost if r["cause"] == "hang"]
+    assert (hang["team"], hang["pool"], hang["gpu_hours"]) == ("'" + PAYLOADS[0], "'@rented", "2.0")

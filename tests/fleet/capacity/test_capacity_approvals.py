@@ -17,7 +17,7 @@ from console import roles
 from fleet.capacity import services as capacity
 from fleet.models import Pool, PowerApproval, ProcurementOrder, Reservation, Site, TeamQuota
 from tests.conftest import _client_for, _make_user
-from tests.fleet.capacity import add_nodes, days_ahead, make_pool, team
+from tests.fleet.capacity import add_nodes, days_ahead, make_pool, quota, reserve, team
 
 pytestmark = pytest.mark.django_db
 
@@ -126,6 +126,66 @@ def test_the_reservations_page_refuses_approving_ones_own_with_403_naming_the_ru
     assert Reservation.objects.get(pk=r["id"]).state == "requested"
 
 
+def test_an_approver_cannot_change_someone_elses_requested_reservation_and_then_approve_it(
+    pool: Pool, operator_client: Client, other_operator_client: Client
+) -> None:
+    r = _post(operator_client, "reservations/", _reservation(pool)).json()
+    rewritten = _patch(other_operator_client, f"reservations/{r['id']}/", {"gpus": 16, "note": "mine now"})
+    assert rewritten.status_code == 403, rewritten.json()
+    assert rewritten.json()["rule"] == "separation-of-duties"
+    assert "Only its requester or an Admin may change a requested reservation" in rewritten.json()["detail"]
+    # Refused before the body is read: a bad body from a non-requester is still 403.
+    assert _patch(other_operator_client, f"reservations/{r['id']}/", {"gpus": -1}).status_code == 403
+    stored = Reservation.objects.get(pk=r["id"])
+    assert (stored.gpus, stored.note) == (8, "")
+    # What they approve is what the requester asked for.
+    assert _post(other_operator_client, f"reservations/{r['id']}/approve/").json()["gpus"] == 8
+
+
+def test_the_requester_changes_their_request_and_an_admin_anyones_recorded_as_such(
+    pool: Pool, operator_client: Client, admin_client: Client
+) -> None:
+    r = _post(operator_client, "reservations/", _reservation(pool)).json()
+    own = _patch(operator_client, f"reservations/{r['id']}/", {"gpus": 4})
+    assert own.status_code == 200 and own.json()["gpus"] == 4
+    reservation = Reservation.objects.get(pk=r["id"])
+    entry = _entries(reservation)[-1]
+    assert (entry.actor, entry.before["gpus"], entry.after["gpus"]) == ("oscar", 8, 4)
+    assert "Admin" not in entry.message
+
+    by_admin = _patch(admin_client, f"reservations/{r['id']}/", {"gpus": 6})
+    assert by_admin.status_code == 200 and by_admin.json()["created_by"] == "oscar"
+    entry = _entries(reservation)[-1]
+    assert (entry.actor, entry.before["gpus"], entry.after["gpus"]) == ("ada", 4, 6)
+    assert "Changed by an Admin, not its requester" in entry.message
+
+
+def test_a_change_to_a_requested_reservation_is_checked_against_quota_as_a_new_request_is(
+    pool: Pool, operator_client: Client
+) -> None:
+    quota(pool, "alpha", 8, 0)  # borrowing limit 0: alpha holds at most its nominal 8
+    quota(pool, "beta", 8, 0)
+    team("gamma")  # a team without quota on the pool
+    later = days_ahead(10)
+    reserve(pool, "alpha", 6, later, later + timedelta(days=2))
+    r = _post(operator_client, "reservations/", _reservation(pool)).json()
+    path = f"reservations/{r['id']}/"
+
+    more = _patch(operator_client, path, {"gpus": 12})
+    assert more.status_code == 409, more.json()
+    assert more.json()["fits"] == 8 and "at most 8 more GPUs" in more.json()["gpus"]
+    moved = _patch(operator_client, path, {"start": later.isoformat(), "end": (later + timedelta(days=1)).isoformat()})
+    assert moved.status_code == 409 and moved.json()["fits"] == 2  # alpha holds 6 of its 8 then
+    other_team = _patch(operator_client, path, {"team": "gamma"})
+    assert other_team.status_code == 409 and "gamma has no quota" in other_team.json()["gpus"]
+    stored = Reservation.objects.get(pk=r["id"])
+    assert (stored.gpus, stored.start, stored.team_id) == (8, days_ahead(1), "alpha")  # nothing stored
+    assert [e.message for e in _entries(stored)] == [""]  # only its creation
+
+    fits = _patch(operator_client, path, {"team": "beta", "gpus": 7})
+    assert fits.status_code == 200 and (fits.json()["team"], fits.json()["gpus"]) == ("beta", 7)
+
+
 # --- orders --------------------------------------------------------------------------------------
 
 
@@ -159,6 +219,31 @@ def test_an_operators_order_is_requested_counts_as_no_supply_until_someone_else_
 
     again = _post(approver_client, f"orders/{order['id']}/approve/")
     assert again.status_code == 409 and "approved" in again.json()["detail"]
+
+
+def test_a_rejected_order_names_who_rejected_it_until_it_is_approved_again(
+    pool: Pool, operator_client: Client, approver_client: Client, admin_client: Client
+) -> None:
+    order = _post(operator_client, "orders/", _order(pool)).json()
+    rejected = _post(approver_client, f"orders/{order['id']}/reject/")
+    assert rejected.status_code == 200, rejected.json()
+    body = rejected.json()
+    assert (body["approval_status"], body["rejected_by"], body["approved_by"]) == ("rejected", "cappy", None)
+    assert body["rejected_at"] is not None
+    stored = ProcurementOrder.objects.get(pk=order["id"])
+    assert stored.rejected_by.username == "cappy"
+    entry = _entries(stored)[-1]
+    assert (entry.actor, entry.before["rejected_by"], entry.after["rejected_by"]) == (
+        "cappy",
+        None,
+        stored.rejected_by_id,
+    )
+
+    assert "rejected by cappy" in approver_client.get("/capacity/").content.decode()  # the plan page says so
+
+    approved = _post(admin_client, f"orders/{order['id']}/approve/").json()
+    assert (approved["approval_status"], approved["approved_by"], approved["rejected_by"]) == ("approved", "ada", None)
+    assert _entries(stored)[-1].before["rejected_by"] == stored.rejected_by_id  # the history stays in the log
 
 
 def test_an_operator_cannot_create_an_order_already_approved(pool: Pool, operator_client: Client) -> None:
@@ -245,7 +330,12 @@ def test_a_requested_power_approval_is_approved_by_someone_else_with_the_role(
     assert bigger.status_code == 400 and "added_kw" in bigger.json()
     rejected = _post(approver_client, f"approvals/{pk}/reject/")
     assert rejected.status_code == 200 and rejected.json()["status"] == "rejected"
-    assert rejected.json()["approved_by"] is None
+    assert (rejected.json()["approved_by"], rejected.json()["rejected_by"]) == (None, "cappy")
+    assert rejected.json()["rejected_at"] is not None
+    cappy = User.objects.get(username="cappy").pk
+    entry = _entries(PowerApproval.objects.get(pk=pk))[-1]
+    assert (entry.before["approved_by"], entry.before["rejected_by"]) == (cappy, None)
+    assert (entry.after["approved_by"], entry.after["rejected_by"]) == (None, cappy)
     messages = [e.message for e in _entries(PowerApproval.objects.get(pk=pk))]
     assert "Approved." in messages and "Rejected." in messages
 
