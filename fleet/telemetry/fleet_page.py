@@ -7,9 +7,9 @@ No page holds the whole GPU table or receives every changed row. The page shows:
   *view topic*, ``fleetview.<digest>``, whose push carries only that page's rows;
 - with a site chosen, the site's aggregates and worst GPUs: the ``site.<id>`` topic.
 
-The figures are computed at most once every ``FLEET_SUMMARY_SECONDS`` for all processes and
-sockets (``fresh``: kept in the shared cache, recomputed by one process while the others serve
-the previous value), so a read costs a cache lookup at any fleet size, and a push of the
+The figures are computed about once every ``FLEET_SUMMARY_SECONDS`` for all processes and
+sockets (``fresh``: kept in the shared cache, recomputed in the background by one process while
+every reader is answered the previous value), so a read costs a cache lookup at any fleet size, and a push of the
 ``fleet`` topic twice a second does not recompute what a page read a moment ago. A view's rows
 are computed afresh for its push (their delivery is timed from the sample) and written back for
 the reads.
@@ -27,6 +27,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import threading
 import time
 import zlib
 from collections.abc import Callable
@@ -34,6 +35,7 @@ from typing import Any, TypeVar
 
 from django.conf import settings
 from django.core.cache import cache
+from django.db import connections
 from django.utils import timezone
 from redis.exceptions import RedisError
 
@@ -57,31 +59,51 @@ _clock = time.time  # the tests move it
 
 
 def fresh(name: str, compute: Callable[[], T]) -> T:
-    """``compute()``'s value as of at most FLEET_SUMMARY_SECONDS ago, shared by every process.
+    """``compute()``'s value as of about FLEET_SUMMARY_SECONDS ago, shared by every process.
 
-    Expired, one caller (holding a lock in the cache) recomputes it while the others keep serving
-    the previous value; with none kept (a first read, a flushed Redis) every caller computes. A
-    cache that cannot be reached costs a computation, never an error."""
+    An expired value is still answered: the caller that takes the recomputation (a lock in the
+    cache) starts it in the background, so no reader waits for it, and the others go on serving
+    the previous value until it is kept. With none kept (a first read, a flushed Redis) the caller
+    computes it. A cache that cannot be reached costs a computation, never an error."""
     seconds = settings.FLEET_SUMMARY_SECONDS
     if seconds <= 0:
         return compute()
     key = _FRESH_KEY.format(name)
     try:
         held = cache.get(key)
-        if held is not None and _clock() - held[0] < seconds:
-            return held[1]
-        if held is not None and not cache.add(f"{key}:lock", 1, timeout=_FRESH_LOCK_SECONDS):
-            return held[1]  # another process is computing it
+        if held is not None and (_clock() - held[0] < seconds or not cache.add(f"{key}:lock", 1, _FRESH_LOCK_SECONDS)):
+            return held[1]  # fresh, or another caller is recomputing it
     except RedisError as exc:
         logger.warning("fleet figures computed without the cache (%s)", exc.__class__.__name__)
         return compute()
-    try:
+    if held is None:
         value = compute()
         keep(name, value)
+        return value
+    _in_background(lambda: _recompute(name, key, compute))
+    return held[1]
+
+
+def _recompute(name: str, key: str, compute: Callable[[], Any]) -> None:
+    try:
+        keep(name, compute())
+    except Exception:
+        logger.exception("fleet figures %s not recomputed", name)
     finally:
-        if held is not None:
-            _forget_lock(key)
-    return value
+        _forget_lock(key)
+
+
+def _background(work: Callable[[], None]) -> None:
+    def run() -> None:
+        try:
+            work()
+        finally:
+            connections.close_all()  # this thread's own connections
+
+    threading.Thread(target=run, name="fleet-figures", daemon=True).start()
+
+
+_in_background = _background  # the tests run it in place
 
 
 def keep(name: str, value: Any) -> None:
