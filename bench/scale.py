@@ -27,15 +27,39 @@ the soak runs it. Then:
    stopped, at most. The run keeps up when sent = stored, ``drain_s`` <= 30 and the rollups' lag
    stayed within 2 minutes.
 
+The workloads, in proportion to the fleet: in each site the first 80 % of the nodes train and the
+rest serve. Once the GPUs are registered (before the load), and through the load:
+
+* **Training jobs**, one per 8 training nodes (a 64-GPU gang), each registered and reporting
+  through the training API exactly as the training client does (POST /api/v1/training/jobs/,
+  then batches to /api/v1/training/jobs/<id>/events, with the site's agent token). Their lives are
+  fleet.training.simulator's (steps of 15-30 s at 49-53 % MFU, every node reporting its share of
+  each step, checkpoints every few minutes, failures at Llama 3's rate restarted from the last
+  checkpoint); only the placement is this bench's. A job registers as allocated 2 minutes before,
+  and sends its start-up and first steps at once, so the load sees it stepping; then its events go
+  in a batch every 30 s. Their GPUs' samples show what the job does (idle while it starts or
+  restarts).
+* **Serving endpoints**, one per inference node (8 GPUs), each pushing its vLLM server's
+  Prometheus exposition (fleet.serving.simulator's queueing model and vLLM's metric names: TTFT,
+  inter-token latency and end-to-end histograms, KV-cache usage, queue depth) to POST
+  /api/v1/ingest/prometheus?endpoint=<name> every 15 s with the site's agent token.
+
+Both run in threads of their own (``--workload-threads`` each), apart from the GPU posters, and are
+retried as the agents are. Two more probes time the training overview
+(``/api/v1/training/overview?range=24h``) and the serving overview (``/api/v1/serving/overview``).
+
 Prints progress on stderr and ends with one line:
 RESULT gpus=... samples_per_s=... sent=... stored=... lag_p99_s=... drain_s=... rollup_lag_max_s=...
 overview_p95_ms=... site_p95_ms=... gpu_page_p95_ms=... ws_clients=... ws_p99_ms=... web_cpu=...
-worker_cpu=... pg_cpu=... db_growth_mb_per_h=... keeps_up=yes|no
+worker_cpu=... pg_cpu=... db_growth_mb_per_h=... jobs=... endpoints=... training_events_per_s=...
+serving_samples_per_s=... training_p95_ms=... serving_p95_ms=... keeps_up=yes|no
 (``*_cpu``: cores used on average, summed over that component's processes; ``lag_p99_s``: a
-batch's accept -> commit, from fleet_ingestbatch.) ``--short`` judges correctness (sent = stored,
-no 5xx) and exits non-zero when it fails; timings are printed, not judged.
-
-Training jobs and serving endpoints in proportion to the fleet are not simulated yet.
+batch's accept -> commit, from fleet_ingestbatch; ``training_events_per_s``: job events the
+events door acknowledged (stored: its write is synchronous), ``serving_samples_per_s``: serving
+samples the Prometheus door acknowledged, both over the load.) Every run judges correctness
+(sent = stored for the GPU samples, every acknowledged job event stored, no 5xx answer and no
+refused training or serving request) and exits non-zero when it fails; timings are printed, not
+judged.
 """
 
 from __future__ import annotations
@@ -53,9 +77,12 @@ import threading
 import time
 import uuid
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
 import psutil
 import psycopg
@@ -66,6 +93,10 @@ from soak_live import sign_in
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+from fleet.serving.simulator import ENDPOINTS, SCRAPE_INTERVAL_S, ServingSimulator
+from fleet.telemetry.simulator import H100, FleetSimulator, SimGpu
+from fleet.training.simulator import JOB_KINDS, MFU_RANGE, SimJob, TrainingSimulator
+
 INGEST_PATH = "/api/v1/ingest/gpu-samples"
 INTERVAL_S = 10.0
 GPUS_PER_NODE = 8
@@ -75,6 +106,18 @@ MODEL = "NVIDIA H100 80GB HBM3"
 HBM_MIB = 81559
 PROBED_GPUS = 20
 PASSWORD = "scale-" + uuid.uuid4().hex
+TRAINING_SHARE = 0.8  # of each site's nodes; the rest serve
+JOB_NODES = 8  # a training job's gang: 64 GPUs
+TRAINING_FLUSH_S = 30.0  # a job's events go in a batch this often
+# The jobs were allocated this long before they register (their events since are sent then): their
+# start-up (20-45 s, then 20-40 s loading the model) is behind them, and the load sees them stepping.
+TRAINING_HEAD_START = timedelta(minutes=2)
+# A job fails when any of its GPUs does: Llama 3's pre-training saw 419 unexpected interruptions in
+# 54 days on 16,384 H100s (The Llama 3 Herd of Models, 3.3.4), about 2e-5 a GPU-hour. (The demo's
+# simulator fails jobs 100 times as often, to show its detectors.)
+FAILURE_RATE_PER_GPU_HOUR = 2e-5
+# The simulator's vLLM servers (its Triton reranker is not a vLLM exposition), steady: no scripted incident.
+SERVING_SPECS = tuple(replace(spec, scenario="steady") for spec in ENDPOINTS if spec.framework == "vllm")
 
 
 @dataclass
@@ -96,10 +139,28 @@ def build_fleet(gpus: int) -> tuple[list[str], list[Node]]:
     return sites, nodes
 
 
-def node_body(node: Node, ts: datetime) -> bytes:
+def split_fleet(nodes: list[Node]) -> tuple[list[list[Node]], list[Node]]:
+    """Each site's first TRAINING_SHARE of nodes in gangs of JOB_NODES (a site's last gang may be
+    smaller), and the rest, each node an inference endpoint's."""
+    by_site: dict[str, list[Node]] = {}
+    for node in nodes:
+        by_site.setdefault(node.site, []).append(node)
+    gangs: list[list[Node]] = []
+    serving: list[Node] = []
+    for site_nodes in by_site.values():
+        training = round(len(site_nodes) * TRAINING_SHARE)
+        gangs += [site_nodes[i : min(training, i + JOB_NODES)] for i in range(0, training, JOB_NODES)]
+        serving += site_nodes[training:]
+    return gangs, serving
+
+
+def node_body(node: Node, ts: datetime, overrides: dict[str, dict[str, float]] | None = None) -> bytes:
+    """The node's GPUs' samples; a training job's GPUs show what the job does (``overrides``:
+    fleet.telemetry.simulator.FleetSimulator.overrides, set by the training simulator)."""
     stamp = ts.isoformat()
     samples = []
     for index, gpu in enumerate(node.uuids):
+        util = (overrides or {}).get(gpu, {}).get("gpu_util")
         power = round(random.uniform(330, 370), 1)
         node.energy_mj[index] += int(power * INTERVAL_S * 1000)
         used = random.randint(60000, 70000)
@@ -110,7 +171,7 @@ def node_body(node: Node, ts: datetime) -> bytes:
                 "ts": stamp,
                 "gpu_index": index,
                 "model": MODEL,
-                "gpu_util": round(random.uniform(70, 90), 1),
+                "gpu_util": round(random.uniform(70, 90), 1) if util is None else util,
                 "fb_used_mib": used,
                 "fb_free_mib": HBM_MIB - used,
                 "gpu_temp_c": round(random.uniform(55, 65), 1),
@@ -128,8 +189,16 @@ class Agents:
     """Every node POSTs its GPUs' samples every INTERVAL_S, spread over the interval by
     ``posters`` threads; counts what was acknowledged."""
 
-    def __init__(self, urls: list[str], tokens: dict[str, str], nodes: list[Node], posters: int) -> None:
+    def __init__(
+        self,
+        urls: list[str],
+        tokens: dict[str, str],
+        nodes: list[Node],
+        posters: int,
+        overrides: dict[str, dict[str, float]] | None = None,
+    ) -> None:
         self.urls, self.tokens, self.nodes, self.posters = urls, tokens, nodes, posters
+        self.overrides = overrides
         self.statuses: Counter[int | str] = Counter()
         self.samples_acked = 0
         self.behind_s = 0.0  # how far the posters fell behind their schedule, at most
@@ -176,7 +245,7 @@ class Agents:
             next_at += spacing
 
     def _post(self, session: requests.Session, node: Node) -> None:
-        body = node_body(node, datetime.now(UTC))
+        body = node_body(node, datetime.now(UTC), self.overrides)
         headers = {
             "Authorization": f"Bearer {self.tokens[node.site]}",
             "Content-Type": "application/json",
@@ -199,6 +268,242 @@ class Agents:
             if attempt >= 20:
                 return
             time.sleep(min(2.0, 0.1 * 2**attempt))
+
+
+class WorkloadPoster:
+    """POSTs for the training and serving simulators with the site's agent token, retried as the
+    agents' posts are (429, 5xx and connection errors, on the other process); counts the answers
+    and what the door acknowledged (``acked(response)`` of a 2xx). A session per thread."""
+
+    def __init__(self, urls: list[str], tokens: dict[str, str], acked: Callable[[requests.Response], int]) -> None:
+        self.urls, self.tokens, self.acked_of = urls, tokens, acked
+        self.statuses: Counter[int | str] = Counter()
+        self.acked = 0
+        self.refused: list[str] = []  # 4xx answers other than 429: a bug in the bench or the door
+        self.lock = threading.Lock()
+        self.local = threading.local()
+
+    def send(self, site: str, url: str, body: dict[str, Any]) -> requests.Response | None:
+        """JSON (fleet.training.simulator.Sender)."""
+        return self.post(site, url, json.dumps(body).encode(), "application/json")
+
+    def post(self, site: str, path: str, data: bytes, content_type: str) -> requests.Response | None:
+        """The answer (2xx or a refusal), or None when every attempt failed."""
+        session = getattr(self.local, "session", None)
+        if session is None:
+            session = self.local.session = requests.Session()
+        headers = {"Authorization": f"Bearer {self.tokens[site]}", "Content-Type": content_type}
+        for attempt in range(21):
+            url = self.urls[(hash(path) + attempt) % len(self.urls)] + path
+            try:
+                response = session.post(url, data=data, headers=headers, timeout=30)
+            except requests.RequestException:
+                with self.lock:
+                    self.statuses["conn_error"] += 1
+            else:
+                code = response.status_code
+                with self.lock:
+                    self.statuses[code] += 1
+                if code < 300:
+                    acked = self.acked_of(response)
+                    with self.lock:
+                        self.acked += acked
+                    return response
+                if code < 500 and code != 429:
+                    with self.lock:
+                        self.refused.append(f"{path}: HTTP {code} {response.text[:300]}")
+                    log(f"workloads: {url} answered {code}: {response.text[:300]}")
+                    return response
+            time.sleep(min(2.0, 0.1 * 2**attempt))
+        return None
+
+
+def events_acked(response: requests.Response) -> int:
+    """Events a 2xx of the events door stored now or before (a retry); 0 for a registration."""
+    if not response.request.path_url.endswith("/events"):
+        return 0
+    body = response.json()
+    return int(body["written"]) + int(body["repeated"])
+
+
+def serving_acked(response: requests.Response) -> int:
+    return int(response.json().get("serving_samples", 0))
+
+
+class ScaleJobs(TrainingSimulator):
+    """fleet.training.simulator's jobs on this bench's gangs (``gangs``: the fleet's job number and
+    the job's nodes, one site's). Everything but the placement is the simulator's: the kinds of job,
+    the step lengths and MFU band, checkpoints, failures and restores, the events and their batches."""
+
+    def __init__(
+        self, fleet_sim: FleetSimulator, sender: WorkloadPoster, *, gangs: list[tuple[int, list[Node]]], seed: int
+    ) -> None:
+        self.gangs = gangs
+        super().__init__(
+            fleet_sim,
+            sender,
+            jobs=len(gangs),
+            seed=seed,
+            scenarios=False,
+            failure_rate_per_gpu_hour=FAILURE_RATE_PER_GPU_HOUR,
+            flush_interval_s=TRAINING_FLUSH_S,
+            run="scale",
+        )
+
+    def _place(self, count: int, seed: int) -> list[SimJob]:
+        """As TrainingSimulator._place sizes a job on the nodes it takes: a step of 15-30 s, the
+        tokens its gang's BF16 peak processes in it at an MFU in MFU_RANGE, split over its nodes."""
+        jobs = []
+        for offset, (n, gang) in enumerate(self.gangs):
+            kind = JOB_KINDS[n % len(JOB_KINDS)]
+            gpus = [SimGpu(u, node.hostname, i, H100, "training", 0) for node in gang for i, u in enumerate(node.uuids)]
+            step = round(self.rng.uniform(15.0, 30.0), 2)
+            peak = sum(g.model.bf16_tflops for g in gpus) * 1e12
+            per_node = self.rng.uniform(*MFU_RANGE) * peak * step / (6 * kind.parameters) / len(gang)
+            jobs.append(
+                SimJob(
+                    index=offset,
+                    site=gang[0].site,
+                    name=f"{kind.name}-{n + 1:05d}",
+                    team=kind.team,
+                    scheduler_id=f"scale/job-{n + 1:05d}",
+                    nodes=[node.hostname for node in gang],
+                    gpus=gpus,
+                    step_time_s=step,
+                    data_wait_share=self.rng.uniform(0.01, 0.05),
+                    tokens_per_step=max(1, round(per_node)) * len(gang),
+                    checkpoint_interval_s=self.rng.choice((180, 240, 300)),
+                    save_s=round(self.rng.uniform(4, 15), 1),
+                    parameters=kind.parameters,
+                    peak_flops=peak,
+                )
+            )
+        return jobs
+
+
+class Trainers:
+    """The training jobs, ``threads`` simulators each ticking its share every second."""
+
+    def __init__(self, poster: WorkloadPoster, gangs: list[list[Node]], threads: int) -> None:
+        self.poster = poster
+        # One holder of the GPUs' overrides for every simulator: the agents read it.
+        self.fleet_sim = FleetSimulator({}, fault_rate_per_gpu_hour=0.0, interval=INTERVAL_S, seed=0)
+        numbered = list(enumerate(gangs))
+        shares = [numbered[i::threads] for i in range(threads)]
+        self.sims = [
+            ScaleJobs(self.fleet_sim, poster, gangs=share, seed=100 + i) for i, share in enumerate(shares) if share
+        ]
+        self.stop_event = threading.Event()
+        self.threads: list[threading.Thread] = []
+
+    @property
+    def jobs(self) -> int:
+        return sum(1 for sim in self.sims for job in sim.jobs if job.job_id is not None)
+
+    def register(self) -> None:
+        """Register every job, allocated TRAINING_HEAD_START ago, and send its events since then
+        (its start-up, its first steps); then spread the jobs' batches over TRAINING_FLUSH_S."""
+        allocated = datetime.now(UTC) - TRAINING_HEAD_START
+        self._each_sim(lambda sim: sim.tick(allocated))
+        now = datetime.now(UTC)
+        self._each_sim(lambda sim: sim.tick(now))
+        for sim in self.sims:
+            for job in sim.jobs:
+                job.sent_at = now - timedelta(seconds=random.uniform(0, TRAINING_FLUSH_S))
+
+    def _each_sim(self, work: Callable[[ScaleJobs], None]) -> None:
+        threads = [threading.Thread(target=work, args=(sim,)) for sim in self.sims]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    def start(self) -> None:
+        for sim in self.sims:
+            t = threading.Thread(target=self._run, args=(sim,), daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        for t in self.threads:
+            t.join(60)
+
+    def _run(self, sim: ScaleJobs) -> None:
+        while not self.stop_event.wait(1.0):
+            sim.tick(datetime.now(UTC))
+
+
+@dataclass
+class Endpoint:
+    name: str
+    sim: ServingSimulator  # one endpoint's vLLM server (fleet.serving.simulator's model)
+
+
+class Servers:
+    """One vLLM endpoint per inference node, each pushing its exposition every SCRAPE_INTERVAL_S
+    (to ``?endpoint=<name>``), spread over the interval by ``threads`` threads."""
+
+    def __init__(self, poster: WorkloadPoster, nodes: list[Node], threads: int) -> None:
+        self.poster, self.threads_wanted = poster, threads
+        self.endpoints = []
+        for n, node in enumerate(nodes):
+            spec = replace(SERVING_SPECS[n % len(SERVING_SPECS)], site=node.site)
+            # The simulator pushes when its tick says; here the threads keep the cadence (interval 0).
+            sim = ServingSimulator(self, sites=[node.site], seed=n, scenarios=False, scrape_interval_s=0, specs=(spec,))
+            self.endpoints.append(Endpoint(f"{node.site}-serve-{n + 1:05d}", sim))
+        self.local = threading.local()
+        self.behind_s = 0.0  # how far the pushers fell behind their schedule, at most
+        self.stop_event = threading.Event()
+        self.threads: list[threading.Thread] = []
+
+    # fleet.serving.simulator.ServingSender: the endpoint's name goes on the door's query.
+    def send(self, site: str, url: str, body: dict[str, Any]) -> requests.Response | None:
+        # Change events and evals are not this bench's load: with no endpoint ids the simulator
+        # drops its (20-minutely) evals before sending them.
+        return None
+
+    def send_text(self, site: str, url: str, text: str) -> requests.Response | None:
+        path = f"{url}?endpoint={quote(self.local.endpoint, safe='')}"
+        return self.poster.post(site, path, text.encode(), "text/plain; version=0.0.4")
+
+    def push(self, endpoint: Endpoint) -> None:
+        self.local.endpoint = endpoint.name
+        endpoint.sim.tick(datetime.now(UTC))
+
+    def one_round(self) -> None:
+        """Every endpoint once (its first push creates it)."""
+        threads = [
+            threading.Thread(target=lambda c=chunk: [self.push(e) for e in c])
+            for chunk in (self.endpoints[i :: self.threads_wanted] for i in range(self.threads_wanted))
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    def start(self) -> None:
+        for i in range(self.threads_wanted):
+            share = self.endpoints[i :: self.threads_wanted]
+            if share:
+                t = threading.Thread(target=self._run, args=(share,), daemon=True)
+                t.start()
+                self.threads.append(t)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        for t in self.threads:
+            t.join(60)
+
+    def _run(self, endpoints: list[Endpoint]) -> None:
+        spacing = SCRAPE_INTERVAL_S / len(endpoints)
+        next_at = time.monotonic() + random.uniform(0, spacing)
+        for endpoint in itertools.cycle(endpoints):
+            if self.stop_event.wait(max(0.0, next_at - time.monotonic())):
+                return
+            self.behind_s = max(self.behind_s, time.monotonic() - next_at)
+            self.push(endpoint)
+            next_at += spacing
 
 
 class Probe(threading.Thread):
@@ -284,6 +589,15 @@ class Watchers(threading.Thread):
                             self.row_ms.append((received - datetime.fromisoformat(ts).timestamp()) * 1000)
 
 
+def wait_for_gpus(stack: soak_stack.Stack, gpus: int, timeout: float = 300) -> None:
+    """Until the first round's samples have registered every GPU."""
+    deadline = time.monotonic() + timeout
+    while (found := stack.sql("SELECT count(*) FROM fleet_gpu")[0][0]) < gpus:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {found:,} of {gpus:,} GPUs registered after {timeout:.0f} s")
+        time.sleep(1)
+
+
 def cpu_seconds(stack: soak_stack.Stack, names: list[str]) -> float:
     total = 0.0
     for name in names:
@@ -363,6 +677,12 @@ def main() -> int:
     parser.add_argument("--short", action="store_true", help="3 minutes; correctness judged (CI)")
     parser.add_argument("--posters", type=int, default=16, help="agent threads (default 16)")
     parser.add_argument("--clients", type=int, default=50, help="websocket clients (default 50)")
+    parser.add_argument(
+        "--workload-threads",
+        type=int,
+        default=8,
+        help="threads for the training jobs, and for the endpoints (default 8)",
+    )
     parser.add_argument("--keep", action="store_true", help="leave the stack's directory behind")
     args = parser.parse_args()
     if args.short:
@@ -385,11 +705,25 @@ def run(args: argparse.Namespace, stack: soak_stack.Stack, sites: list[str], nod
     boot = soak_stack.bootstrap(stack, sites, PASSWORD)
     tokens = boot["agents"]
     urls = stack.web_urls
-    agents = Agents(urls, tokens, nodes, args.posters)
+    gangs, serving_nodes = split_fleet(nodes)
+    training_poster = WorkloadPoster(urls, tokens, events_acked)
+    serving_poster = WorkloadPoster(urls, tokens, serving_acked)
+    trainers = Trainers(training_poster, gangs, args.workload_threads)
+    servers = Servers(serving_poster, serving_nodes, args.workload_threads)
+    agents = Agents(urls, tokens, nodes, args.posters, trainers.fleet_sim.overrides)
     started = time.monotonic()
     agents.one_round()
     took = time.monotonic() - started
     log(f"registered {args.gpus:,} GPUs on {len(nodes):,} nodes in {len(sites)} site(s) in {took:.0f} s")
+    # A job names its GPUs: they must be stored (the posts above are queued) before it registers.
+    wait_for_gpus(stack, args.gpus)
+    started = time.monotonic()
+    trainers.register()
+    servers.one_round()
+    log(
+        f"registered {trainers.jobs:,} training jobs and pushed {len(servers.endpoints):,} endpoints' first "
+        f"scrapes in {time.monotonic() - started:.0f} s"
+    )
     probed = [u for n in nodes[:: max(1, len(nodes) // PROBED_GPUS)] for u in n.uuids[:1]][:PROBED_GPUS]
     seed_rollups(stack, probed)
     # The fleet appeared in seconds, not over months: give the planner the statistics autovacuum
@@ -402,10 +736,13 @@ def run(args: argparse.Namespace, stack: soak_stack.Stack, sites: list[str], nod
         "overview": Probe(urls, cookies, "/api/v1/fleet/overview/?range=24h"),
         "site": Probe(urls, cookies, f"/api/v1/fleet/overview/?range=24h&site={site_id}"),
         "gpu_page": Probe(urls, cookies, f"/fleet/gpus/{random.choice(probed)}/"),
+        "training": Probe(urls, cookies, "/api/v1/training/overview?range=24h"),
+        "serving": Probe(urls, cookies, "/api/v1/serving/overview"),
     }
     watchers = Watchers(urls, cookies, args.clients)
     watchers.start()
     sent_before = agents.samples_acked
+    events_before, serving_before = training_poster.acked, serving_poster.acked
     db_before = stack.sql("SELECT pg_database_size(current_database())")[0][0]
     cpu_before = {
         "web": cpu_seconds(stack, stack.web_names()),
@@ -415,6 +752,8 @@ def run(args: argparse.Namespace, stack: soak_stack.Stack, sites: list[str], nod
     load_started = time.monotonic()
     started_at = datetime.now(UTC)
     agents.start()
+    trainers.start()
+    servers.start()
     for p in probes.values():
         p.start()
     time.sleep(min(20.0, args.minutes * 60 / 6))  # warm-up: the first pushes, the clients' sockets
@@ -430,10 +769,14 @@ def run(args: argparse.Namespace, stack: soak_stack.Stack, sites: list[str], nod
         rollup_lags.append(max(0.0, float(lag)))
         log(
             f"  {time.monotonic() - load_started:5.0f} s: {agents.samples_acked - sent_before:,} samples acknowledged, "
-            f"posters behind {agents.behind_s:.1f} s, rollup lag {rollup_lags[-1]:.0f} s, "
+            f"posters behind {agents.behind_s:.1f} s, {training_poster.acked - events_before:,} job events, "
+            f"{serving_poster.acked - serving_before:,} serving samples (pushers behind {servers.behind_s:.1f} s), "
+            f"rollup lag {rollup_lags[-1]:.0f} s, "
             f"{watchers.subscribed} client(s), {len(watchers.row_ms):,} rows timed"
         )
     agents.stop()
+    trainers.stop()
+    servers.stop()
     load_s = time.monotonic() - load_started
     watchers.recording = False
     for p in probes.values():
@@ -462,17 +805,24 @@ def run(args: argparse.Namespace, stack: soak_stack.Stack, sites: list[str], nod
         [f"%{KEY_PREFIX}%", started_at],
     )[0][0]
     db_after = stack.sql("SELECT pg_database_size(current_database())")[0][0]
+    # The events door writes before it answers: every event it acknowledged is stored.
+    events_stored = stack.sql("SELECT count(*) FROM fleet_jobevent")[0][0]
     watchers.stop_event.set()
     errors_5xx = sum(n for s, n in agents.statuses.items() if isinstance(s, int) and s >= 500)
     errors_5xx += sum(n for p in probes.values() for s, n in p.statuses.items() if isinstance(s, int) and s >= 500)
+    for poster in (training_poster, serving_poster):
+        errors_5xx += sum(n for s, n in poster.statuses.items() if isinstance(s, int) and s >= 500)
+    refused = training_poster.refused + serving_poster.refused
     rollup_max = max(rollup_lags or [0.0])
     keeps_up = stored == sent and drain_s <= 30 and rollup_max <= 120
     p95 = {name: percentile(p.ms, 95) if p.ms else float("nan") for name, p in probes.items()}
     ws_p99 = percentile(watchers.row_ms, 99) if watchers.row_ms else float("nan")
     log(
-        f"statuses: agents {dict(agents.statuses)}; probes "
+        f"statuses: agents {dict(agents.statuses)}; training {dict(training_poster.statuses)}; "
+        f"serving {dict(serving_poster.statuses)}; probes "
         + ", ".join(f"{n} {dict(p.statuses)}" for n, p in probes.items())
-        + f"; messages {dict(watchers.messages)}; rows in fleet_gpusample since the start {rows:,}"
+        + f"; messages {dict(watchers.messages)}; rows in fleet_gpusample since the start {rows:,}; "
+        f"job events acknowledged {training_poster.acked:,}, stored {events_stored:,}"
     )
     print(
         f"RESULT gpus={args.gpus} samples_per_s={(sent - sent_before) / load_s:.0f} sent={sent} stored={stored} "
@@ -481,10 +831,27 @@ def run(args: argparse.Namespace, stack: soak_stack.Stack, sites: list[str], nod
         f"ws_clients={watchers.subscribed} ws_p99_ms={ws_p99:.0f} web_cpu={cpu['web'] / load_s:.2f} "
         f"worker_cpu={cpu['worker'] / load_s:.2f} pg_cpu={cpu['pg'] / load_s:.2f} "
         f"db_growth_mb_per_h={(db_after - db_before) / 2**20 / load_s * 3600:.0f} "
+        f"jobs={trainers.jobs} endpoints={len(servers.endpoints)} "
+        f"training_events_per_s={(training_poster.acked - events_before) / load_s:.1f} "
+        f"serving_samples_per_s={(serving_poster.acked - serving_before) / load_s:.0f} "
+        f"training_p95_ms={p95['training']:.0f} serving_p95_ms={p95['serving']:.0f} "
         f"keeps_up={'yes' if keeps_up else 'no'}"
     )
-    if stored != sent or errors_5xx:
-        log(f"FAILED: sent {sent:,}, stored {stored:,}, {errors_5xx} 5xx answer(s)")
+    workloads_ok = (
+        trainers.jobs == len(gangs)
+        and events_stored >= training_poster.acked
+        and (training_poster.acked > events_before or not gangs)
+        and (serving_poster.acked > serving_before or not serving_nodes)
+    )
+    if stored != sent or errors_5xx or refused or not workloads_ok:
+        log(
+            f"FAILED: sent {sent:,}, stored {stored:,}, {errors_5xx} 5xx answer(s), {len(refused)} training or "
+            f"serving request(s) refused, {trainers.jobs}/{len(gangs)} jobs registered, job events acknowledged "
+            f"{training_poster.acked:,} (during the load {training_poster.acked - events_before:,}), stored "
+            f"{events_stored:,}, serving samples during the load {serving_poster.acked - serving_before:,}"
+        )
+        for line in refused[:5]:
+            log(f"  refused: {line}")
         return 1
     return 0
 
