@@ -123,3 +123,22 @@ class QueueScheduler(models.TextChoices):
     KUEUE = "kueue", "Kueue"
     SLURM = "slurm", "Slurm"
     KUBERNETES = "kubernetes", "Kubernetes"
+
+
+class QueueKind(models.TextChoices):
+    """What a scheduler queue is (fleet.scheduler.models.SchedulerQueue). A ClusterQueue, a
+    partition and a namespace admit work onto a pool's GPUs; a Kueue LocalQueue (named
+    ``namespace/name``) feeds a ClusterQueue and a Slurm account spans partitions, so those two
+    stand for a team only (TEAM_ONLY_KINDS). ``cluster`` is the blank-named row holding the
+    cluster's own series."""
+
+    CLUSTER = "cluster", "Cluster"
+    CLUSTER_QUEUE = "clusterqueue", "ClusterQueue"
+    LOCAL_QUEUE = "localqueue", "LocalQueue"
+    PARTITION = "partition", "Partition"
+    ACCOUNT = "account", "Account"
+    NAMESPACE = "namespace", "Namespace"
+
+
+# Queues that stand for a team but take no pool: their work lands through a ClusterQueue or partition.
+TEAM_ONLY_KINDS = frozenset({QueueKind.LOCAL_QUEUE, QueueKind.ACCOUNT})

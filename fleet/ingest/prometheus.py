@@ -724,12 +724,13 @@ def _queue_point(
         raise _bad(line, f"the series' labels come to more than {QUEUE_SERIES_MAX} bytes.", field="labels")
     return QueuePoint(
         scheduler=spec.scheduler,
-        queue=labels[spec.queue_label] if spec.queue_label else "",
+        queue=spec.queue_of(labels),
         quantity=spec.quantity,
         series=series,
         ts=ts,
         value=value,
         cohort=labels.get("cohort"),
+        kind=spec.kind,
     )
 
 
@@ -744,7 +745,7 @@ def _usable(spec: QueueSeries, value: float) -> bool:
 def _histogram_of(point: QueuePoint) -> tuple[str, ...]:
     """The histogram a part belongs to: its queue and its labels but ``le``."""
     rest = sorted(f"{k}={v}" for k, v in sm.parse_series(point.series).items() if k != "le")
-    return (point.scheduler, point.queue, *rest)
+    return (point.scheduler, point.kind, point.queue, *rest)
 
 
 def _fold_queue_points(queued: list[tuple[str, QueueSeries, QueuePoint]], out: Exposition) -> list[QueuePoint]:
@@ -754,12 +755,13 @@ def _fold_queue_points(queued: list[tuple[str, QueueSeries, QueuePoint]], out: E
     again under the labels kept (two exporters' copies, told apart only by instance or uid) keeps
     its first value and the others are ignored and counted."""
     unreadable = {_histogram_of(p) for _, spec, p in queued if spec.histogram and not _usable(spec, p.value)}
-    folded: dict[tuple[str, str, str, str], QueuePoint] = {}
+    folded: dict[tuple[str, str, str, str, str], QueuePoint] = {}
     for name, spec, point in queued:
         if spec.histogram and _histogram_of(point) in unreadable:
             out.ignore(name)
             continue
-        key = (point.scheduler, point.queue, point.quantity, point.series)
+        # The kind too: a Slurm account may share a partition's name.
+        key = (point.scheduler, point.kind, point.queue, point.quantity, point.series)
         first = folded.get(key)
         if first is None:
             folded[key] = point

@@ -27,6 +27,13 @@ kube-state-metrics and a Slurm exporter. Names, labels and types as each project
   (``slurm_partition_jobs_running``, ``slurm_partition_gpus_*``) are printed by forks (SckyzO's,
   and others' partition_gpus.go), not by vpenso's, and are not mapped. Other exporters (rivosinc,
   SckyzO) name these differently and are not mapped.
+- Kueue's LocalQueues (feature gate ``LocalQueueMetrics``; the same reference): pending (per
+  ``status``), reserving and admitted active workloads, admitted workloads (per
+  ``priority_class``) and resource usage (per ``flavor`` and ``resource``, no cohort), each
+  labelled ``name`` and ``namespace``; registered as the LocalQueue ``namespace/name``.
+- Slurm accounts (vpenso's accounts.go, from ``squeue``): jobs pending, running and suspended,
+  CPUs and GPUs pending and running, per ``account``; like a partition's, an account's series
+  is printed only while above zero.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fleet.choices import QueueScheduler
+from fleet.choices import QueueKind, QueueScheduler
 
 KUEUE, SLURM, KUBERNETES = QueueScheduler.KUEUE, QueueScheduler.SLURM, QueueScheduler.KUBERNETES
 
@@ -53,6 +60,17 @@ class QueueSeries:
     summed: bool = False  # a gauge summed per queue over the labels dropped (pods of a namespace)
     unlimited: bool = False  # +Inf is a value (an unset limit), not an unreadable one
     histogram: bool = False  # a part of a histogram: ignored whole when any part cannot be read
+    kind: str = ""  # fleet.choices.QueueKind where not the scheduler's own queue (a LocalQueue, an account)
+    namespace_label: str | None = None  # a namespaced queue (a LocalQueue): registered as namespace/name
+
+    def queue_of(self, labels: dict[str, str]) -> str:
+        """The queue's name as registered: blank for the cluster's own series, ``namespace/name``
+        for a namespaced one."""
+        if not self.queue_label:
+            return ""
+        if self.namespace_label:
+            return f"{labels[self.namespace_label]}/{labels[self.queue_label]}"
+        return labels[self.queue_label]
 
 
 def _gpu(labels: dict[str, str]) -> bool:
@@ -66,6 +84,25 @@ def _gpu_quota(labels: dict[str, str]) -> bool:
 
 _CQ = "cluster_queue"
 _RESOURCE = ("flavor", "resource")
+
+
+def _local_queue(quantity: str, keep: tuple[str, ...] = (), required: tuple[str, ...] = ()) -> QueueSeries:
+    """A Kueue LocalQueue series: ``name`` and ``namespace`` name the queue."""
+    return QueueSeries(
+        KUEUE,
+        quantity,
+        "name",
+        keep,
+        ("namespace", *required),
+        kind=QueueKind.LOCAL_QUEUE,
+        namespace_label="namespace",
+    )
+
+
+def _account(quantity: str, state: str) -> QueueSeries:
+    """A Slurm account series: its jobs, CPUs or GPUs in one state."""
+    return QueueSeries(SLURM, quantity, "account", fixed=(("state", state),), kind=QueueKind.ACCOUNT)
+
 
 SCHEDULER_SERIES: dict[str, QueueSeries] = {
     # Kueue, per ClusterQueue
@@ -95,6 +132,12 @@ SCHEDULER_SERIES: dict[str, QueueSeries] = {
         KUEUE, "borrowing_limit", _CQ, _RESOURCE, _RESOURCE, unlimited=True
     ),
     "kueue_cluster_queue_lending_limit": QueueSeries(KUEUE, "lending_limit", _CQ, _RESOURCE, _RESOURCE, unlimited=True),
+    # Kueue, per LocalQueue (feature gate LocalQueueMetrics)
+    "kueue_local_queue_pending_workloads": _local_queue("pending_workloads", ("status",), ("status",)),
+    "kueue_local_queue_reserving_active_workloads": _local_queue("reserving_active_workloads"),
+    "kueue_local_queue_admitted_active_workloads": _local_queue("admitted_active_workloads"),
+    "kueue_local_queue_admitted_workloads_total": _local_queue("admitted_workloads", ("priority_class",)),
+    "kueue_local_queue_resource_usage": _local_queue("resource_usage", _RESOURCE, _RESOURCE),
     # kube-state-metrics, per namespace (the node's allocatable GPUs: the cluster's own)
     "kube_pod_status_phase": QueueSeries(KUBERNETES, "pods", "namespace", ("phase",), ("phase",), summed=True),
     "kube_pod_status_unschedulable": QueueSeries(KUBERNETES, "pods_unschedulable", "namespace", summed=True),
@@ -127,6 +170,13 @@ SCHEDULER_SERIES: dict[str, QueueSeries] = {
     "slurm_partition_cpus_idle": QueueSeries(SLURM, "cpus", "partition", fixed=(("state", "idle"),)),
     "slurm_partition_cpus_other": QueueSeries(SLURM, "cpus", "partition", fixed=(("state", "other"),)),
     "slurm_partition_cpus_total": QueueSeries(SLURM, "cpus", "partition", fixed=(("state", "total"),)),
+    "slurm_account_jobs_pending": _account("jobs", "pending"),
+    "slurm_account_jobs_running": _account("jobs", "running"),
+    "slurm_account_jobs_suspended": _account("jobs", "suspended"),
+    "slurm_account_cpus_pending": _account("cpus", "pending"),
+    "slurm_account_cpus_running": _account("cpus", "running"),
+    "slurm_account_gpus_pending": _account("gpus", "pending"),
+    "slurm_account_gpus_running": _account("gpus", "running"),
     "slurm_queue_pending": QueueSeries(SLURM, "jobs", None, fixed=(("state", "pending"),)),
     "slurm_queue_pending_dependency": QueueSeries(SLURM, "jobs", None, fixed=(("state", "pending_dependency"),)),
     "slurm_queue_running": QueueSeries(SLURM, "jobs", None, fixed=(("state", "running"),)),
@@ -153,6 +203,8 @@ SCHEDULER_LABEL_LIMITS = {
     "node": 253,
     "resourcequota": 253,
     "partition": 253,
+    "name": 253,  # a LocalQueue's
+    "account": 253,
     "reason": 128,
     "underlying_cause": 128,
     "priority_class": 253,
@@ -164,5 +216,16 @@ SCHEDULER_LABEL_LIMITS = {
 }
 # Labels naming a queue or a thing in the series text: printable text only.
 SCHEDULER_IDENTITY_LABELS = frozenset(
-    {"cluster_queue", "preempting_cluster_queue", "cohort", "namespace", "partition", "pod", "container", "node"}
+    {
+        "cluster_queue",
+        "preempting_cluster_queue",
+        "cohort",
+        "namespace",
+        "partition",
+        "name",
+        "account",
+        "pod",
+        "container",
+        "node",
+    }
 )

@@ -35,8 +35,19 @@ class SchedulerQueueSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = SchedulerQueue
-        fields = ["id", "site", "scheduler", "name", "cohort", "pool", "team", "suggested_pool", "suggested_team"]
-        read_only_fields = ["scheduler", "name", "cohort"]
+        fields = [
+            "id",
+            "site",
+            "scheduler",
+            "kind",
+            "name",
+            "cohort",
+            "pool",
+            "team",
+            "suggested_pool",
+            "suggested_team",
+        ]
+        read_only_fields = ["scheduler", "kind", "name", "cohort"]
 
     def _suggestion(self, queue: SchedulerQueue) -> mapping.Suggestion:
         found = self.context.get("suggestions")
@@ -67,12 +78,13 @@ class SchedulerQueueSerializer(serializers.ModelSerializer):
 class SchedulerQueueViewSet(
     mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.UpdateModelMixin, viewsets.GenericViewSet
 ):
-    """Queues registered by the ingest door on first sighting (Kueue ClusterQueues, Slurm partitions,
-    Kubernetes namespaces): read, and PATCH the pool and team they stand for."""
+    """Queues registered by the ingest door on first sighting (Kueue ClusterQueues and LocalQueues,
+    Slurm partitions and accounts, Kubernetes namespaces): read, and PATCH the pool and team they
+    stand for (a LocalQueue or an account: the team only)."""
 
     queryset = SchedulerQueue.objects.select_related("site", "pool", "team")
     serializer_class = SchedulerQueueSerializer
-    filterset_fields = ["site", "scheduler", "pool"]
+    filterset_fields = ["site", "scheduler", "kind", "pool", "team"]
     http_method_names = ["get", "patch", "head", "options"]
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:

@@ -6,7 +6,9 @@ Names are compared normalised, lowercase alphanumerics only, so ``team-alpha-h10
 and ``alpha`` meet. A queue suggests the team whose name its own contains, and the pool at its
 site whose name or GPU model (``h100`` of "NVIDIA H100 80GB HBM3") its name or cohort contains.
 Where several match, the longest match wins (``alpha-2`` over ``alpha``); a tie suggests nothing
-rather than guess.
+rather than guess. A Kueue LocalQueue is named ``namespace/name``, so a namespace or a LocalQueue
+named like a team suggests it; a LocalQueue or a Slurm account takes a team only, never a pool
+(SchedulerQueue.takes_pool).
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ def suggestions(queues: Sequence[SchedulerQueue]) -> dict[int, Suggestion]:
         pools_by_site.setdefault(pool.site_id, []).append(pool)
     return {
         q.pk: Suggestion(
-            pool=suggest_pool(q.name, q.cohort, pools_by_site.get(q.site_id, [])) if q.name else None,
+            pool=suggest_pool(q.name, q.cohort, pools_by_site.get(q.site_id, [])) if q.name and q.takes_pool else None,
             team=suggest_team(q.name, teams) if q.name else None,
         )
         for q in queues
@@ -97,7 +99,14 @@ class MappingRefused(ValueError):
 
 
 def check_mapping(queue: SchedulerQueue, *, pool: Pool | None) -> None:
-    """Raise MappingRefused unless ``pool`` may take the queue's work: a pool of its own site."""
+    """Raise MappingRefused unless ``pool`` may take the queue's work: a pool of its own site, and
+    none for a queue that stands for a team only (a LocalQueue, a Slurm account)."""
+    if pool is not None and not queue.takes_pool:
+        raise MappingRefused(
+            "pool",
+            f"A {queue.get_scheduler_display()} {queue.get_kind_display()} maps to a team only: "
+            "its work runs on the pool of the ClusterQueue or partition it submits to.",
+        )
     if pool is not None and pool.site_id != queue.site_id:
         raise MappingRefused("pool", f"Pool {pool} is at another site than the queue ({queue.site.name}).")
 

@@ -4,24 +4,49 @@ per queue, raw (partitioned by day, written by COPY) and rolled up per minute
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
 
-from fleet.choices import QueueScheduler
+from fleet.choices import TEAM_ONLY_KINDS, QueueKind, QueueScheduler
 from fleet.inventory.models import Site
+
+# What a scheduler's queue is when its exporter does not say otherwise (``kind`` left blank).
+PRIMARY_KIND = {
+    QueueScheduler.KUEUE: QueueKind.CLUSTER_QUEUE,
+    QueueScheduler.SLURM: QueueKind.PARTITION,
+    QueueScheduler.KUBERNETES: QueueKind.NAMESPACE,
+}
+# A LocalQueue's row is named ``namespace/name``: a namespace (63) and an object name (253).
+QUEUE_NAME_MAX = 63 + 1 + 253
+
+
+def queue_kind(scheduler: str, name: str, kind: str = "") -> str:
+    """The kind of a queue: ``kind`` where given, else the scheduler's own queue (a ClusterQueue,
+    a partition, a namespace), ``cluster`` for the blank name."""
+    if kind:
+        return kind
+    return PRIMARY_KIND[scheduler] if name else QueueKind.CLUSTER  # type: ignore[index]
 
 
 class SchedulerQueue(models.Model):
     """A queue one scheduler admits work through, registered on first sighting by the ingest door:
-    a Kueue ClusterQueue, a Slurm partition, a Kubernetes namespace. The blank name is the
-    cluster's own series, those no queue labels (Slurm's node and GPU counts, the nodes'
-    allocatable GPUs)."""
+    a Kueue ClusterQueue or LocalQueue, a Slurm partition or account, a Kubernetes namespace. The
+    blank name is the cluster's own series, those no queue labels (Slurm's node and GPU counts, the
+    nodes' allocatable GPUs). A LocalQueue or an account maps to a team only (``takes_pool``)."""
 
     site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="scheduler_queues")
     scheduler = models.CharField(max_length=16, choices=QueueScheduler.choices)
+    kind = models.CharField(
+        max_length=16,
+        choices=QueueKind.choices,
+        help_text="ClusterQueue, LocalQueue, partition, account, namespace, or the cluster's own series",
+    )
     name = models.CharField(
-        max_length=253,
+        max_length=QUEUE_NAME_MAX,
         blank=True,
-        help_text="The ClusterQueue, partition or namespace; blank: the cluster's own series (nodes, GPUs)",
+        help_text="The ClusterQueue, partition, account or namespace; a LocalQueue as namespace/name; "
+        "blank: the cluster's own series (nodes, GPUs)",
     )
     cohort = models.CharField(max_length=253, blank=True, help_text="Kueue's cohort, as its metrics label it")
     pool = models.ForeignKey(
@@ -43,13 +68,27 @@ class SchedulerQueue(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        ordering = ["site__name", "scheduler", "name"]
+        ordering = ["site__name", "scheduler", "kind", "name"]
         constraints = [
-            models.UniqueConstraint(fields=["site", "scheduler", "name"], name="scheduler_queue_unique_per_site")
+            models.UniqueConstraint(
+                fields=["site", "scheduler", "kind", "name"], name="scheduler_queue_unique_per_site"
+            )
         ]
 
     def __str__(self) -> str:
         return f"{self.get_scheduler_display()} {self.name or '(cluster)'}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # A queue made by hand (the simulator, the admin, tests) is the scheduler's own kind unless
+        # told otherwise; the ingest door always says.
+        self.kind = queue_kind(self.scheduler, self.name, self.kind)
+        super().save(*args, **kwargs)
+
+    @property
+    def takes_pool(self) -> bool:
+        """Whether a pool can be set: not on a LocalQueue (its ClusterQueue's pool holds its work)
+        nor on a Slurm account (its jobs run on any partition)."""
+        return self.kind not in TEAM_ONLY_KINDS
 
 
 class SchedulerSample(models.Model):

@@ -10,7 +10,7 @@ from typing import Any
 from fleet.capacity.models import Pool, Team
 from fleet.scheduler import drift
 from fleet.scheduler.models import SchedulerQueue
-from fleet.scheduler.services import pool_queues
+from fleet.scheduler.services import pool_queues, team_queues
 from fleet.scheduler.store import TOPIC
 
 
@@ -139,8 +139,9 @@ def quota_waits(figures: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
 def team_section(team: Team, pools: list[Pool]) -> dict[str, Any]:
     """The team page's queue figures: for each pool the team holds a quota on or has a queue
     mapped to, the team's queues with the capacity panel's figures (pool_queues, the same
-    statements), and ``quota_notes``, the wait beside each of its quotas, computed as the
-    capacity page's quota table computes it (one number, one definition)."""
+    statements), ``quota_notes``, the wait beside each of its quotas, computed as the
+    capacity page's quota table computes it (one number, one definition), and
+    ``team_local_queues``, its Kueue LocalQueues and Slurm accounts with pending and admitted now."""
     mapped = SchedulerQueue.objects.filter(team=team, pool__isnull=False).values_list("pool_id", flat=True)
     pool_ids = sorted({p.pk for p in pools} | set(mapped))
     figures = pool_queues(pool_ids)
@@ -151,7 +152,13 @@ def team_section(team: Team, pools: list[Pool]) -> dict[str, Any]:
         if queues:
             _with_wait_text(queues)
             rows.append({"pool": named[pk], "queues": queues})
-    return {"team": team, "team_queue_rows": rows, "topic": TOPIC, "quota_notes": quota_notes(figures)}
+    return {
+        "team": team,
+        "team_queue_rows": rows,
+        "team_local_queues": team_queues(team.pk),
+        "topic": TOPIC,
+        "quota_notes": quota_notes(figures),
+    }
 
 
 def build_scheduler_delta(topic: str, watermark: Any) -> tuple[dict[str, Any] | None, Any]:

@@ -16,6 +16,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from fleet.capacity.models import Reservation
+from fleet.choices import TEAM_ONLY_KINDS
 from fleet.scheduler.models import SchedulerQueue, SchedulerRollup1m
 from fleet.telemetry.histograms import EMPTY_HISTOGRAM, Histogram, bucket_bound, histogram_quantile, parse_series
 
@@ -92,7 +93,8 @@ GAUGE_FRESH = timedelta(minutes=10)
 # The gauges the panel reads, and for each the series it keeps (None: every series of it).
 _GAUGES: dict[str, tuple[str, ...] | None] = {
     "pending_workloads": ('status="active"', 'status="inadmissible"'),
-    "jobs": ('state="pending"',),  # Slurm, per partition
+    "admitted_active_workloads": ("",),  # Kueue, read for a team's LocalQueues
+    "jobs": ('state="pending"', 'state="running"'),  # Slurm, per partition or account
     "resource_usage": None,  # the GPU series are picked below: the flavor is part of the text
     "gpus": ('state="alloc"',),  # Slurm, the cluster's own series
     "nodes": ('state="drain"', 'state="down"'),  # Slurm, the cluster's own series
@@ -352,3 +354,35 @@ def _empty_pool(pool_id: int, hours: int) -> dict[str, Any]:
         "nodes_down": None,
         "window_hours": hours,
     }
+
+
+def team_queues(team_id: object, *, now: datetime | None = None) -> list[dict[str, Any]]:
+    """The team's Kueue LocalQueues and Slurm accounts (mapped to the team, never to a pool), each
+    with its newest figures as the capacity panel reads them (``_latest_gauges``): ``pending`` and
+    ``inadmissible`` workloads now (an account's pending jobs as pending), and ``admitted``, the
+    admitted active workloads now (an account's running jobs). None where the scheduler has not
+    reported within GAUGE_FRESH (an account's series vanish at zero: the exporter prints only
+    counts above zero, so a quiet account reads as unknown rather than as 0). Two statements."""
+    queues = list(
+        SchedulerQueue.objects.filter(team_id=team_id, kind__in=TEAM_ONLY_KINDS)
+        .select_related("site")
+        .order_by("site__name", "scheduler", "name")
+    )
+    gauges = _latest_gauges([q.pk for q in queues], now or timezone.now()) if queues else {}
+    rows = []
+    for queue in queues:
+        latest = gauges.get(queue.pk, {})
+        pending = latest.get(("pending_workloads", 'status="active"'), latest.get(("jobs", 'state="pending"')))
+        rows.append(
+            {
+                "id": queue.pk,
+                "site": queue.site.name,
+                "scheduler": queue.get_scheduler_display(),
+                "kind": queue.get_kind_display(),
+                "name": queue.name,
+                "pending": pending,
+                "inadmissible": latest.get(("pending_workloads", 'status="inadmissible"')),
+                "admitted": latest.get(("admitted_active_workloads", ""), latest.get(("jobs", 'state="running"'))),
+            }
+        )
+    return rows

@@ -1,7 +1,7 @@
-"""Writing scheduler series: Kueue's ClusterQueue metrics, a Slurm exporter's partition and node
-counts, kube-state-metrics' pods, GPUs and quotas per namespace. A queue is registered on first
-sighting under the site that pushed it (SchedulerQueue, unique per site, scheduler and name); its
-cohort follows what Kueue reports. The values go through the node series' writer
+"""Writing scheduler series: Kueue's ClusterQueue and LocalQueue metrics, a Slurm exporter's
+partition, account and node counts, kube-state-metrics' pods, GPUs and quotas per namespace. A
+queue is registered on first sighting under the site that pushed it (SchedulerQueue, unique per
+site, scheduler, kind and name); its cohort follows what Kueue reports. The values go through the node series' writer
 (fleet.telemetry.series): batch key claimed first, COPY, 1-minute rollup in the same
 transaction."""
 
@@ -15,7 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from console import live
-from fleet.scheduler.models import SchedulerCounterHour, SchedulerQueue
+from fleet.scheduler.models import SchedulerCounterHour, SchedulerQueue, queue_kind
 from fleet.telemetry import partitions
 from fleet.telemetry.series import SeriesTable, store_series
 
@@ -45,7 +45,8 @@ QUEUES = SeriesTable(
 @dataclass(frozen=True)
 class QueuePoint:
     """One value of one queue series as the door read it. ``queue`` is blank for the cluster's own
-    series; ``cohort`` is None where the exporter did not say (only Kueue's resource gauges do)."""
+    series; ``cohort`` is None where the exporter did not say (only Kueue's resource gauges do);
+    ``kind`` is blank for the scheduler's own queue (a ClusterQueue, a partition, a namespace)."""
 
     scheduler: str  # fleet.choices.QueueScheduler
     queue: str
@@ -54,6 +55,14 @@ class QueuePoint:
     ts: datetime
     value: float
     cohort: str | None = None
+    kind: str = ""  # fleet.choices.QueueKind; blank in what the door queued before it said
+
+
+QueueKey = tuple[str, str, str]  # scheduler, kind, name
+
+
+def queue_key(point: QueuePoint) -> QueueKey:
+    return (point.scheduler, queue_kind(point.scheduler, point.queue, point.kind), point.queue)
 
 
 def store_queue_points(*, site_id: int, batch_key: str, points: Sequence[QueuePoint]) -> int:
@@ -69,8 +78,8 @@ def store_queue_points(*, site_id: int, batch_key: str, points: Sequence[QueuePo
             if p.quantity in QUEUE_COUNTERS:
                 for moment in (p.ts, p.ts + timedelta(minutes=1)):
                     if (hour := moment.replace(minute=0, second=0, microsecond=0)) < current:
-                        late.add((ids[(p.scheduler, p.queue)], hour))
-        return [(ids[(p.scheduler, p.queue)], p.series, p.ts, p.quantity, p.value) for p in points]
+                        late.add((ids[queue_key(p)], hour))
+        return [(ids[queue_key(p)], p.series, p.ts, p.quantity, p.value) for p in points]
 
     stored = store_series(QUEUES, site_id=site_id, batch_key=batch_key, stamps=[p.ts for p in points], rows=rows)
     if stored and late:
@@ -88,26 +97,26 @@ def forget_counter_hours(late: set[tuple[int, datetime]]) -> None:
     SchedulerCounterHour.objects.filter(queue_id__in=queues, hour__in=hours).delete()
 
 
-def resolve_queues(site_id: int, points: Sequence[QueuePoint]) -> dict[tuple[str, str], int]:
-    """(scheduler, name) -> queue id for this site, registering the new ones; a cohort the
+def resolve_queues(site_id: int, points: Sequence[QueuePoint]) -> dict[QueueKey, int]:
+    """(scheduler, kind, name) -> queue id for this site, registering the new ones; a cohort the
     scheduler now reports differently is updated (a ClusterQueue moved to another cohort)."""
-    wanted: dict[tuple[str, str], str | None] = {}
+    wanted: dict[QueueKey, str | None] = {}
     for p in points:
-        key = (p.scheduler, p.queue)
+        key = queue_key(p)
         if p.cohort is not None or key not in wanted:
             wanted[key] = p.cohort
 
-    def existing() -> dict[tuple[str, str], SchedulerQueue]:
+    def existing() -> dict[QueueKey, SchedulerQueue]:
         found = SchedulerQueue.objects.filter(
-            site_id=site_id, scheduler__in={s for s, _ in wanted}, name__in={n for _, n in wanted}
-        ).only("id", "scheduler", "name", "cohort")
-        return {(q.scheduler, q.name): q for q in found}
+            site_id=site_id, scheduler__in={s for s, _, _ in wanted}, name__in={n for _, _, n in wanted}
+        ).only("id", "scheduler", "kind", "name", "cohort")
+        return {(q.scheduler, q.kind, q.name): q for q in found}
 
     known = existing()
     new = [
-        SchedulerQueue(site_id=site_id, scheduler=scheduler, name=name, cohort=cohort or "")
-        for (scheduler, name), cohort in sorted(wanted.items(), key=lambda item: item[0])
-        if (scheduler, name) not in known
+        SchedulerQueue(site_id=site_id, scheduler=scheduler, kind=kind, name=name, cohort=cohort or "")
+        for (scheduler, kind, name), cohort in sorted(wanted.items(), key=lambda item: item[0])
+        if (scheduler, kind, name) not in known
     ]
     if new:
         SchedulerQueue.objects.bulk_create(new, ignore_conflicts=True)

@@ -24,6 +24,7 @@ from django.views.generic import TemplateView
 from console.permissions import DashboardRequiredMixin
 from fleet.capacity import approvals
 from fleet.capacity.models import Pool, Team
+from fleet.choices import TEAM_ONLY_KINDS
 from fleet.scheduler import drift, mapping
 from fleet.scheduler.models import SchedulerQueue
 
@@ -34,7 +35,8 @@ def overview_tile(request: HttpRequest) -> dict[str, Any]:
     """The overview's scheduler tile: queues known and mapped, and those whose quota drifts."""
     mapped = drift.quota_drift()
     return {
-        "queues": SchedulerQueue.objects.exclude(name="").count(),
+        # The queues a pool can be set on: a LocalQueue or an account is never "mapped" in this sense.
+        "queues": SchedulerQueue.objects.exclude(name="").exclude(kind__in=TEAM_ONLY_KINDS).count(),
         "mapped": len(mapped),
         "drifted": [d for d in mapped if d.drifted],
     }
@@ -132,7 +134,7 @@ class SchedulerQueuesView(DashboardRequiredMixin, TemplateView):
                     # Offer the suggestion where it would change something.
                     "can_accept": (s.pool is not None and s.pool.pk != q.pool_id)
                     or (s.team is not None and s.team.pk != q.team_id),
-                    "pools": [p for p in pools if p.site_id == q.site_id],
+                    "pools": [p for p in pools if p.site_id == q.site_id] if q.takes_pool else [],
                 }
             )
         drifts = drift.quota_drift()

@@ -33,9 +33,18 @@ KUEUE_READING = {
     "kueue_cluster_queue_borrowing_limit": ("borrowing_limit", "cluster_queue", ("flavor", "resource")),
     "kueue_cluster_queue_lending_limit": ("lending_limit", "cluster_queue", ("flavor", "resource")),
 }
+# Kueue's LocalQueue names (feature gate LocalQueueMetrics): quantity and the labels kept; the
+# queue is registered as namespace/name.
+LOCAL_QUEUE_READING = {
+    "kueue_local_queue_pending_workloads": ("pending_workloads", ("status",)),
+    "kueue_local_queue_reserving_active_workloads": ("reserving_active_workloads", ()),
+    "kueue_local_queue_admitted_active_workloads": ("admitted_active_workloads", ()),
+    "kueue_local_queue_admitted_workloads_total": ("admitted_workloads", ("priority_class",)),
+    "kueue_local_queue_resource_usage": ("resource_usage", ("flavor", "resource")),
+}
 
 
-def test_every_kueue_line_is_stored_under_its_cluster_queue_and_quantity(client, token_a) -> None:
+def test_every_kueue_line_is_stored_under_its_cluster_queue_or_local_queue_and_quantity(client, token_a) -> None:
     response = push(client, token_a, KUEUE)
     assert response.status_code == 202, response.content
     expected = {}
@@ -44,10 +53,23 @@ def test_every_kueue_line_is_stored_under_its_cluster_queue_and_quantity(client,
             quantity, queue_label, keep = KUEUE_READING[name]
             series = label_text({k: labels[k] for k in keep if k in labels})
             expected[("kueue", labels[queue_label], quantity, series)] = value
+        elif name in LOCAL_QUEUE_READING:
+            quantity, keep = LOCAL_QUEUE_READING[name]
+            series = label_text({k: labels[k] for k in keep if k in labels})
+            expected[("kueue", f"{labels['namespace']}/{labels['name']}", quantity, series)] = value
     assert stored() == expected
-    assert response.json()["scheduler_samples"] == len(expected) == 63
+    assert response.json()["scheduler_samples"] == len(expected) == 63 + 14
     assert expected[("kueue", "team-b-h100", "pending_workloads", 'status="inadmissible"')] == 4
     assert expected[("kueue", "team-a-h100", "preempted_workloads", 'reason="InCohortReclamation"')] == 5
+    assert expected[("kueue", "team-b/batch", "pending_workloads", 'status="inadmissible"')] == 4
+    assert expected[("kueue", "team-a/training", "admitted_workloads", 'priority_class="team-a-standard"')] == 187
+    kinds = dict(SchedulerQueue.objects.values_list("name", "kind"))
+    assert kinds == {
+        "team-a-h100": "clusterqueue",
+        "team-b-h100": "clusterqueue",
+        "team-a/training": "localqueue",
+        "team-b/batch": "localqueue",
+    }
 
 
 def test_an_unset_limit_is_kept_as_infinity(client, token_a) -> None:
@@ -64,7 +86,9 @@ def test_cluster_queues_are_registered_once_with_their_cohort(client, site_a, si
     for _ in range(2):  # untimestamped: two observations, one registration
         assert push(client, token_a, KUEUE).status_code == 202
     assert push(client, token_b, KUEUE).status_code == 202
-    queues = sorted(SchedulerQueue.objects.values_list("site__name", "scheduler", "name", "cohort"))
+    queues = sorted(
+        SchedulerQueue.objects.filter(kind="clusterqueue").values_list("site__name", "scheduler", "name", "cohort")
+    )
     assert queues == [
         (site_a.name, "kueue", "team-a-h100", "h100-pool"),
         (site_a.name, "kueue", "team-b-h100", "h100-pool"),
@@ -83,18 +107,19 @@ def test_a_queue_moved_to_another_cohort_follows_it(client, token_a) -> None:
         'kueue_pending_workloads{cluster_queue="team-b-h100",status="active"} 1\n'
     )
     assert push(client, token_a, moved).status_code == 202
-    cohorts = dict(SchedulerQueue.objects.values_list("name", "cohort"))
+    cohorts = dict(SchedulerQueue.objects.filter(kind="clusterqueue").values_list("name", "cohort"))
     assert cohorts == {"team-a-h100": "a100-pool", "team-b-h100": "h100-pool"}  # no cohort label: unchanged
 
 
 def test_kueue_series_this_console_does_not_use_are_counted_as_ignored(client, token_a) -> None:
     body = push(client, token_a, KUEUE).json()
-    unused = [name for name, _, _ in samples(KUEUE) if name not in KUEUE_READING]
-    assert body["ignored"] == len(unused) == 10
+    unused = [name for name, _, _ in samples(KUEUE) if name not in KUEUE_READING | LOCAL_QUEUE_READING]
+    assert body["ignored"] == len(unused) == 16
     assert body["ignored_metrics"] == {
         "kueue_admission_attempts_total": 2,
         "kueue_build_info": 1,
         "kueue_cluster_queue_status": 6,
+        "kueue_local_queue_status": 6,
         "go_goroutines": 1,
     }
 
@@ -151,7 +176,7 @@ def test_kube_state_metrics_pods_are_summed_per_namespace_and_gpus_kept(client, 
     assert response.json()["ignored"] == 22
 
 
-def test_the_slurm_exporters_series_map_to_partitions_and_the_cluster(client, token_a) -> None:
+def test_the_slurm_exporters_series_map_to_partitions_accounts_and_the_cluster(client, token_a) -> None:
     response = push(client, token_a, SLURM)
     assert response.status_code == 202, response.content
     expected = {}
@@ -165,6 +190,9 @@ def test_the_slurm_exporters_series_map_to_partitions_and_the_cluster(client, to
             expected[("slurm", labels["partition"], "cpus", f'state="{state}"')] = value
         elif name == "slurm_partition_jobs_pending":
             expected[("slurm", labels["partition"], "jobs", 'state="pending"')] = value
+        elif name.startswith("slurm_account_"):  # slurm_account_<jobs|cpus|gpus>_<state>
+            quantity = name.split("_")[2]
+            expected[("slurm", labels["account"], quantity, f'state="{state}"')] = value
         elif name in ("slurm_queue_pending", "slurm_queue_running"):
             expected[("slurm", "", "jobs", f'state="{state}"')] = value
         elif name == "slurm_queue_pending_dependency":
@@ -174,7 +202,37 @@ def test_the_slurm_exporters_series_map_to_partitions_and_the_cluster(client, to
     assert stored() == expected
     assert expected[("slurm", "", "nodes", 'state="drain"')] == 3
     assert expected[("slurm", "h100", "jobs", 'state="pending"')] == 17
+    assert expected[("slurm", "team-b", "gpus", 'state="pending"')] == 48
+    assert expected[("slurm", "team-a", "jobs", 'state="running"')] == 29
     assert response.json()["ignored"] == ignored == 7
+    kinds = {name: kind for name, kind in SchedulerQueue.objects.values_list("name", "kind")}
+    assert kinds == {"": "cluster", "debug": "partition", "h100": "partition", "team-a": "account", "team-b": "account"}
+
+
+def test_an_account_named_like_a_partition_is_a_queue_of_its_own(client, token_a) -> None:
+    body = (
+        'slurm_partition_jobs_pending{partition="h100"} 17\n'
+        'slurm_account_jobs_pending{account="h100"} 5\n'
+        'slurm_account_jobs_running{account="h100"} 2\n'
+    )
+    response = push(client, token_a, body)
+    assert response.status_code == 202 and response.json()["scheduler_samples"] == 3
+    values = {
+        (s.queue.kind, s.series): s.value
+        for s in SchedulerSample.objects.select_related("queue").filter(quantity="jobs")
+    }
+    assert values == {
+        ("partition", 'state="pending"'): 17,
+        ("account", 'state="pending"'): 5,
+        ("account", 'state="running"'): 2,
+    }
+
+
+def test_a_local_queue_series_without_its_namespace_is_refused_naming_it(client, token_a) -> None:
+    body = 'kueue_local_queue_admitted_active_workloads{name="training",replica_role="leader"} 6\n'
+    response = push(client, token_a, body)
+    assert response.status_code == 400 and response.json()["field"] == "namespace"
+    assert not SchedulerQueue.objects.exists()
 
 
 def test_a_bad_line_is_refused_naming_it_and_nothing_is_written(client, token_a) -> None:
@@ -227,7 +285,7 @@ def test_values_no_read_can_use_are_ignored_and_counted(client, token_a) -> None
 def test_a_redelivery_writes_nothing(client, token_a) -> None:
     for _ in range(2):
         assert push(client, token_a, KUEUE, **{"Idempotency-Key": "kueue-0001"}).status_code == 202
-    assert SchedulerSample.objects.count() == 63
+    assert SchedulerSample.objects.count() == 63 + 14
     assert IngestBatch.objects.filter(key__endswith=":scheduler").count() == 1
 
 
@@ -235,7 +293,8 @@ def test_kind_node_keeps_out_the_scheduler_series(client, token_a) -> None:
     node = 'node_network_carrier_changes_total{device="eth0"} 3\n'
     response = push(client, token_a, node + SLURM, query="?hostname=gpu-a-017&kind=node")
     assert response.status_code == 202 and response.json()["scheduler_samples"] == 0
-    assert response.json()["ignored_metrics"]["slurm_nodes_drain"] == 1
+    assert response.json()["ignored"] == len(samples(SLURM))  # every Slurm line, accounts' too
+    assert response.json()["ignored_metrics"]["slurm_account_jobs_pending"] == 2
     assert not SchedulerSample.objects.exists()
 
 
@@ -255,7 +314,7 @@ def test_remote_write_carries_the_same_series_as_the_text_door(client, token_a) 
     through_remote_write = stored()
     SchedulerSample.objects.all().delete()
     assert push(client, token_a, KUEUE).status_code == 202
-    assert through_remote_write == stored() and len(through_remote_write) == 63
+    assert through_remote_write == stored() and len(through_remote_write) == 63 + 14
 
 
 def test_a_histogram_with_a_part_no_read_can_use_is_ignored_whole(client, token_a) -> None:

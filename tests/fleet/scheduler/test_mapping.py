@@ -74,6 +74,7 @@ def test_any_role_lists_queues_with_their_suggested_pool_and_team(
         "id": _queue("team-alpha-h100").pk,
         "site": site_a.name,
         "scheduler": "kueue",
+        "kind": "clusterqueue",
         "name": "team-alpha-h100",
         "cohort": "gpu-cohort",
         "pool": None,

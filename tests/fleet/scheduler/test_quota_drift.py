@@ -209,7 +209,7 @@ def test_the_overview_counts_mapped_queues_and_drift(mapped, viewer_client) -> N
 
 
 def test_a_queue_reporting_now_is_read_from_its_recent_minutes_alone(mapped) -> None:
-    ids = list(SchedulerQueue.objects.values_list("pk", flat=True))
+    ids = list(SchedulerQueue.objects.filter(kind="clusterqueue").values_list("pk", flat=True))  # LocalQueues: no quota
     with CaptureQueriesContext(connection) as ctx:
         now = scheduler_quotas(ids)
     assert len(ctx.captured_queries) == 1  # no queue left to look for over the day
@@ -217,7 +217,7 @@ def test_a_queue_reporting_now_is_read_from_its_recent_minutes_alone(mapped) -> 
 
 
 def test_a_queue_gone_quiet_keeps_its_last_quota_of_the_day(mapped) -> None:
-    ids = list(SchedulerQueue.objects.values_list("pk", flat=True))
+    ids = list(SchedulerQueue.objects.filter(kind="clusterqueue").values_list("pk", flat=True))  # LocalQueues: no quota
     later = timezone.now() + timedelta(hours=2)  # the push is two hours old: past the recent minutes
     with CaptureQueriesContext(connection) as ctx:
         quiet = scheduler_quotas(ids, now=later)
