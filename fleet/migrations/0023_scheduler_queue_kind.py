@@ -34,7 +34,6 @@ class Migration(migrations.Migration):
             ),
             preserve_default=False,
         ),
-        migrations.RunPython(fill_kind, migrations.RunPython.noop),
         migrations.AlterField(
             model_name="schedulerqueue",
             name="name",
@@ -56,4 +55,7 @@ class Migration(migrations.Migration):
                 fields=("site", "scheduler", "kind", "name"), name="scheduler_queue_unique_per_site"
             ),
         ),
+        # Last: an UPDATE leaves trigger events (the audit log's, the deferred foreign keys') that
+        # no ALTER TABLE may follow in the same transaction.
+        migrations.RunPython(fill_kind, migrations.RunPython.noop),
     ]
