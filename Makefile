@@ -43,7 +43,9 @@ soak: $(DEV_STAMP)
 	$(BIN)/python bench/soak.py $(SOAK_ARGS)
 
 # A fleet of N GPUs on the console's own services, measured (bench/scale.py; 15 minutes at
-# 100,000 GPUs by default). CI runs `make scale SCALE_ARGS="--short --gpus 2000"`.
+# 100,000 GPUs by default): every GPU's samples every 10 s, 64-GPU training jobs on 80 % of the
+# nodes reporting through the training API, a vLLM endpoint on each of the rest pushing its
+# scrape, probes and websocket clients. CI runs `make scale SCALE_ARGS="--short --gpus 2000"`.
 scale: $(DEV_STAMP)
 	$(BIN)/python bench/scale.py $(SCALE_ARGS)
 
