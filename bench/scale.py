@@ -24,8 +24,10 @@ the soak runs it. Then:
      ``fleet.telemetry.rollups.rollup_lag_seconds`` reads it) and the database's size.
 3. **Drain.** The load stops; the bench waits until every acknowledged sample is stored (up to
    120 s). ``drain_s`` is how long that took: the age of the oldest unwritten batch when the load
-   stopped, at most. The run keeps up when sent = stored, ``drain_s`` <= 30 and the rollups' lag
-   stayed within 2 minutes.
+   stopped, at most. The run keeps up when sent = stored, ``drain_s`` <= 30, the rollups' lag
+   stayed within 2 minutes, and the agents and serving pushers never fell more than one interval
+   behind their schedule (``posters_behind_s``: a console that answers slowly holds its agents
+   back, and then stores all they sent at a lower rate).
 
 The workloads, in proportion to the fleet: in each site the first 80 % of the nodes train and the
 rest serve. Once the GPUs are registered (before the load), and through the load:
@@ -52,7 +54,7 @@ Prints progress on stderr and ends with one line:
 RESULT gpus=... samples_per_s=... sent=... stored=... lag_p99_s=... drain_s=... rollup_lag_max_s=...
 overview_p95_ms=... site_p95_ms=... gpu_page_p95_ms=... ws_clients=... ws_p99_ms=... web_cpu=...
 worker_cpu=... pg_cpu=... db_growth_mb_per_h=... jobs=... endpoints=... training_events_per_s=...
-serving_samples_per_s=... training_p95_ms=... serving_p95_ms=... keeps_up=yes|no
+serving_samples_per_s=... training_p95_ms=... serving_p95_ms=... posters_behind_s=... keeps_up=yes|no
 (``*_cpu``: cores used on average, summed over that component's processes; ``lag_p99_s``: a
 batch's accept -> commit, from fleet_ingestbatch; ``training_events_per_s``: job events the
 events door acknowledged (stored: its write is synchronous), ``serving_samples_per_s``: serving
@@ -814,7 +816,10 @@ def run(args: argparse.Namespace, stack: soak_stack.Stack, sites: list[str], nod
         errors_5xx += sum(n for s, n in poster.statuses.items() if isinstance(s, int) and s >= 500)
     refused = training_poster.refused + serving_poster.refused
     rollup_max = max(rollup_lags or [0.0])
-    keeps_up = stored == sent and drain_s <= 30 and rollup_max <= 120
+    # Keeping up also means reporting on schedule: agents and pushers that fell more than one
+    # interval behind were held back by the console, whatever it then stored.
+    on_schedule = agents.behind_s <= INTERVAL_S and servers.behind_s <= INTERVAL_S
+    keeps_up = stored == sent and drain_s <= 30 and rollup_max <= 120 and on_schedule
     p95 = {name: percentile(p.ms, 95) if p.ms else float("nan") for name, p in probes.items()}
     ws_p99 = percentile(watchers.row_ms, 99) if watchers.row_ms else float("nan")
     log(
@@ -835,7 +840,7 @@ def run(args: argparse.Namespace, stack: soak_stack.Stack, sites: list[str], nod
         f"training_events_per_s={(training_poster.acked - events_before) / load_s:.1f} "
         f"serving_samples_per_s={(serving_poster.acked - serving_before) / load_s:.0f} "
         f"training_p95_ms={p95['training']:.0f} serving_p95_ms={p95['serving']:.0f} "
-        f"keeps_up={'yes' if keeps_up else 'no'}"
+        f"posters_behind_s={agents.behind_s:.1f} keeps_up={'yes' if keeps_up else 'no'}"
     )
     workloads_ok = (
         trainers.jobs == len(gangs)
