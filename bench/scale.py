@@ -97,7 +97,7 @@ from websockets.exceptions import ConnectionClosed
 
 from fleet.serving.simulator import ENDPOINTS, SCRAPE_INTERVAL_S, ServingSimulator
 from fleet.telemetry.simulator import H100, FleetSimulator, SimGpu
-from fleet.training.simulator import JOB_KINDS, MFU_RANGE, SimJob, TrainingSimulator
+from fleet.training.simulator import JOB_KINDS, SimJob, TrainingSimulator
 
 INGEST_PATH = "/api/v1/ingest/gpu-samples"
 INTERVAL_S = 10.0
@@ -353,31 +353,20 @@ class ScaleJobs(TrainingSimulator):
         )
 
     def _place(self, count: int, seed: int) -> list[SimJob]:
-        """As TrainingSimulator._place sizes a job on the nodes it takes: a step of 15-30 s, the
-        tokens its gang's BF16 peak processes in it at an MFU in MFU_RANGE, split over its nodes."""
+        """One job on each gang of nodes, sized as the simulator sizes its own (sized_job)."""
         jobs = []
         for offset, (n, gang) in enumerate(self.gangs):
             kind = JOB_KINDS[n % len(JOB_KINDS)]
             gpus = [SimGpu(u, node.hostname, i, H100, "training", 0) for node in gang for i, u in enumerate(node.uuids)]
-            step = round(self.rng.uniform(15.0, 30.0), 2)
-            peak = sum(g.model.bf16_tflops for g in gpus) * 1e12
-            per_node = self.rng.uniform(*MFU_RANGE) * peak * step / (6 * kind.parameters) / len(gang)
             jobs.append(
-                SimJob(
+                self.sized_job(
                     index=offset,
                     site=gang[0].site,
                     name=f"{kind.name}-{n + 1:05d}",
-                    team=kind.team,
+                    kind=kind,
                     scheduler_id=f"scale/job-{n + 1:05d}",
                     nodes=[node.hostname for node in gang],
                     gpus=gpus,
-                    step_time_s=step,
-                    data_wait_share=self.rng.uniform(0.01, 0.05),
-                    tokens_per_step=max(1, round(per_node)) * len(gang),
-                    checkpoint_interval_s=self.rng.choice((180, 240, 300)),
-                    save_s=round(self.rng.uniform(4, 15), 1),
-                    parameters=kind.parameters,
-                    peak_flops=peak,
                 )
             )
         return jobs

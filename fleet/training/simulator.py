@@ -229,33 +229,54 @@ class TrainingSimulator:
             gpus = [g for h in taken for g in sorted(free[site].pop(h), key=lambda g: g.index)]
             n = len(jobs)
             kind = JOB_KINDS[n % len(JOB_KINDS)]
-            # Steps of 15-30 s: a global batch of a few hundred thousand to a few million tokens at
-            # the job's utilisation, as large-model training runs (and a week of history stays a few
-            # hundred thousand events). The hang detector's line stays its floor, 300 s.
-            step = round(self.rng.uniform(15.0, 30.0), 2)
-            peak = sum(g.model.bf16_tflops for g in gpus) * 1e12
-            # The tokens a step of this length processes at the job's utilisation, split evenly over
-            # its nodes (each node reports its share of every step).
-            per_node = self.rng.uniform(*MFU_RANGE) * peak * step / (6 * kind.parameters) / len(taken)
             jobs.append(
-                SimJob(
+                self.sized_job(
                     index=n,
                     site=site,
                     name=f"{kind.name}-{n + 1:02d}",
-                    team=kind.team,
+                    kind=kind,
                     scheduler_id=simulated_scheduler_id(seed, n),
                     nodes=taken,
                     gpus=gpus,
-                    step_time_s=step,
-                    data_wait_share=self.rng.uniform(0.01, 0.05),
-                    tokens_per_step=max(1, round(per_node)) * len(taken),
-                    checkpoint_interval_s=self.rng.choice((180, 240, 300)),
-                    save_s=round(self.rng.uniform(4, 15), 1),
-                    parameters=kind.parameters,
-                    peak_flops=peak,
                 )
             )
         return jobs
+
+    def sized_job(
+        self,
+        *,
+        index: int,
+        site: str,
+        name: str,
+        kind: JobKind,
+        scheduler_id: str,
+        nodes: list[str],
+        gpus: list[SimGpu],
+    ) -> SimJob:
+        """A job of ``kind`` on these nodes and GPUs, sized as large-model training runs: steps of
+        15-30 s, each the tokens its gang's BF16 peak processes at an MFU in MFU_RANGE (a global
+        batch of a few hundred thousand to a few million tokens, and a week of history a few
+        hundred thousand events; the hang detector's line stays its floor, 300 s), split evenly
+        over its nodes (each node reports its share of every step)."""
+        step = round(self.rng.uniform(15.0, 30.0), 2)
+        peak = sum(g.model.bf16_tflops for g in gpus) * 1e12
+        per_node = self.rng.uniform(*MFU_RANGE) * peak * step / (6 * kind.parameters) / len(nodes)
+        return SimJob(
+            index=index,
+            site=site,
+            name=name,
+            team=kind.team,
+            scheduler_id=scheduler_id,
+            nodes=nodes,
+            gpus=gpus,
+            step_time_s=step,
+            data_wait_share=self.rng.uniform(0.01, 0.05),
+            tokens_per_step=max(1, round(per_node)) * len(nodes),
+            checkpoint_interval_s=self.rng.choice((180, 240, 300)),
+            save_s=round(self.rng.uniform(4, 15), 1),
+            parameters=kind.parameters,
+            peak_flops=peak,
+        )
 
     # --- the clock ------------------------------------------------------------------------------
 
