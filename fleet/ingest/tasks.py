@@ -18,10 +18,8 @@ from fleet.telemetry.models import IngestBatch
 logger = logging.getLogger(__name__)
 
 
-def _payload(batch_key: str, body: bytes | str | None) -> bytes | str | None:
-    """The batch body: inline (eager mode) or from the stash (production)."""
-    if body is not None:
-        return body
+def _stashed(batch_key: str) -> bytes | None:
+    """The body a task queued before pushes had their stream left in the stash."""
     stashed = take_payload(batch_key)
     if stashed is None and not IngestBatch.objects.filter(key__startswith=batch_key).exists():
         logger.error("batch %s: its body is gone from the stash and it was never stored", batch_key)
@@ -53,12 +51,12 @@ def ingest_prometheus_batch(
 
     received = datetime.fromisoformat(enqueued_at) if enqueued_at else None
     if body is None:
-        payload = _payload(batch_key, None)
+        payload = _stashed(batch_key)
         if payload is not None:
             push_queue.enqueue(
                 site_id=site_id,
                 key=batch_key,
-                payload=payload if isinstance(payload, bytes) else payload.encode(),
+                payload=payload,
                 options=options,
                 samples=0,
                 enqueued_at=received or timezone.now(),
