@@ -187,7 +187,43 @@ def node_body(node: Node, ts: datetime, overrides: dict[str, dict[str, float]] |
     return json.dumps({"samples": samples}).encode()
 
 
-class Agents:
+class Paced:
+    """Items shared over threads, each item acted on once every ``interval`` seconds, spread evenly
+    over it; ``behind_s``: how far a thread fell behind that schedule, at most."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.behind_s = 0.0
+        self.stop_event = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self._behind_lock = threading.Lock()
+
+    def start_paced(self, items: list[Any], threads: int, act: Callable[[Any], None]) -> None:
+        for i in range(threads):
+            share = items[i::threads]
+            if share:
+                t = threading.Thread(target=self._paced, args=(share, act), daemon=True)
+                t.start()
+                self.threads.append(t)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        for t in self.threads:
+            t.join(60)
+
+    def _paced(self, items: list[Any], act: Callable[[Any], None]) -> None:
+        spacing = self.interval / len(items)
+        next_at = time.monotonic() + random.uniform(0, spacing)
+        for item in itertools.cycle(items):
+            if self.stop_event.wait(max(0.0, next_at - time.monotonic())):
+                return
+            with self._behind_lock:
+                self.behind_s = max(self.behind_s, time.monotonic() - next_at)
+            act(item)
+            next_at += spacing
+
+
+class Agents(Paced):
     """Every node POSTs its GPUs' samples every INTERVAL_S, spread over the interval by
     ``posters`` threads; counts what was acknowledged."""
 
@@ -199,14 +235,13 @@ class Agents:
         posters: int,
         overrides: dict[str, dict[str, float]] | None = None,
     ) -> None:
+        super().__init__(INTERVAL_S)
         self.urls, self.tokens, self.nodes, self.posters = urls, tokens, nodes, posters
         self.overrides = overrides
         self.statuses: Counter[int | str] = Counter()
         self.samples_acked = 0
-        self.behind_s = 0.0  # how far the posters fell behind their schedule, at most
         self.lock = threading.Lock()
-        self.stop_event = threading.Event()
-        self.threads: list[threading.Thread] = []
+        self.local = threading.local()  # a session per poster thread
 
     def one_round(self) -> None:
         """Every node once, as fast as the posters go (registration)."""
@@ -223,28 +258,12 @@ class Agents:
             self._post(session, node)
 
     def start(self) -> None:
-        for i in range(self.posters):
-            t = threading.Thread(target=self._run, args=(self.nodes[i :: self.posters],), daemon=True)
-            t.start()
-            self.threads.append(t)
+        self.start_paced(self.nodes, self.posters, self._post_paced)
 
-    def stop(self) -> None:
-        self.stop_event.set()
-        for t in self.threads:
-            t.join(60)
-
-    def _run(self, nodes: list[Node]) -> None:
-        session = requests.Session()
-        spacing = INTERVAL_S / max(1, len(nodes))
-        next_at = time.monotonic() + random.uniform(0, spacing)
-        for node in itertools.cycle(nodes):
-            if self.stop_event.wait(max(0.0, next_at - time.monotonic())):
-                return
-            behind = time.monotonic() - next_at
-            with self.lock:
-                self.behind_s = max(self.behind_s, behind)
-            self._post(session, node)
-            next_at += spacing
+    def _post_paced(self, node: Node) -> None:
+        if not hasattr(self.local, "session"):
+            self.local.session = requests.Session()
+        self._post(self.local.session, node)
 
     def _post(self, session: requests.Session, node: Node) -> None:
         body = node_body(node, datetime.now(UTC), self.overrides)
@@ -431,11 +450,12 @@ class Endpoint:
     sim: ServingSimulator  # one endpoint's vLLM server (fleet.serving.simulator's model)
 
 
-class Servers:
+class Servers(Paced):
     """One vLLM endpoint per inference node, each pushing its exposition every SCRAPE_INTERVAL_S
     (to ``?endpoint=<name>``), spread over the interval by ``threads`` threads."""
 
     def __init__(self, poster: WorkloadPoster, nodes: list[Node], threads: int) -> None:
+        super().__init__(SCRAPE_INTERVAL_S)
         self.poster, self.threads_wanted = poster, threads
         self.endpoints = []
         for n, node in enumerate(nodes):
@@ -444,9 +464,6 @@ class Servers:
             sim = ServingSimulator(self, sites=[node.site], seed=n, scenarios=False, scrape_interval_s=0, specs=(spec,))
             self.endpoints.append(Endpoint(f"{node.site}-serve-{n + 1:05d}", sim))
         self.local = threading.local()
-        self.behind_s = 0.0  # how far the pushers fell behind their schedule, at most
-        self.stop_event = threading.Event()
-        self.threads: list[threading.Thread] = []
 
     # fleet.serving.simulator.ServingSender: the endpoint's name goes on the door's query.
     def send(self, site: str, url: str, body: dict[str, Any]) -> requests.Response | None:
@@ -474,27 +491,7 @@ class Servers:
             t.join()
 
     def start(self) -> None:
-        for i in range(self.threads_wanted):
-            share = self.endpoints[i :: self.threads_wanted]
-            if share:
-                t = threading.Thread(target=self._run, args=(share,), daemon=True)
-                t.start()
-                self.threads.append(t)
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        for t in self.threads:
-            t.join(60)
-
-    def _run(self, endpoints: list[Endpoint]) -> None:
-        spacing = SCRAPE_INTERVAL_S / len(endpoints)
-        next_at = time.monotonic() + random.uniform(0, spacing)
-        for endpoint in itertools.cycle(endpoints):
-            if self.stop_event.wait(max(0.0, next_at - time.monotonic())):
-                return
-            self.behind_s = max(self.behind_s, time.monotonic() - next_at)
-            self.push(endpoint)
-            next_at += spacing
+        self.start_paced(self.endpoints, self.threads_wanted, self.push)
 
 
 class Probe(threading.Thread):
