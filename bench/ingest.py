@@ -189,6 +189,19 @@ def sample_count() -> int:
         return int(cursor.fetchone()[0])
 
 
+def fold_sizes() -> tuple[int, float]:
+    """The writers' transactions and the mean batches in each: a fold's batches share the
+    received_at its transaction's now() gave them."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*), avg(n) FROM (SELECT count(*) AS n FROM fleet_ingestbatch GROUP BY received_at) f"
+        )
+        folds, mean = cursor.fetchone()
+    return int(folds), float(mean or 0)
+
+
 def stored_by_batches() -> int:
     """Samples of every committed batch (the batch row commits with its samples)."""
     from django.db import connection
@@ -530,6 +543,7 @@ def run_e2e(workload: Workload, args: argparse.Namespace, site_ids: dict[str, in
     for p in profilers:
         p.wait(timeout=30)
     rows = sample_count() - start_rows
+    folds, fold_mean = fold_sizes()
     if workload.last_ts(next(numbers)) > datetime.now(UTC):
         raise RuntimeError("the run outran the workload's timestamps: lower --duration")
     elapsed = last_commit - first_post
@@ -547,6 +561,7 @@ def run_e2e(workload: Workload, args: argparse.Namespace, site_ids: dict[str, in
         "cpu": cpu,
     }
     procs.stop()
+    log(f"e2e: written in {folds:,} transactions of {fold_mean:.1f} batches on average (at most --fold {args.fold})")
     log(
         f"e2e: {rows:,} rows committed in {elapsed:.1f} s = {result['rate']:,.0f} samples/s "
         f"(accepted at {result['accept_rate']:,.0f}/s, drain {result['drain_s']:.1f} s, POST p50 "
@@ -608,7 +623,7 @@ def start_profilers(procs: Processes, args: argparse.Namespace) -> list[subproce
     started = []
     for name in ("web", "worker"):
         pid = procs.procs[name].pid
-        command = [spy, "record", "--pid", str(pid), "--subprocesses", "--nonblocking", "--format", "raw"]
+        command = [spy, "record", "--pid", str(pid), "--subprocesses", "--nonblocking", "--gil", "--format", "raw"]
         command += ["--rate", "50", "--duration", str(int(args.duration)), "--output", str(out / f"{name}.txt")]
         started.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     return started

@@ -34,9 +34,9 @@ Nothing is lost and nothing is written twice:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import os
-import secrets
 import socket
 import threading
 import time
@@ -131,6 +131,16 @@ return redis.call('DEL', KEYS[1])
 """
 
 
+_tokens = itertools.count()
+
+
+def owner_token() -> str:
+    """A token naming one slot holder: unique among every process's holders (host, process,
+    a count), which is all a slot asks of it. Not a secret: no one guesses it to gain anything,
+    and reading the system's randomness on each request measured a tenth of the ingest door."""
+    return f"{socket.gethostname()}:{os.getpid()}:{next(_tokens)}"
+
+
 def enqueue(*, site_id: int, key: str, samples: Sequence[Any], enqueued_at: datetime) -> None:
     """Queue a validated GPU batch for a writer (see ``add``)."""
     entry = {"k": key, "s": site_id, "n": len(samples), "e": enqueued_at.isoformat(), "d": encode_rows(samples)}
@@ -143,7 +153,7 @@ def add(lane: Lane, entry: dict[str, Any]) -> None:
     drain) when the queue is unavailable; the entry may then be queued or not (the beat's drain
     writes it if it is), and a retry with the same key is safe either way."""
     client = redis_client()
-    token, keys = secrets.token_hex(8), lane.slot_keys()
+    token, keys = owner_token(), lane.slot_keys()
     pipe = client.pipeline(transaction=False)
     pipe.xadd(lane.stream, entry)  # type: ignore[arg-type]
     pipe.evalsha(_TAKE_SLOT_SHA, len(keys), *keys, SLOT_TTL_SECONDS, token)
@@ -208,7 +218,7 @@ def drain(slot: int | None = None, token: str | None = None, *, consumer: str | 
     # No slot named (or one past a since-lowered INGEST_DRAINERS): run as the beat's drain does.
     periodic = slot is None or token is None or not 0 <= slot < len(lane.slot_keys())
     if periodic:
-        token = secrets.token_hex(8)
+        token = owner_token()
         slot = _take_slot(lane, client, token)
         if slot < 0:  # a drainer is at work; it takes stranded entries over when it next starts
             _check_later_for_stranded(lane, client)

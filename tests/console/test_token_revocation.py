@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def servers(tmp_path, settings) -> Iterator[list[Stack]]:  # type: ignore[no-untyped-def]
     # This process revokes through the same shared cache as the servers (the suite's default is
     # a cache of its own, in memory).
-    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": redis_url()}}
+    settings.CACHES = {"default": {"BACKEND": "console.cache.SharedRedisCache", "LOCATION": redis_url()}}
     stacks = []
     try:
         for n in range(2):
