@@ -1,4 +1,4 @@
-"""ASGI entry point: Django first, then the websocket router (as the Channels docs order it)."""
+"""ASGI entry point: Django for HTTP (synchronously, console.http), Channels for websockets."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import asyncio
 import os
 from typing import Any
 
-from django.core.asgi import get_asgi_application
+from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
-django_asgi_app = get_asgi_application()
+django_handler = get_wsgi_application()  # run synchronously, one thread hop a request (console.http)
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
@@ -18,6 +18,7 @@ from django.conf import settings  # noqa: E402
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware  # noqa: E402
 
 from console import drain, limits, live  # noqa: E402
+from console.http import SyncDjango  # noqa: E402
 from console.routing import websocket_urlpatterns  # noqa: E402
 from console.runtime import announce_mode, settle_heap  # noqa: E402
 from console.sockets import SameOriginValidator  # noqa: E402
@@ -28,7 +29,7 @@ announce_mode("web")
 # database outage meets its 503 rather than a middleware's unhandled error (a 500).
 router = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": SyncDjango(django_handler, threads=settings.WEB_THREADS),
         "websocket": SameOriginValidator(
             AllowedHostsOriginValidator(SessionMiddlewareStack(URLRouter(websocket_urlpatterns)))
         ),

@@ -219,6 +219,9 @@ DATABASES["default"].setdefault("OPTIONS", {}).update(
         },
     }
 )
+# HTTP requests a web process runs at once (console.http), each on a pool thread with its own
+# database connection: at most the connection pool's size.
+WEB_THREADS = envint("GOODPUT_WEB_THREADS", 16, minimum=1)
 # The console's own role, kept apart from DATABASES: console.dbroles puts the owner's credentials
 # on the default connection while it migrates (and the test suite while it creates its database).
 DATABASE_APP = {key: str(DATABASES["default"].get(key) or "") for key in ("USER", "PASSWORD", "HOST", "PORT")}

@@ -57,7 +57,7 @@ def parse_gpu_batch(body: bytes, *, now: datetime | None = None) -> GpuBatchIn:
     oldest = now - timedelta(seconds=settings.INGEST_MAX_AGE_SECONDS)
     # min/max run in C; the loop that names the sample only runs for a batch that is refused.
     # (NaN cannot reach here: it is not JSON, and msgspec refuses it as malformed.)
-    stamps = [s.ts for s in batch.samples]
+    stamps = list(map(_ts_of, batch.samples))
     if max(stamps) > newest or min(stamps) < oldest:
         for index, ts in enumerate(stamps):
             if ts > newest:
@@ -91,7 +91,7 @@ def _check_identities(samples: list[Any]) -> None:
     """The identity fields against their patterns, each distinct value once; the error names the
     first sample that carries a bad value, as msgspec would have."""
     for field, pattern in _IDENTITIES:
-        values = {getattr(s, field) for s in samples}
+        values = set(map(operator.attrgetter(field), samples))
         values.discard(None)
         bad = {v for v in values if not pattern.fullmatch(v)}
         if bad:
@@ -106,6 +106,9 @@ def _check_identities(samples: list[Any]) -> None:
 
 
 _parent_of = operator.attrgetter("parent_uuid")
+_uuid_of = operator.attrgetter("gpu_uuid")
+_ts_of = operator.attrgetter("ts")
+_hostname_of = operator.attrgetter("hostname")
 _DEVICE_ONLY_FIELDS = tuple(f.name for f in GPU_SAMPLE_FIELDS if f.name not in MIG_INSTANCE_FIELDS)
 
 
@@ -193,8 +196,8 @@ def check_site_scope(batch: GpuBatchIn, *, site_id: int) -> ScopeCheck:
 
     samples = batch.samples
     parents = {s.parent_uuid for s in samples if s.parent_uuid} if any(map(_parent_of, samples)) else set()
-    uuids = {s.gpu_uuid for s in samples} | parents
-    hostnames = {s.hostname for s in samples}
+    uuids = set(map(_uuid_of, samples)) | parents
+    hostnames = set(map(_hostname_of, samples))
     gpus = directory.gpus(uuids)
     nodes = directory.nodes(hostnames)
     foreign_gpus = {uuid for uuid, (_, site) in gpus.items() if site != site_id}
@@ -249,7 +252,7 @@ _row_decoder = msgspec.msgpack.Decoder(list[GpuSampleRow])  # type: ignore[valid
 
 def encode_rows(samples: list[Any]) -> bytes:
     """Validated samples as the queue carries them (MessagePack arrays of GpuSampleRow)."""
-    return _row_encoder.encode([astuple(s) for s in samples])
+    return _row_encoder.encode(list(map(astuple, samples)))
 
 
 def decode_rows(data: bytes) -> list[Any]:

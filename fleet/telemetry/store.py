@@ -9,6 +9,8 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import repeat
+from operator import attrgetter
 from typing import Any
 
 from django.db import connection, transaction
@@ -65,14 +67,16 @@ def store_gpu_batches(batches: Sequence[PendingBatch]) -> int:
     batches = list(unique.values())
     if not batches:
         return 0
-    stamps = [s.ts for b in batches for s in b.samples]
-    stored = partitions.write_with_partitions(partitions.SAMPLES, min(stamps), max(stamps), lambda: _store(batches))
+    stamps: set[datetime] = set().union(*(map(_ts_of, b.samples) for b in batches))  # a batch is a few ticks
+    stored = partitions.write_with_partitions(
+        partitions.SAMPLES, min(stamps), max(stamps), lambda: _store(batches, stamps)
+    )
     if stored:
         counters.increment("goodput_ingest_samples_stored_total", stored)
     return stored
 
 
-def _store(batches: list[PendingBatch]) -> int:
+def _store(batches: list[PendingBatch], stamps: set[datetime]) -> int:
     """1. claim the batch keys, 2. register new GPUs, 3. COPY, 4. latest state, 5. dirty rollup buckets."""
     with transaction.atomic():
         fresh = _claim_batches(batches)
@@ -83,7 +87,7 @@ def _store(batches: list[PendingBatch]) -> int:
         samples = [s for b in batches for s in b.samples]
         _copy_samples(gpu_ids, samples)
         _upsert_latest_state(gpu_ids, samples)
-        mark_dirty_minutes(s.ts for s in samples)
+        mark_dirty_minutes(stamps)  # of every batch: a redelivery's minutes are marked again, harmlessly
         # The fleet page always; a GPU's or node's page only while one is watching (one cache read).
         topics = ["fleet", *live.watched(["power"])]  # the power page too, while one follows it
         transaction.on_commit(lambda: live.request_push(*topics, *dashboard.watched_topics(gpu_ids.values())))
@@ -99,8 +103,9 @@ def _own_samples(batches: list[PendingBatch]) -> list[PendingBatch]:
 
     def foreign(batch: PendingBatch) -> tuple[set[str], set[str]]:
         site = batch.site_id
-        uuids = {u for s in batch.samples for u in (s.gpu_uuid, s.parent_uuid) if u}
-        hostnames = {s.hostname for s in batch.samples}
+        uuids = {*map(_uuid_of, batch.samples), *map(_parent_of, batch.samples)}
+        uuids.discard(None)
+        hostnames = set(map(_hostname_of, batch.samples))
         gpus.update(directory.gpus(uuids - gpus.keys()))
         nodes.update(directory.nodes(hostnames - nodes.keys()))
         return {u for u in uuids if u in gpus and gpus[u][1] != site}, {
@@ -161,9 +166,9 @@ def _resolve_gpus(batches: Sequence[PendingBatch]) -> dict[str, int]:
     rollback would leave the cache pointing at ids that never existed).
     """
     by_uuid: dict[str, tuple[int, Any]] = {}
-    for batch in batches:
-        for sample in batch.samples:
-            by_uuid.setdefault(sample.gpu_uuid, (batch.site_id, sample))
+    for batch in reversed(batches):  # backwards, so each UUID keeps its first sample
+        samples = batch.samples[::-1]
+        by_uuid.update(zip(map(_uuid_of, samples), zip(repeat(batch.site_id), samples), strict=True))
     known = {u: gpu_id for u, (gpu_id, _) in directory.gpus(by_uuid).items()}
     missing = [(site_id, s) for u, (site_id, s) in by_uuid.items() if u not in known]
     for site_id in sorted({site_id for site_id, _ in missing}):
@@ -213,6 +218,12 @@ def _register_gpus(samples: list[Any], node_ids: dict[str, int]) -> dict[str, in
     return {u: gpu_id for u, (gpu_id, _) in created.items()}
 
 
+_uuid_of = attrgetter("gpu_uuid")
+_parent_of = attrgetter("parent_uuid")
+_hostname_of = attrgetter("hostname")
+_ts_of = attrgetter("ts")
+
+
 def _copy_samples(gpu_ids: dict[str, int], samples: Sequence[Any]) -> None:
     """Binary COPY: the fastest way into PostgreSQL, and the reason there is no ORM here."""
     columns = ", ".join(SAMPLE_COLUMNS)
@@ -220,10 +231,10 @@ def _copy_samples(gpu_ids: dict[str, int], samples: Sequence[Any]) -> None:
         raw = cursor.cursor  # the psycopg 3 cursor under Django's wrapper
         with raw.copy(f"COPY {partitions.SAMPLES.name} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
             copy.set_types(SAMPLE_TYPES)
-            for sample in samples:
-                gpu_id = gpu_ids.get(sample.gpu_uuid)
-                if gpu_id is not None:
-                    copy.write_row((gpu_id, sample.ts, *metric_values(sample)))
+            write_row = copy.write_row
+            for gpu_id, sample in zip(map(gpu_ids.get, map(_uuid_of, samples)), samples, strict=True):
+                if gpu_id is not None:  # metric_values, inlined: this loop runs for every sample
+                    write_row((gpu_id, sample.ts, *astuple(sample)[METRICS_START:METRICS_END]))
 
 
 def _upsert_latest_state(gpu_ids: dict[str, int], samples: Sequence[Any]) -> None:
