@@ -87,13 +87,26 @@ _IDENTITIES = (
 )
 
 
+# Values that matched their pattern before (a fleet sends the same UUIDs and hostnames every few
+# seconds): only new ones meet the regex. Bounded; cleared when full.
+_matched: dict[str, set[str]] = {field: set() for field, _ in _IDENTITIES}
+_MATCHED_MAX = 500_000
+
+
 def _check_identities(samples: list[Any]) -> None:
     """The identity fields against their patterns, each distinct value once; the error names the
     first sample that carries a bad value, as msgspec would have."""
     for field, pattern in _IDENTITIES:
         values = set(map(operator.attrgetter(field), samples))
         values.discard(None)
-        bad = {v for v in values if not pattern.fullmatch(v)}
+        matched = _matched[field]
+        new = values - matched
+        if not new:
+            continue
+        bad = {v for v in new if not pattern.fullmatch(v)}
+        if len(matched) > _MATCHED_MAX:
+            matched.clear()
+        matched.update(new - bad)
         if bad:
             index = next(i for i, s in enumerate(samples) if getattr(s, field) in bad)
             value = getattr(samples[index], field)

@@ -18,10 +18,29 @@ from fleet.inventory.models import Gpu, Node
 TTL_SECONDS = 300
 MAX_ENTRIES = 200_000
 
-Entries = dict[str, tuple[int, int, float]]  # key -> (object id, site id, expires)
 
-_gpus: Entries = {}  # by GPU UUID
-_nodes: Entries = {}  # by hostname
+class Entries:
+    """key -> (object id, site id), all forgotten together TTL_SECONDS after the first was kept.
+
+    One age for the lot, not one an entry: a lookup is then two set operations and a mapping in
+    C, where a check of each key's own expiry was a Python step per UUID, on every batch, at the
+    edge and in the writer. No entry is older than TTL_SECONDS either way."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, tuple[int, int]] = {}
+        self.born = 0.0
+
+    def current(self) -> dict[str, tuple[int, int]]:
+        if self.items and time.monotonic() - self.born > TTL_SECONDS:
+            self.items = {}
+        return self.items
+
+    def clear(self) -> None:
+        self.items = {}
+
+
+_gpus = Entries()  # by GPU UUID
+_nodes = Entries()  # by hostname
 
 # A node's ports and mounts, as the node series writer maps them: (kind, node id) -> ({name:
 # what the writer needs of it}, expires). Shorter-lived than the GPUs' entries: a port an
@@ -69,26 +88,19 @@ def forget_node_parts(kind: str, node_ids: Iterable[int]) -> None:
         _parts.pop((kind, node_id), None)
 
 
-def _fresh(
-    cache: dict[str, tuple[int, int, float]], keys: Iterable[str]
-) -> tuple[dict[str, tuple[int, int]], list[str]]:
-    now = time.monotonic()
-    hits, misses = {}, []
-    for key in keys:
-        entry = cache.get(key)
-        if entry is not None and entry[2] > now:
-            hits[key] = (entry[0], entry[1])
-        else:
-            misses.append(key)
-    return hits, misses
+def _fresh(cache: Entries, keys: set[str]) -> tuple[dict[str, tuple[int, int]], list[str]]:
+    items = cache.current()
+    found = keys & items.keys()
+    return dict(zip(found, map(items.__getitem__, found), strict=True)), list(keys - found)
 
 
 def _remember(cache: Entries, rows: Iterable[tuple[str, int, int]]) -> None:
-    if len(cache) > MAX_ENTRIES:
-        cache.clear()
-    expires = time.monotonic() + TTL_SECONDS
-    for key, obj_id, site_id in rows:
-        cache[key] = (obj_id, site_id, expires)
+    items = cache.current()
+    if len(items) > MAX_ENTRIES:
+        items = cache.items = {}
+    if not items:
+        cache.born = time.monotonic()
+    items.update((key, (obj_id, site_id)) for key, obj_id, site_id in rows)
 
 
 def gpus(uuids: Iterable[str], *, remember: bool = True) -> dict[str, tuple[int, int]]:
@@ -121,6 +133,6 @@ def forget(*, uuids: Iterable[str] = (), hostnames: Iterable[str] = ()) -> None:
     """Drop these entries, so the next lookup reads them from the database (a GPU or node that
     seems to be another site's may have been moved there since it was cached)."""
     for uuid in uuids:
-        _gpus.pop(uuid, None)
+        _gpus.items.pop(uuid, None)
     for hostname in hostnames:
-        _nodes.pop(hostname, None)
+        _nodes.items.pop(hostname, None)

@@ -243,11 +243,11 @@ def _upsert_latest_state(gpu_ids: dict[str, int], samples: Sequence[Any]) -> Non
     The rows go by binary COPY into a temporary table, then one INSERT ... ON CONFLICT: binding a
     thousand rows of 23 columns as parameters costs more than the COPY of the samples themselves.
     """
-    latest: dict[int, Any] = {}
-    for sample in samples:
-        gpu_id = gpu_ids.get(sample.gpu_uuid)
-        if gpu_id is not None and (gpu_id not in latest or sample.ts >= latest[gpu_id].ts):
-            latest[gpu_id] = sample
+    # Oldest first (a stable sort: of two samples with one stamp the later wins), so each GPU's
+    # entry ends as its newest; in C, where a comparison a sample in Python cost a tenth of a fold.
+    ordered = sorted(samples, key=_ts_of)
+    latest: dict[int | None, Any] = dict(zip(map(gpu_ids.get, map(_uuid_of, ordered)), ordered, strict=True))
+    latest.pop(None, None)  # samples of GPUs without an id
     if not latest:
         return
     columns = ", ".join(SAMPLE_COLUMNS)
