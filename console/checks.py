@@ -53,3 +53,21 @@ def database_roles(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
         )
     warnings += [Warning(problem, hint=HINT, id="goodput.W102") for problem in connection_problems()]
     return warnings
+
+
+@register(Tags.database)
+def web_threads_within_the_pool(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    """A web process runs up to WEB_THREADS requests at once, each holding a pooled connection
+    (console.http): more threads than the pool has connections makes the rest wait for one."""
+    pool = settings.DATABASES["default"].get("OPTIONS", {}).get("pool")
+    size = pool.get("max_size") if isinstance(pool, dict) else None
+    if size is not None and size < settings.WEB_THREADS:
+        return [
+            Warning(
+                f"GOODPUT_WEB_THREADS is {settings.WEB_THREADS}, more than the {size} connections of "
+                "DATABASE_POOL_MAX: requests past the pool wait up to DATABASE_POOL_TIMEOUT for a connection.",
+                hint="Set GOODPUT_WEB_THREADS at or under DATABASE_POOL_MAX.",
+                id="goodput.W103",
+            )
+        ]
+    return []

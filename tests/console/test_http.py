@@ -121,3 +121,14 @@ def test_more_requests_than_threads_all_get_answers() -> None:
         return await asyncio.gather(*(one() for _ in range(6)))
 
     assert asyncio.run(run()) == [200] * 6
+
+
+def test_more_web_threads_than_pooled_connections_is_a_warning(settings) -> None:  # type: ignore[no-untyped-def]
+    from console.checks import web_threads_within_the_pool
+
+    pool = settings.DATABASES["default"]["OPTIONS"]["pool"]["max_size"]
+    settings.WEB_THREADS = pool
+    assert web_threads_within_the_pool() == []
+    settings.WEB_THREADS = pool + 1
+    (warning,) = web_threads_within_the_pool()
+    assert warning.id == "goodput.W103" and "DATABASE_POOL_MAX" in warning.msg
