@@ -3,8 +3,9 @@
 Every view and middleware of the console is synchronous. Django's ASGI handler runs such a stack
 by hopping between the event loop and a thread several times a request (in to the middleware
 chain, back out to its async core, in again for each ``process_view`` hook and for the view, plus
-the request signals), on a new thread for every request. Those hops measured about 3 ms of CPU a
-request, as much as validating a 1,000-sample ingest batch.
+the request signals), on a new thread for every request. Those hops cost about 2.5 ms of CPU a
+request (``bench/ingest.py``: the web's CPU per 1,000-sample batch fell from 7.9 to 5.4 ms),
+twice what validating the batch costs.
 
 Here the event loop reads the body (``limits.RequestBodyLimit`` has bounded it), one pool thread
 runs Django's WSGI handler (the same middleware, views and signals, all synchronous) and closes

@@ -136,8 +136,8 @@ _tokens = itertools.count()
 
 def owner_token() -> str:
     """A token naming one slot holder: unique among every process's holders (host, process,
-    a count), which is all a slot asks of it. Not a secret: no one guesses it to gain anything,
-    and reading the system's randomness on each request measured a tenth of the ingest door."""
+    a count), which is all a slot asks of it. Not a secret: no one gains by guessing it, so
+    reading the system's randomness on every request bought nothing."""
     return f"{socket.gethostname()}:{os.getpid()}:{next(_tokens)}"
 
 
