@@ -19,7 +19,16 @@ from django.utils import timezone
 from msgspec.structs import astuple
 
 from fleet.choices import ClaimKind
-from fleet.telemetry.fields import GPU_SAMPLE_FIELDS, MIG_INSTANCE_FIELDS, GpuSampleIn, GpuSampleRow
+from fleet.telemetry.fields import (
+    GPU_SAMPLE_FIELDS,
+    MIG_INSTANCE_FIELDS,
+    GpuSampleIn,
+    GpuSampleRow,
+    hostname_of,
+    parent_of,
+    ts_of,
+    uuid_of,
+)
 from fleet.validation import HOSTNAME_PATTERN, UUID_PATTERN, IngestError
 
 
@@ -57,7 +66,7 @@ def parse_gpu_batch(body: bytes, *, now: datetime | None = None) -> GpuBatchIn:
     oldest = now - timedelta(seconds=settings.INGEST_MAX_AGE_SECONDS)
     # min/max run in C; the loop that names the sample only runs for a batch that is refused.
     # (NaN cannot reach here: it is not JSON, and msgspec refuses it as malformed.)
-    stamps = list(map(_ts_of, batch.samples))
+    stamps = list(map(ts_of, batch.samples))
     if max(stamps) > newest or min(stamps) < oldest:
         for index, ts in enumerate(stamps):
             if ts > newest:
@@ -118,10 +127,6 @@ def _check_identities(samples: list[Any]) -> None:
             )
 
 
-_parent_of = operator.attrgetter("parent_uuid")
-_uuid_of = operator.attrgetter("gpu_uuid")
-_ts_of = operator.attrgetter("ts")
-_hostname_of = operator.attrgetter("hostname")
 _DEVICE_ONLY_FIELDS = tuple(f.name for f in GPU_SAMPLE_FIELDS if f.name not in MIG_INSTANCE_FIELDS)
 
 
@@ -208,9 +213,9 @@ def check_site_scope(batch: GpuBatchIn, *, site_id: int) -> ScopeCheck:
     from fleet.inventory import claims, directory
 
     samples = batch.samples
-    parents = {s.parent_uuid for s in samples if s.parent_uuid} if any(map(_parent_of, samples)) else set()
-    uuids = set(map(_uuid_of, samples)) | parents
-    hostnames = set(map(_hostname_of, samples))
+    parents = {s.parent_uuid for s in samples if s.parent_uuid} if any(map(parent_of, samples)) else set()
+    uuids = set(map(uuid_of, samples)) | parents
+    hostnames = set(map(hostname_of, samples))
     gpus = directory.gpus(uuids)
     nodes = directory.nodes(hostnames)
     foreign_gpus = {uuid for uuid, (_, site) in gpus.items() if site != site_id}

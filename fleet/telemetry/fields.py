@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from operator import attrgetter
 from typing import Annotated, Any
 
 import msgspec
@@ -165,3 +166,10 @@ GpuSampleIn = msgspec.defstruct(
 # A sample that already passed GpuSampleIn, as the queue carries it: a MessagePack array in the
 # same field order (a third of the JSON's size, and several times faster to decode).
 GpuSampleRow = msgspec.defstruct("GpuSampleRow", _struct_fields(checked=False), array_like=True, gc=False)
+
+# A sample's identity fields and timestamp, read in C (``map(uuid_of, samples)``): the door and the
+# writer walk every sample of a batch for them.
+uuid_of = attrgetter("gpu_uuid")
+parent_of = attrgetter("parent_uuid")
+hostname_of = attrgetter("hostname")
+ts_of = attrgetter("ts")

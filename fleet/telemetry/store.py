@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import repeat
-from operator import attrgetter
 from typing import Any
 
 from django.db import connection, transaction
@@ -20,7 +19,16 @@ from console import counters, live
 from fleet.inventory import directory
 from fleet.inventory.models import Gpu, Node
 from fleet.telemetry import dashboard, partitions
-from fleet.telemetry.fields import GPU_SAMPLE_FIELDS, METRIC_NAMES, METRICS_END, METRICS_START
+from fleet.telemetry.fields import (
+    GPU_SAMPLE_FIELDS,
+    METRIC_NAMES,
+    METRICS_END,
+    METRICS_START,
+    hostname_of,
+    parent_of,
+    ts_of,
+    uuid_of,
+)
 from fleet.telemetry.models import IngestBatch
 
 SAMPLE_COLUMNS = ("gpu_id", "ts", *METRIC_NAMES)
@@ -67,7 +75,7 @@ def store_gpu_batches(batches: Sequence[PendingBatch]) -> int:
     batches = list(unique.values())
     if not batches:
         return 0
-    stamps: set[datetime] = set().union(*(map(_ts_of, b.samples) for b in batches))  # a batch is a few ticks
+    stamps: set[datetime] = set().union(*(map(ts_of, b.samples) for b in batches))  # a batch is a few ticks
     stored = partitions.write_with_partitions(
         partitions.SAMPLES, min(stamps), max(stamps), lambda: _store(batches, stamps)
     )
@@ -103,9 +111,9 @@ def _own_samples(batches: list[PendingBatch]) -> list[PendingBatch]:
 
     def foreign(batch: PendingBatch) -> tuple[set[str], set[str]]:
         site = batch.site_id
-        uuids = {*map(_uuid_of, batch.samples), *map(_parent_of, batch.samples)}
+        uuids = {*map(uuid_of, batch.samples), *map(parent_of, batch.samples)}
         uuids.discard(None)
-        hostnames = set(map(_hostname_of, batch.samples))
+        hostnames = set(map(hostname_of, batch.samples))
         gpus.update(directory.gpus(uuids - gpus.keys()))
         nodes.update(directory.nodes(hostnames - nodes.keys()))
         return {u for u in uuids if u in gpus and gpus[u][1] != site}, {
@@ -168,7 +176,7 @@ def _resolve_gpus(batches: Sequence[PendingBatch]) -> dict[str, int]:
     by_uuid: dict[str, tuple[int, Any]] = {}
     for batch in reversed(batches):  # backwards, so each UUID keeps its first sample
         samples = batch.samples[::-1]
-        by_uuid.update(zip(map(_uuid_of, samples), zip(repeat(batch.site_id), samples), strict=True))
+        by_uuid.update(zip(map(uuid_of, samples), zip(repeat(batch.site_id), samples), strict=True))
     known = {u: gpu_id for u, (gpu_id, _) in directory.gpus(by_uuid).items()}
     missing = [(site_id, s) for u, (site_id, s) in by_uuid.items() if u not in known]
     for site_id in sorted({site_id for site_id, _ in missing}):
@@ -218,12 +226,6 @@ def _register_gpus(samples: list[Any], node_ids: dict[str, int]) -> dict[str, in
     return {u: gpu_id for u, (gpu_id, _) in created.items()}
 
 
-_uuid_of = attrgetter("gpu_uuid")
-_parent_of = attrgetter("parent_uuid")
-_hostname_of = attrgetter("hostname")
-_ts_of = attrgetter("ts")
-
-
 def _copy_samples(gpu_ids: dict[str, int], samples: Sequence[Any]) -> None:
     """Binary COPY: the fastest way into PostgreSQL, and the reason there is no ORM here."""
     columns = ", ".join(SAMPLE_COLUMNS)
@@ -232,7 +234,7 @@ def _copy_samples(gpu_ids: dict[str, int], samples: Sequence[Any]) -> None:
         with raw.copy(f"COPY {partitions.SAMPLES.name} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
             copy.set_types(SAMPLE_TYPES)
             write_row = copy.write_row
-            for gpu_id, sample in zip(map(gpu_ids.get, map(_uuid_of, samples)), samples, strict=True):
+            for gpu_id, sample in zip(map(gpu_ids.get, map(uuid_of, samples)), samples, strict=True):
                 if gpu_id is not None:  # metric_values, inlined: this loop runs for every sample
                     write_row((gpu_id, sample.ts, *astuple(sample)[METRICS_START:METRICS_END]))
 
@@ -245,8 +247,8 @@ def _upsert_latest_state(gpu_ids: dict[str, int], samples: Sequence[Any]) -> Non
     """
     # Oldest first (a stable sort: of two samples with one stamp the later wins), so each GPU's
     # entry ends as its newest; in C, where a comparison a sample in Python cost a tenth of a fold.
-    ordered = sorted(samples, key=_ts_of)
-    latest: dict[int | None, Any] = dict(zip(map(gpu_ids.get, map(_uuid_of, ordered)), ordered, strict=True))
+    ordered = sorted(samples, key=ts_of)
+    latest: dict[int | None, Any] = dict(zip(map(gpu_ids.get, map(uuid_of, ordered)), ordered, strict=True))
     latest.pop(None, None)  # samples of GPUs without an id
     if not latest:
         return
