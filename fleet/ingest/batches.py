@@ -133,6 +133,8 @@ _DEVICE_ONLY_FIELDS = tuple(f.name for f in GPU_SAMPLE_FIELDS if f.name not in M
 def _check_mig_instances(samples: list[Any]) -> None:
     """A MIG instance reports only what it has of its own (utilisation, memory, activity ratios):
     power, temperatures, clocks, energy, ECC and XIDs are the physical GPU's, reported on it."""
+    if not any(map(parent_of, samples)):  # no MIG instances: the usual batch, checked in C
+        return
     for index, sample in enumerate(samples):
         if sample.parent_uuid is None:
             continue

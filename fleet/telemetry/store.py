@@ -10,12 +10,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import repeat
+from operator import add, itemgetter
 from typing import Any
 
 from django.db import connection, transaction
 from msgspec.structs import astuple
 
 from console import counters, live
+from console.pgcopy import copy_binary
 from fleet.inventory import directory
 from fleet.inventory.models import Gpu, Node
 from fleet.telemetry import dashboard, partitions
@@ -35,12 +37,14 @@ SAMPLE_COLUMNS = ("gpu_id", "ts", *METRIC_NAMES)
 SAMPLE_TYPES = ["int8", "timestamptz", *("float4" if f.kind is float else "int8" for f in GPU_SAMPLE_FIELDS)]
 # The state table's columns are Django's (double precision, bigint), not the sample table's reals.
 SAMPLE_TYPES_STATE = ["int8", "timestamptz", *("float8" if f.kind is float else "int8" for f in GPU_SAMPLE_FIELDS)]
+_COPY_SAMPLES = f"COPY {partitions.SAMPLES.name} ({', '.join(SAMPLE_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
+_metrics = itemgetter(slice(METRICS_START, METRICS_END))  # a sample's metrics from its astuple
 
 
 def metric_values(sample: Any) -> tuple[Any, ...]:
     """The sample's metrics in METRIC_NAMES order (msgspec's astuple runs in C; the metrics sit
     together in the schema, at METRICS_START)."""
-    return astuple(sample)[METRICS_START:METRICS_END]
+    return _metrics(astuple(sample))
 
 
 @dataclass(frozen=True)
@@ -173,11 +177,14 @@ def _resolve_gpus(batches: Sequence[PendingBatch]) -> dict[str, int]:
     remembers committed rows; what is registered here is looked up with remember=False (a
     rollback would leave the cache pointing at ids that never existed).
     """
+    uuids = set().union(*(map(uuid_of, batch.samples) for batch in batches))
+    known = {u: gpu_id for u, (gpu_id, _) in directory.gpus(uuids).items()}
+    if len(known) == len(uuids):  # the usual fold: every GPU registered
+        return known
     by_uuid: dict[str, tuple[int, Any]] = {}
     for batch in reversed(batches):  # backwards, so each UUID keeps its first sample
         samples = batch.samples[::-1]
         by_uuid.update(zip(map(uuid_of, samples), zip(repeat(batch.site_id), samples), strict=True))
-    known = {u: gpu_id for u, (gpu_id, _) in directory.gpus(by_uuid).items()}
     missing = [(site_id, s) for u, (site_id, s) in by_uuid.items() if u not in known]
     for site_id in sorted({site_id for site_id, _ in missing}):
         known.update(_register_site_gpus(site_id, [s for site, s in missing if site == site_id]))
@@ -227,16 +234,18 @@ def _register_gpus(samples: list[Any], node_ids: dict[str, int]) -> dict[str, in
 
 
 def _copy_samples(gpu_ids: dict[str, int], samples: Sequence[Any]) -> None:
-    """Binary COPY: the fastest way into PostgreSQL, and the reason there is no ORM here."""
-    columns = ", ".join(SAMPLE_COLUMNS)
+    """Binary COPY: the fastest way into PostgreSQL, and the reason there is no ORM here.
+
+    Each row, (gpu id, ts, *metrics), is built and formatted in C (``map`` over attrgetters and
+    ``pgcopy``): this runs for every sample, and a Python step a sample was most of the
+    writer's own time."""
+    ids = list(map(gpu_ids.get, map(uuid_of, samples)))
+    if None in ids:  # samples of GPUs without an id (another site's, raced at the edge)
+        kept = [(gpu_id, sample) for gpu_id, sample in zip(ids, samples, strict=True) if gpu_id is not None]
+        ids, samples = [gpu_id for gpu_id, _ in kept], [sample for _, sample in kept]
+    rows = map(add, zip(ids, map(ts_of, samples), strict=True), map(_metrics, map(astuple, samples)))
     with connection.cursor() as cursor:
-        raw = cursor.cursor  # the psycopg 3 cursor under Django's wrapper
-        with raw.copy(f"COPY {partitions.SAMPLES.name} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
-            copy.set_types(SAMPLE_TYPES)
-            write_row = copy.write_row
-            for gpu_id, sample in zip(map(gpu_ids.get, map(uuid_of, samples)), samples, strict=True):
-                if gpu_id is not None:  # metric_values, inlined: this loop runs for every sample
-                    write_row((gpu_id, sample.ts, *astuple(sample)[METRICS_START:METRICS_END]))
+        copy_binary(cursor.cursor, _COPY_SAMPLES, SAMPLE_TYPES, rows)  # the psycopg cursor under Django's
 
 
 def _upsert_latest_state(gpu_ids: dict[str, int], samples: Sequence[Any]) -> None:
@@ -262,11 +271,8 @@ def _upsert_latest_state(gpu_ids: dict[str, int], samples: Sequence[Any]) -> Non
             f"CREATE TEMP TABLE IF NOT EXISTS goodput_state_in AS SELECT {columns} FROM fleet_gpustate WITH NO DATA"
         )
         raw.execute("TRUNCATE goodput_state_in")
-        with raw.copy(f"COPY goodput_state_in ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
-            copy.set_types(SAMPLE_TYPES_STATE)
-            for gpu_id in sorted(latest):
-                sample = latest[gpu_id]
-                copy.write_row((gpu_id, sample.ts, *metric_values(sample)))
+        rows = ((gpu_id, latest[gpu_id].ts, *metric_values(latest[gpu_id])) for gpu_id in sorted(latest))
+        copy_binary(raw, f"COPY goodput_state_in ({columns}) FROM STDIN (FORMAT BINARY)", SAMPLE_TYPES_STATE, rows)
         # Sorted: concurrent workers lock the state rows in the same order.
         raw.execute(
             f"INSERT INTO fleet_gpustate ({columns}, updated_at) "

@@ -94,6 +94,22 @@ def test_a_body_sent_in_pieces_without_a_length_is_read_whole(token_a: str) -> N
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_body_past_the_memory_limit_is_spooled_and_still_read_whole(token_a: str, settings) -> None:  # type: ignore[no-untyped-def]
+    """Bodies up to FILE_UPLOAD_MAX_MEMORY_SIZE are joined in memory; a larger one goes to a
+    temporary file on the way, and Django reads the same bytes either way."""
+    settings.FILE_UPLOAD_MAX_MEMORY_SIZE = 1500
+    app = SyncDjango(get_wsgi_application(), threads=2)
+    body = json.dumps({"samples": [make_sample(gpu_index=i) for i in range(8)]}).encode()
+    assert len(body) > 2 * settings.FILE_UPLOAD_MAX_MEMORY_SIZE
+    pieces = [body[:1000], body[1000:1400], body[1400:2000], body[2000:]]  # crosses the limit mid-way
+    headers = [(b"content-type", b"application/json"), (b"authorization", f"Bearer {token_a}".encode())]
+    status, _, answer, _ = _call(app, _scope("POST", "/api/v1/ingest/gpu-samples", headers), pieces)
+    assert status == 202, answer
+    assert json.loads(answer)["accepted"] == 8
+    assert sorted(GpuSample.objects.values_list("gpu__index", flat=True)) == list(range(8))
+
+
+@pytest.mark.django_db(transaction=True)
 def test_the_answer_carries_django_s_headers_and_a_refusal_names_its_field(token_a: str) -> None:
     app = SyncDjango(get_wsgi_application(), threads=2)
     headers = [(b"content-type", b"application/json"), (b"authorization", f"Bearer {token_a}".encode())]
