@@ -54,6 +54,7 @@ def django_db_setup(django_db_setup: None) -> Iterator[None]:
 def _eager_unless_real_stack(request: pytest.FixtureRequest, settings: Any) -> Iterator[None]:
     real = request.node.get_closest_marker("worker") or request.node.get_closest_marker("browser")
     settings.FLEET_SUMMARY_SECONDS = 0  # each test reads what it just wrote (test_fleet_page_cache sets it)
+    settings.SERVING_SUMMARY_SECONDS = 0
     if not real:
         settings.EAGER_TASKS = True
         settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}

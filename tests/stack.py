@@ -43,6 +43,7 @@ def stack_env(redis_url: str) -> dict[str, str]:
         PYTHONUNBUFFERED="1",
         GOODPUT_LIVE_MIN_INTERVAL_MS="500",
         GOODPUT_FLEET_SUMMARY_SECONDS="0",  # a test reads what it just wrote
+        GOODPUT_SERVING_SUMMARY_SECONDS="0",
     )
     return env
 

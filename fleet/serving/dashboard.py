@@ -17,11 +17,13 @@ import math
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.db import transaction
 from django.http import HttpRequest
 from django.utils import timezone
 
+from console import figures
 from console.ranges import Window
 from fleet.serving import metrics as sm
 from fleet.serving import slo as serving
@@ -235,6 +237,14 @@ def _endpoints() -> list[Endpoint]:
 # --- the overview --------------------------------------------------------------------------------
 
 
+def current_overview() -> dict[str, Any]:
+    """overview_snapshot as every reader shares it: computed at most once every
+    SERVING_SUMMARY_SECONDS for all web processes (console.figures.fresh). It costs a few queries
+    and a chart's arithmetic an endpoint (125 endpoints: 2.4 s a read under bench/scale.py's
+    load), where a cached read is a lookup; the page's pushes move it forward in between."""
+    return figures.fresh("serving.overview", overview_snapshot, seconds=settings.SERVING_SUMMARY_SECONDS)
+
+
 def overview_snapshot(*, now: datetime | None = None) -> dict[str, Any]:
     """Everything /serving/ draws: per endpoint its identity and SLOs, the last five minutes'
     figures, the SLO table with the burn rates and the alerts firing, and the last hour's
@@ -276,8 +286,13 @@ def _totals(cards: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def overview_tile(request: HttpRequest | None = None) -> dict[str, Any]:
-    """The overview page's serving section: endpoints meeting and missing their SLOs, the worst
-    error budget left and the alerts firing (three queries per endpoint)."""
+    """The overview page's serving section (tile_figures), shared as current_overview is."""
+    return figures.fresh("serving.tile", tile_figures, seconds=settings.SERVING_SUMMARY_SECONDS)
+
+
+def tile_figures() -> dict[str, Any]:
+    """Endpoints meeting and missing their SLOs, the worst error budget left and the alerts firing
+    (three queries per endpoint)."""
     now = timezone.now()
     rows = []
     for endpoint in _endpoints():

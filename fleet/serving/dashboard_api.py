@@ -28,7 +28,7 @@ class ServingOverviewView(APIView):
     @extend_schema(responses=OpenApiTypes.OBJECT)
     def get(self, request: Request) -> Response:
         live.watch_topic("serving")
-        return Response(serving_dashboard.overview_snapshot())
+        return Response(serving_dashboard.current_overview())
 
 
 class EndpointSnapshotView(APIView):

@@ -8,7 +8,7 @@ No page holds the whole GPU table or receives every changed row. The page shows:
 - with a site chosen, the site's aggregates and worst GPUs: the ``site.<id>`` topic.
 
 The figures are computed about once every ``FLEET_SUMMARY_SECONDS`` for all processes and
-sockets (``fresh``: kept in the shared cache, recomputed in the background by one process while
+sockets (``console.figures.fresh``: kept in the shared cache, recomputed in the background by one process while
 every reader is answered the previous value), so a read costs a cache lookup at any fleet size, and a push of the
 ``fleet`` topic twice a second does not recompute what a page read a moment ago. A view's rows
 are computed afresh for its push (their delivery is timed from the sample) and written back for
@@ -23,23 +23,18 @@ view share one topic and one build. The snapshot and the pushes are built from t
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
-import threading
-import time
 import zlib
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
-from django.conf import settings
 from django.core.cache import cache
-from django.db import connections
 from django.utils import timezone
 from redis.exceptions import RedisError
 
 from console import live
+from console.figures import fresh, keep
 from console.ranges import Window
 from fleet.telemetry import dashboard, gpu_table
 from fleet.telemetry.gpu_table import TableQuery
@@ -51,74 +46,6 @@ _VIEWS_INDEX = "fleet:views"
 MAX_VIEWS = 500  # distinct table views followed at once; past it the oldest stop getting pushes
 
 logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
-_FRESH_KEY = "fleet:fresh:{}"
-_FRESH_LOCK_SECONDS = 30
-_clock = time.time  # the tests move it
-
-
-def fresh(name: str, compute: Callable[[], T]) -> T:
-    """``compute()``'s value as of about FLEET_SUMMARY_SECONDS ago, shared by every process.
-
-    An expired value is still answered: the caller that takes the recomputation (a lock in the
-    cache) starts it in the background, so no reader waits for it, and the others go on serving
-    the previous value until it is kept. With none kept (a first read, a flushed Redis) the caller
-    computes it. A cache that cannot be reached costs a computation, never an error."""
-    seconds = settings.FLEET_SUMMARY_SECONDS
-    if seconds <= 0:
-        return compute()
-    key = _FRESH_KEY.format(name)
-    try:
-        held = cache.get(key)
-        if held is not None and (_clock() - held[0] < seconds or not cache.add(f"{key}:lock", 1, _FRESH_LOCK_SECONDS)):
-            return held[1]  # fresh, or another caller is recomputing it
-    except RedisError as exc:
-        logger.warning("fleet figures computed without the cache (%s)", exc.__class__.__name__)
-        return compute()
-    if held is None:
-        value = compute()
-        keep(name, value)
-        return value
-    _in_background(lambda: _recompute(name, key, compute))
-    return held[1]
-
-
-def _recompute(name: str, key: str, compute: Callable[[], Any]) -> None:
-    try:
-        keep(name, compute())
-    except Exception:
-        logger.exception("fleet figures %s not recomputed", name)
-    finally:
-        _forget_lock(key)
-
-
-def _background(work: Callable[[], None]) -> None:
-    def run() -> None:
-        try:
-            work()
-        finally:
-            connections.close_all()  # this thread's own connections
-
-    threading.Thread(target=run, name="fleet-figures", daemon=True).start()
-
-
-_in_background = _background  # the tests run it in place
-
-
-def keep(name: str, value: Any) -> None:
-    """Store a value just computed for ``fresh`` readers (a push's rows, written back)."""
-    if settings.FLEET_SUMMARY_SECONDS <= 0:
-        return
-    try:
-        cache.set(_FRESH_KEY.format(name), (_clock(), value), timeout=max(60, settings.FLEET_SUMMARY_SECONDS * 10))
-    except RedisError as exc:
-        logger.warning("fleet figures not kept (%s)", exc.__class__.__name__)
-
-
-def _forget_lock(key: str) -> None:
-    with contextlib.suppress(RedisError):  # else it expires on its own
-        cache.delete(f"{key}:lock")
 
 
 def current_sites() -> list[dict[str, Any]]:

@@ -357,6 +357,36 @@ def test_the_overview_tile_without_endpoints(viewer_client: Client, db: None) ->
     assert "No serving endpoints yet" in html
 
 
+def test_the_overview_and_its_tile_are_computed_once_an_interval_for_every_reader(
+    viewer_client: Client,
+    served: dict[str, Any],
+    settings,
+    monkeypatch,  # type: ignore[no-untyped-def]
+) -> None:
+    """SERVING_SUMMARY_SECONDS: within it a read is the kept value (an endpoint added since does
+    not show yet); past it the read is still answered at once and the value recomputed behind it."""
+    from django.core.cache import cache
+
+    from console import figures
+
+    settings.SERVING_SUMMARY_SECONDS = 10
+    cache.clear()
+    clock = {"now": 5_000_000.0}
+    monkeypatch.setattr(figures, "_clock", lambda: clock["now"])
+    monkeypatch.setattr(figures, "_in_background", lambda work: work())  # in place: this test's transaction
+    names = lambda: [c["name"] for c in viewer_client.get(OVERVIEW).json()["endpoints"]]  # noqa: E731
+    assert names() == ["llama"] and serving_dashboard.overview_tile()["endpoints"] == 1
+    Endpoint.objects.create(site=served["endpoint"].site, name="mistral", framework="vllm")
+    clock["now"] += 5
+    assert names() == ["llama"] and serving_dashboard.overview_tile()["endpoints"] == 1  # kept
+    clock["now"] += 6
+    assert names() == ["llama"]  # expired: answered with the kept value, recomputed behind it
+    assert sorted(names()) == ["llama", "mistral"]
+    serving_dashboard.overview_tile()
+    assert serving_dashboard.overview_tile()["endpoints"] == 2
+    cache.clear()
+
+
 # --- each framework's own series: Triton's time per request, TGI's requests and tokens -------------
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"

@@ -1,5 +1,5 @@
 """The fleet page's figures are computed about once every FLEET_SUMMARY_SECONDS for every reader
-(fleet_page.fresh): a read within it is a cache lookup; an expired value is still answered while
+(console.figures.fresh): a read within it is a cache lookup; an expired value is still answered while
 one caller recomputes it in the background (run in place here, where the test's transaction is
 the only one that sees its data); a push's rows are written back for the reads; a cache that
 cannot be reached costs a computation, not an error."""
@@ -10,6 +10,7 @@ import pytest
 from django.core.cache import cache
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from console import figures
 from fleet.telemetry import fleet_page, gpu_table
 from tests.conftest import make_sample, post_batch
 
@@ -20,9 +21,9 @@ def kept(settings, monkeypatch):  # type: ignore[no-untyped-def]
     settings.FLEET_SUMMARY_SECONDS = 5
     cache.clear()
     clock = {"now": 1_000_000.0}
-    monkeypatch.setattr(fleet_page, "_clock", lambda: clock["now"])
+    monkeypatch.setattr(figures, "_clock", lambda: clock["now"])
     clock["background"] = []
-    monkeypatch.setattr(fleet_page, "_in_background", lambda work: (clock["background"].append(1), work()))
+    monkeypatch.setattr(figures, "_in_background", lambda work: (clock["background"].append(1), work()))
     yield clock
     cache.clear()
 
@@ -39,13 +40,13 @@ def test_within_the_interval_a_read_is_the_kept_value_then_it_is_recomputed(kept
         calls.append(1)
         return len(calls)
 
-    assert fleet_page.fresh("x", compute) == 1
+    assert figures.fresh("x", compute) == 1
     kept["now"] += 4.9
-    assert fleet_page.fresh("x", compute) == 1 and len(calls) == 1  # kept
+    assert figures.fresh("x", compute) == 1 and len(calls) == 1  # kept
     kept["now"] += 0.2
-    assert fleet_page.fresh("x", compute) == 1  # expired: answered, and recomputed behind the answer
+    assert figures.fresh("x", compute) == 1  # expired: answered, and recomputed behind the answer
     assert kept["background"] == [1] and len(calls) == 2
-    assert fleet_page.fresh("x", compute) == 2 and len(calls) == 2
+    assert figures.fresh("x", compute) == 2 and len(calls) == 2
 
 
 def test_the_overview_reads_its_figures_once_an_interval(kept, viewer_client, client, token_a) -> None:
@@ -62,27 +63,27 @@ def test_the_overview_reads_its_figures_once_an_interval(kept, viewer_client, cl
 
 
 def test_an_expired_value_is_served_while_another_caller_recomputes_it(kept) -> None:
-    fleet_page.fresh("y", lambda: "old")
+    figures.fresh("y", lambda: "old")
     kept["now"] += 10
-    assert cache.add("fleet:fresh:y:lock", 1)  # another process took the recomputation
-    assert fleet_page.fresh("y", lambda: pytest.fail("computed twice")) == "old"
-    cache.delete("fleet:fresh:y:lock")  # it finished (without writing, say): the next caller does it
-    assert fleet_page.fresh("y", lambda: "new") == "old" and kept["background"] == [1]
-    assert cache.get("fleet:fresh:y:lock") is None  # released
-    assert fleet_page.fresh("y", lambda: pytest.fail("computed again")) == "new"
+    assert cache.add("figures:y:lock", 1)  # another process took the recomputation
+    assert figures.fresh("y", lambda: pytest.fail("computed twice")) == "old"
+    cache.delete("figures:y:lock")  # it finished (without writing, say): the next caller does it
+    assert figures.fresh("y", lambda: "new") == "old" and kept["background"] == [1]
+    assert cache.get("figures:y:lock") is None  # released
+    assert figures.fresh("y", lambda: pytest.fail("computed again")) == "new"
 
 
 def test_a_first_read_computes_in_place_and_a_failed_recomputation_keeps_the_old_value(kept) -> None:
-    assert fleet_page.fresh("w", lambda: "first") == "first" and kept["background"] == []
+    assert figures.fresh("w", lambda: "first") == "first" and kept["background"] == []
     kept["now"] += 10
 
     def broken() -> str:
         raise RuntimeError("a bug")
 
-    assert fleet_page.fresh("w", broken) == "first"  # logged, not raised to the reader
-    assert cache.get("fleet:fresh:w:lock") is None
-    assert fleet_page.fresh("w", lambda: "second") == "first"  # tried again by the next reader
-    assert fleet_page.fresh("w", lambda: "third") == "second"
+    assert figures.fresh("w", broken) == "first"  # logged, not raised to the reader
+    assert cache.get("figures:w:lock") is None
+    assert figures.fresh("w", lambda: "second") == "first"  # tried again by the next reader
+    assert figures.fresh("w", lambda: "third") == "second"
 
 
 def test_a_view_push_writes_its_rows_back_for_the_reads(kept, client, token_a) -> None:
@@ -104,8 +105,8 @@ def test_a_cache_that_cannot_be_reached_costs_a_computation(kept, monkeypatch) -
 
             return down
 
-    monkeypatch.setattr(fleet_page, "cache", Down())
-    assert fleet_page.fresh("z", lambda: 42) == 42
+    monkeypatch.setattr(figures, "cache", Down())
+    assert figures.fresh("z", lambda: 42) == 42
 
 
 @pytest.mark.django_db(transaction=True)  # the background thread reads committed rows on its own connection
@@ -118,20 +119,20 @@ def test_the_recomputation_runs_on_a_thread_of_its_own(settings, monkeypatch) ->
     settings.FLEET_SUMMARY_SECONDS = 5
     cache.clear()
     clock = {"now": 2_000_000.0}
-    monkeypatch.setattr(fleet_page, "_clock", lambda: clock["now"])
+    monkeypatch.setattr(figures, "_clock", lambda: clock["now"])
     threads = []
 
     def count() -> tuple[int, str]:
         threads.append(threading.current_thread().name)
         return Site.objects.count(), threading.current_thread().name
 
-    before = fleet_page.fresh("sites-count", count)
+    before = figures.fresh("sites-count", count)
     Site.objects.create(name="late-site", region="eu")
     clock["now"] += 6
-    assert fleet_page.fresh("sites-count", count) == before  # answered at once
+    assert figures.fresh("sites-count", count) == before  # answered at once
     deadline = time.monotonic() + 10
-    while fleet_page.fresh("sites-count", count) == before and time.monotonic() < deadline:
+    while figures.fresh("sites-count", count) == before and time.monotonic() < deadline:
         time.sleep(0.05)
-    after = fleet_page.fresh("sites-count", count)
-    assert after == (before[0] + 1, "fleet-figures") and threads[-1] == "fleet-figures"
+    after = figures.fresh("sites-count", count)
+    assert after == (before[0] + 1, "figures") and threads[-1] == "figures"
     cache.clear()
