@@ -14,7 +14,8 @@ the soak runs it. Then:
    one POST a node (the NVML agent's batch: 8 GPUs), spread evenly over the 10 s by ``--posters``
    threads over both web processes, each POST with an Idempotency-Key kept across retries (429,
    5xx and connection errors are retried, on the other process). Alongside:
-   * probes, about one request a second each, with an Admin's session: the fleet overview over 24 h
+   * probes, about one request a second each, from a process of their own (the load generator's
+     threads share this one's GIL), with an Admin's session: the fleet overview over 24 h
      (``/api/v1/fleet/overview/?range=24h``), a site's (``&site=<id>``) and a GPU's page
      (``/fleet/gpus/<uuid>/``);
    * ``--clients`` websocket clients (signed in through the login form), each subscribed to the
@@ -72,6 +73,7 @@ import contextlib
 import itertools
 import json
 import math
+import multiprocessing
 import random
 import sys
 import tempfile
@@ -521,6 +523,48 @@ class Probe(threading.Thread):
                 self.ms.append((time.monotonic() - started) * 1000)
 
 
+@dataclass
+class ProbeResult:
+    ms: list[float]
+    statuses: Counter[int | str]
+
+
+def _run_probes(urls: list[str], cookies: dict[str, str], paths: dict[str, str], conn: Any) -> None:
+    """The probe process: one Probe thread a path until told to stop, then their timings back."""
+    probes = {name: Probe(urls, cookies, path) for name, path in paths.items()}
+    for p in probes.values():
+        p.start()
+    conn.recv()
+    for p in probes.values():
+        p.stop_event.set()
+    for p in probes.values():
+        p.join(timeout=35)
+    conn.send({name: (p.ms, dict(p.statuses)) for name, p in probes.items()})
+
+
+class Probes:
+    """The probes in a process of their own. In this one, the load's sixty-odd threads (agents,
+    trainers, serving pushers, the websocket clients' loop) share one GIL, and a probe whose
+    answer had arrived waited its turn for it: its time was the bench's as much as the
+    console's. A browser does not share a GIL with the load."""
+
+    def __init__(self, urls: list[str], cookies: dict[str, str], paths: dict[str, str]) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.conn, child = context.Pipe()
+        self.process = context.Process(target=_run_probes, args=(urls, cookies, paths, child), daemon=True)
+        self.results: dict[str, ProbeResult] = {}
+
+    def start(self) -> None:
+        self.process.start()
+
+    def stop(self) -> dict[str, ProbeResult]:
+        self.conn.send("stop")
+        got = self.conn.recv() if self.conn.poll(60) else {}
+        self.process.join(timeout=10)
+        self.results = {name: ProbeResult(ms, Counter(statuses)) for name, (ms, statuses) in got.items()}
+        return self.results
+
+
 class Watchers(threading.Thread):
     """``clients`` websocket clients on the fleet topic and their table page's topic."""
 
@@ -720,13 +764,17 @@ def run(args: argparse.Namespace, stack: soak_stack.Stack, sites: list[str], nod
         conn.execute("ANALYZE")
     site_id = stack.sql("SELECT id FROM fleet_site WHERE name = %s", [sites[0]])[0][0]
     cookies = {base: sign_in(base, "soak", PASSWORD) for base in urls}
-    probes = {
-        "overview": Probe(urls, cookies, "/api/v1/fleet/overview/?range=24h"),
-        "site": Probe(urls, cookies, f"/api/v1/fleet/overview/?range=24h&site={site_id}"),
-        "gpu_page": Probe(urls, cookies, f"/fleet/gpus/{random.choice(probed)}/"),
-        "training": Probe(urls, cookies, "/api/v1/training/overview?range=24h"),
-        "serving": Probe(urls, cookies, "/api/v1/serving/overview"),
-    }
+    prober = Probes(
+        urls,
+        cookies,
+        {
+            "overview": "/api/v1/fleet/overview/?range=24h",
+            "site": f"/api/v1/fleet/overview/?range=24h&site={site_id}",
+            "gpu_page": f"/fleet/gpus/{random.choice(probed)}/",
+            "training": "/api/v1/training/overview?range=24h",
+            "serving": "/api/v1/serving/overview",
+        },
+    )
     watchers = Watchers(urls, cookies, args.clients)
     watchers.start()
     sent_before = agents.samples_acked
@@ -742,8 +790,7 @@ def run(args: argparse.Namespace, stack: soak_stack.Stack, sites: list[str], nod
     agents.start()
     trainers.start()
     servers.start()
-    for p in probes.values():
-        p.start()
+    prober.start()
     time.sleep(min(20.0, args.minutes * 60 / 6))  # warm-up: the first pushes, the clients' sockets
     watchers.recording = True
     rollup_lags: list[float] = []
@@ -767,8 +814,7 @@ def run(args: argparse.Namespace, stack: soak_stack.Stack, sites: list[str], nod
     servers.stop()
     load_s = time.monotonic() - load_started
     watchers.recording = False
-    for p in probes.values():
-        p.stop_event.set()
+    probes = prober.stop()
     cpu = {
         "web": cpu_seconds(stack, stack.web_names()) - cpu_before["web"],
         "worker": cpu_seconds(stack, [*stack.worker_names(), "beat"]) - cpu_before["worker"],

@@ -60,6 +60,15 @@ def current_worst(site_id: int | None = None) -> list[dict[str, Any]]:
     return fresh(f"worst.{site_id}", lambda: gpu_table.worst_gpus(site_id=site_id))
 
 
+def current_series(range_key: str, site_id: int | None, window: Window | None) -> dict[str, Any]:
+    """The charts' series over a preset range ending now, shared like the figures (their newest
+    point is a minute's rollup, or 10 s of raw samples over 15 minutes); a custom window's are
+    read for its caller."""
+    if window is not None and window.custom:
+        return dashboard.site_series(range_key=range_key, site_id=site_id, window=window)
+    return fresh(f"series.{range_key}.{site_id}", lambda: dashboard.site_series(range_key=range_key, site_id=site_id))
+
+
 def current_page(query: TableQuery) -> dict[str, Any]:
     return fresh(view_topic(query), lambda: gpu_table.table_page(query))
 
@@ -228,7 +237,7 @@ def overview_snapshot(
         "gpus": gpus,
         "table": {**page, "topic": topics["view"]},
         "topics": topics,
-        "series": dashboard.site_series(range_key=range_key, site_id=site_id, window=window),
+        "series": current_series(range_key, site_id, window),
     }
 
 

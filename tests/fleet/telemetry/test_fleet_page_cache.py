@@ -136,3 +136,23 @@ def test_the_recomputation_runs_on_a_thread_of_its_own(settings, monkeypatch) ->
     after = figures.fresh("sites-count", count)
     assert after == (before[0] + 1, "figures") and threads[-1] == "figures"
     cache.clear()
+
+
+def test_a_preset_range_s_series_is_kept_and_a_custom_window_s_is_read_each_time(kept, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from console.ranges import Window
+    from fleet.telemetry import dashboard
+
+    reads = []
+    monkeypatch.setattr(dashboard, "site_series", lambda **kw: reads.append(kw) or {"n": len(reads)})
+    assert fleet_page.current_series("24h", None, None) == {"n": 1}
+    assert fleet_page.current_series("24h", None, None) == {"n": 1}  # kept for every reader
+    assert fleet_page.current_series("24h", 7, None) == {"n": 2}  # a site's are its own
+    now = timezone.now()
+    custom = Window(start=now - timedelta(hours=3), end=now - timedelta(hours=1), preset=None, resolution="1m")
+    assert fleet_page.current_series("24h", None, custom) == {"n": 3}
+    assert fleet_page.current_series("24h", None, custom) == {"n": 4}
+    assert reads[-1]["window"] is custom
