@@ -4,7 +4,9 @@ psycopg's ``Copy.write_row`` is two Python calls a row around its C formatter; o
 writer, at tens of thousands of rows a fold, those calls cost more than the formatting. Here
 ``format_row_binary`` (psycopg's own, in C with psycopg-binary) runs over the rows in ``map``,
 and the whole binary format (signature, rows, trailer) goes to ``Copy.write`` in blocks, the way
-psycopg documents for callers that send the format themselves.
+psycopg documents for callers that send the format themselves. ``format_row_binary`` is not in
+psycopg's public API: the version range in pyproject.toml and tests/console/test_pgcopy.py catch
+a release that moves it.
 """
 
 from __future__ import annotations
