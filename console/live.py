@@ -1,10 +1,11 @@
 """The live-update hub: topic groups, coalesced pushes, and the broadcast helper.
 
 Writers call ``request_push(topic)`` after commit. At most one push per topic per
-LIVE_MIN_INTERVAL_MS goes out; requests in between fold into the next push. A push is built by
-the topic's registered builder from the database (what changed since the previous push), so
-folding requests together loses nothing, and channel layers that drop a message are covered by
-the page fetching a fresh snapshot over HTTP when it reconnects.
+LIVE_MIN_INTERVAL_MS (or the topic's own, longer interval) goes out; requests in between fold
+into the next push. A push is built by the topic's registered builder from the database (what
+changed since the previous push), so folding requests together loses nothing, and channel layers
+that drop a message are covered by the page fetching a fresh snapshot over HTTP when it
+reconnects.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ MESSAGE_TYPE = "live.message"
 # A builder takes (topic, watermark of the previous push) and returns (payload, new watermark).
 TopicBuilder = Callable[[str, Any], tuple[dict[str, Any] | None, Any]]
 _builders: dict[str, TopicBuilder] = {}
+_intervals: dict[str, Callable[[], float]] = {}  # prefix -> its own least seconds between pushes
 _watchers: dict[str, Callable[[str], None]] = {}
 
 # The ASGI server's event loop, when this process serves websockets. The in-memory channel
@@ -52,9 +54,15 @@ def _server_loop() -> asyncio.AbstractEventLoop | None:
     return _loop if _loop is not None and _loop.is_running() else None
 
 
-def register_topic_builder(prefix: str, builder: TopicBuilder) -> None:
-    """Apps register how to build a push for their topics (``fleet``, ``site`` for ``site.<id>``...)."""
+def register_topic_builder(
+    prefix: str, builder: TopicBuilder, *, min_interval: Callable[[], float] | None = None
+) -> None:
+    """Apps register how to build a push for their topics (``fleet``, ``site`` for ``site.<id>``...).
+    ``min_interval`` (seconds, read at each request) spaces a costly topic's pushes wider than
+    LIVE_MIN_INTERVAL_MS."""
     _builders[prefix] = builder
+    if min_interval is not None:
+        _intervals[prefix] = min_interval
 
 
 def register_topic_watcher(prefix: str, watcher: Callable[[str], None]) -> None:
@@ -142,18 +150,20 @@ def send_to_group(group: str, message: dict[str, Any]) -> None:
         asyncio.run_coroutine_threadsafe(send, loop).result(timeout=10)
 
 
-def _interval() -> float:
-    return settings.LIVE_MIN_INTERVAL_MS / 1000
+def _interval(topic: str) -> float:
+    own = _intervals.get(topic.split(".", 1)[0])
+    return max(settings.LIVE_MIN_INTERVAL_MS / 1000, own() if own is not None else 0.0)
 
 
 def request_push(*topics: str) -> None:
     """Schedule a push for each topic, coalesced to at most one per interval."""
     for topic in topics:
         # The pending marker makes one scheduled push absorb every request until it runs.
-        if not cache.add(f"live:pending:{topic}", 1, timeout=max(5, int(_interval() * 5))):
+        interval = _interval(topic)
+        if not cache.add(f"live:pending:{topic}", 1, timeout=max(5, int(interval * 5))):
             continue
         last = cache.get(f"live:last:{topic}") or 0.0
-        delay = max(0.0, last + _interval() - time.time())
+        delay = max(0.0, last + interval - time.time())
         if settings.EAGER_TASKS:
             # Eager Celery ignores countdown, so the server's own loop keeps the at-most-once a
             # second promise in embedded mode. A process without a server loop (a command, a

@@ -332,6 +332,35 @@ def test_the_serving_push_sends_only_the_minutes_since_its_watermark(site_a: Sit
     assert mark3 == {endpoint_id: (current - timedelta(minutes=1)).isoformat()}
 
 
+def test_the_serving_topic_is_pushed_at_most_once_an_overview_interval(settings, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A serving push reads every endpoint: after one, the next waits SERVING_SUMMARY_SECONDS;
+    one endpoint's own topic keeps LIVE_MIN_INTERVAL_MS."""
+    import time
+
+    from django.core.cache import cache
+
+    from console import live, tasks
+
+    settings.EAGER_TASKS = False
+    settings.SERVING_SUMMARY_SECONDS, settings.LIVE_MIN_INTERVAL_MS = 10, 500
+    scheduled: list[tuple[str, float]] = []
+    monkeypatch.setattr(
+        tasks.push_live_topic, "apply_async", lambda args, countdown: scheduled.append((args[0], countdown))
+    )
+    for topic in ("serving", "endpoint.3"):
+        cache.delete(f"live:pending:{topic}")
+        cache.set(f"live:last:{topic}", time.time())  # each was just pushed
+    live.request_push("serving", "endpoint.3")
+    (serving, serving_wait), (endpoint, endpoint_wait) = scheduled
+    assert serving == "serving" and 9 < serving_wait <= 10
+    assert endpoint == "endpoint.3" and 0 < endpoint_wait <= 0.5
+    settings.SERVING_SUMMARY_SECONDS = 0  # kept at every read: the usual interval
+    cache.delete("live:pending:serving")
+    live.request_push("serving")
+    assert scheduled[-1][0] == "serving" and scheduled[-1][1] <= 0.5
+    cache.clear()
+
+
 def test_the_endpoint_push_follows_its_own_watermark(served: dict[str, Any]) -> None:
     endpoint = served["endpoint"]
     topic = f"endpoint.{endpoint.pk}"
