@@ -271,7 +271,7 @@ def _upsert_latest_state(gpu_ids: dict[str, int], samples: Sequence[Any]) -> Non
             f"CREATE TEMP TABLE IF NOT EXISTS goodput_state_in AS SELECT {columns} FROM fleet_gpustate WITH NO DATA"
         )
         raw.execute("TRUNCATE goodput_state_in")
-        rows = ((gpu_id, latest[gpu_id].ts, *metric_values(latest[gpu_id])) for gpu_id in sorted(latest))
+        rows = ((gpu_id, s.ts, *metric_values(s)) for gpu_id, s in sorted(latest.items(), key=itemgetter(0)))
         copy_binary(raw, f"COPY goodput_state_in ({columns}) FROM STDIN (FORMAT BINARY)", SAMPLE_TYPES_STATE, rows)
         # Sorted: concurrent workers lock the state rows in the same order.
         raw.execute(
