@@ -552,7 +552,6 @@ class Probes:
         context = multiprocessing.get_context("spawn")
         self.conn, child = context.Pipe()
         self.process = context.Process(target=_run_probes, args=(urls, cookies, paths, child), daemon=True)
-        self.results: dict[str, ProbeResult] = {}
 
     def start(self) -> None:
         self.process.start()
@@ -561,8 +560,7 @@ class Probes:
         self.conn.send("stop")
         got = self.conn.recv() if self.conn.poll(60) else {}
         self.process.join(timeout=10)
-        self.results = {name: ProbeResult(ms, Counter(statuses)) for name, (ms, statuses) in got.items()}
-        return self.results
+        return {name: ProbeResult(ms, Counter(statuses)) for name, (ms, statuses) in got.items()}
 
 
 class Watchers(threading.Thread):

@@ -454,8 +454,8 @@ FLEET_STALE_SECONDS = envint("GOODPUT_FLEET_STALE_SECONDS", 120, minimum=5)
 # The fleet page's figures (site rows, totals, worst GPUs, a table page) are computed at most once
 # this often for every process and socket (console.figures.fresh); 0 computes on every read.
 FLEET_SUMMARY_SECONDS = envint("GOODPUT_FLEET_SUMMARY_SECONDS", 2, minimum=0)
-# The serving SLO overview and its tile on / likewise (a few queries an endpoint, over minute
-# rollups; the serving topic's pushes move the page forward in between).
+# The serving SLO overview and its tile on / likewise, and the serving topic is pushed at most this
+# often (each costs a few queries an endpoint, over minute rollups).
 SERVING_SUMMARY_SECONDS = envint("GOODPUT_SERVING_SUMMARY_SECONDS", 10, minimum=0)
 # 500 ms: with a push a second, waiting for the next push alone put delivery p99 near 1 s (bench/soak.py).
 LIVE_MIN_INTERVAL_MS = envint("GOODPUT_LIVE_MIN_INTERVAL_MS", 500, minimum=50)

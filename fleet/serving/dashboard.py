@@ -241,7 +241,7 @@ def current_overview() -> dict[str, Any]:
     """overview_snapshot as every reader shares it: computed at most once every
     SERVING_SUMMARY_SECONDS for all web processes (console.figures.fresh). It costs a few queries
     and a chart's arithmetic an endpoint (125 endpoints: 2.4 s a read under bench/scale.py's
-    load), where a cached read is a lookup; the page's pushes move it forward in between."""
+    load), where a cached read is a lookup. The serving topic is pushed at most as often (register)."""
     return figures.fresh("serving.overview", overview_snapshot, seconds=settings.SERVING_SUMMARY_SECONDS)
 
 
