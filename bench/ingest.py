@@ -596,16 +596,19 @@ MARKERS = (
     ("parse_gpu_batch (validation)", "parse_gpu_batch", "fleet/ingest/batches.py"),
     ("check_site_scope", "check_site_scope", "fleet/ingest/batches.py"),
     ("queue_depth", "queue_depth", "console/queues.py"),
-    ("encode_rows (MessagePack)", "encode_rows", "fleet/ingest/batches.py"),
+    ("format_registered (COPY rows)", "format_registered", "fleet/telemetry/copyrows.py"),
+    ("encode_rows (MessagePack, GPUs to register)", "encode_rows", "fleet/ingest/batches.py"),
     ("enqueue (XADD and drainer slot)", "enqueue", "fleet/ingest/stream.py"),
     ("counters.increment", "increment", "console/counters.py"),
     ("DRF response render", "JSONRenderer.render", "rest_framework/renderers.py"),
     ("task drain_gpu_ingest (all of it)", "drain_gpu_ingest", "fleet/tasks.py"),
     ("stream reads and acknowledgements", "", "redis/commands/core.py"),
+    ("decode (the row index)", "decode", "fleet/telemetry/copyrows.py"),
     ("decode_rows (MessagePack)", "decode_rows", "fleet/ingest/batches.py"),
     ("ensure_partitions", "ensure_partitions", "fleet/telemetry/partitions.py"),
     ("_claim_batches", "_claim_batches", "fleet/telemetry/store.py"),
-    ("_resolve_gpus", "_resolve_gpus", "fleet/telemetry/store.py"),
+    ("_own_rows", "_own_rows", "fleet/telemetry/store.py"),
+    ("_format_samples (GPUs to register)", "_format_samples", "fleet/telemetry/store.py"),
     ("_copy_samples (COPY)", "_copy_samples", "fleet/telemetry/store.py"),
     ("_upsert_latest_state", "_upsert_latest_state", "fleet/telemetry/store.py"),
     ("mark_dirty_minutes", "mark_dirty_minutes", "fleet/telemetry/store.py"),
@@ -713,7 +716,7 @@ def run_breakdown(workload: Workload, site_ids: dict[str, int], seconds: float, 
     from fleet.ingest import batches as ingest
     from fleet.ingest import stream as ingest_stream
     from fleet.models import Site
-    from fleet.telemetry import partitions
+    from fleet.telemetry import copyrows, partitions
     from fleet.telemetry import store as telemetry
 
     reset_tables()
@@ -725,11 +728,18 @@ def run_breakdown(workload: Workload, site_ids: dict[str, int], seconds: float, 
     }
     client = Client()
     timer = StageTimer()
-    for attr in ("_claim_batches", "_resolve_gpus", "_copy_samples", "_upsert_latest_state", "mark_dirty_minutes"):
+    for attr in (
+        "_claim_batches",
+        "_own_rows",
+        "_format_samples",
+        "_copy_samples",
+        "_upsert_latest_state",
+        "mark_dirty_minutes",
+    ):
         timer.wrap(telemetry, attr, f"writer: store: {attr.lstrip('_')}")
     timer.wrap(partitions, "ensure_partitions", "writer: store: ensure_partitions")
     timer.wrap(live, "request_push", "writer: store: on-commit live push request")
-    timer.wrap(ingest_stream, "decode_rows", "writer: decode_rows (MessagePack)")
+    timer.wrap(copyrows, "decode", "writer: decode the row index")
     timer.wrap(ingest_stream, "store_gpu_batches", "writer: store_gpu_batches (total)")
     batches = samples = queued = 0
     settings.INGEST_FOLD_BATCHES = fold
@@ -739,8 +749,8 @@ def run_breakdown(workload: Workload, site_ids: dict[str, int], seconds: float, 
             batch, body = workload.batch(n)[0], workload.body(n)
             site_id = site_ids[batch.site]
             parsed = timer.time("web: parse_gpu_batch (msgspec validation)", ingest.parse_gpu_batch, body)
-            timer.time("web: check_site_scope", ingest.check_site_scope, parsed, site_id=site_id)
-            timer.time("web: encode_rows (MessagePack)", ingest.encode_rows, parsed.samples)
+            scope = timer.time("web: check_site_scope", ingest.check_site_scope, parsed, site_id=site_id)
+            timer.time("web: format COPY rows", copyrows.format_registered, scope.samples, scope.gpus)
             # The whole request through Django (WSGI test client: middleware, token auth, DRF, the
             # view, and the XADD that queues it for the writers).
             response = timer.time(
@@ -775,7 +785,7 @@ def run_breakdown(workload: Workload, site_ids: dict[str, int], seconds: float, 
         f"folds of {fold} (ms per batch):"
     )
     order = [k for k in totals if k.startswith("web")]
-    order += ["writer: drain (total)", "writer: decode_rows (MessagePack)", "writer: store_gpu_batches (total)"]
+    order += ["writer: drain (total)", "writer: decode the row index", "writer: store_gpu_batches (total)"]
     order += sorted((k for k in totals if k.startswith("writer: store: ")), key=lambda k: -totals[k])
     for label in order:
         ms = totals[label] / batches * 1000

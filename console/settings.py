@@ -446,6 +446,9 @@ INGEST_QUEUE_BOUND = envint("GOODPUT_INGEST_QUEUE_BOUND", 2000, minimum=1)
 INGEST_DRAINERS = envint("GOODPUT_INGEST_DRAINERS", 1, minimum=1)
 INGEST_FOLD_BATCHES = envint("GOODPUT_INGEST_FOLD_BATCHES", 32, minimum=1)
 INGEST_FOLD_SAMPLES = envint("GOODPUT_INGEST_FOLD_SAMPLES", 50_000, minimum=1)
+# A drain that reads fewer batches than a fold waits this long, once, for more (0: never). A
+# batch's write is that much later; a fold of a few batches costs the database as much as a full one.
+INGEST_FOLD_WAIT_MS = envint("GOODPUT_INGEST_FOLD_WAIT_MS", 100, minimum=0)
 INGEST_RECLAIM_SECONDS = envint("GOODPUT_INGEST_RECLAIM_SECONDS", 60, minimum=1)
 # A drain hands over to a fresh task after this long (keep it well under the visibility timeout).
 INGEST_DRAIN_SECONDS = envint("GOODPUT_INGEST_DRAIN_SECONDS", 60, minimum=1)

@@ -116,14 +116,15 @@ def dispatch(site_id: int, key: str, exposition: Exposition, options: dict[str, 
     return None
 
 
-def queue_gpu_batch(site_id: int, key: str, samples: list) -> Response | None:
-    """Hand a validated GPU batch to the writers (the ingest stream); a 503 Response when the
-    queue is down. Eager mode (embedded, no broker) writes it here and now."""
+def queue_gpu_batch(site_id: int, key: str, scope: ScopeCheck) -> Response | None:
+    """Hand a validated GPU batch (what its scope check kept) to the writers (the ingest stream);
+    a 503 Response when the queue is down. Eager mode (embedded, no broker) writes it here and now."""
+    samples = scope.samples
     if settings.EAGER_TASKS:
         store_gpu_samples(site_id=site_id, batch_key=key, samples=samples, enqueued_at=timezone.now())
         return None
     try:
-        ingest_stream.enqueue(site_id=site_id, key=key, samples=samples, enqueued_at=timezone.now())
+        ingest_stream.enqueue(site_id=site_id, key=key, samples=samples, enqueued_at=timezone.now(), gpus=scope.gpus)
     except (BrokerError, redis.RedisError, OSError) as exc:
         counters.increment("goodput_ingest_rejected_total", reason="broker_down")
         return unavailable(f"The ingest queue is unavailable ({exc.__class__.__name__}); retry later.")
@@ -169,7 +170,7 @@ class GpuSampleIngestView(APIView):
         except IngestError as exc:
             return rejected(exc)
         if scope.samples:
-            refused = queue_gpu_batch(token.site_id, key, scope.samples)
+            refused = queue_gpu_batch(token.site_id, key, scope)
             if refused is not None:
                 return refused
             counters.increment("goodput_ingest_accepted_total", kind="gpu_samples")

@@ -192,6 +192,8 @@ class ScopeCheck:
     held: list[Any] = dataclasses.field(default_factory=list)  # one claims.Held per value, in batch order
     first_held: int | None = None  # the index of the first sample held back
     first_field: str = ""  # and its field that named another site's GPU or node
+    # The registered GPUs the batch names, uuid -> (id, site): the kept samples' ids, when all are.
+    gpus: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
 
     def refusal(self) -> IngestError:
         """The answer for the held samples: 409 while a claim is pending, 403 once kept elsewhere."""
@@ -239,7 +241,7 @@ def check_site_scope(batch: GpuBatchIn, *, site_id: int) -> ScopeCheck:
                 field="parent_uuid",
             )
     if not foreign_gpus and not foreign_nodes:
-        return ScopeCheck(samples=samples)
+        return ScopeCheck(samples=samples, gpus=gpus)
     sightings: dict[tuple[str, str], claims.Sighting] = {}
     first_held, first_field = None, ""
     kept = []
@@ -262,7 +264,11 @@ def check_site_scope(batch: GpuBatchIn, *, site_id: int) -> ScopeCheck:
             sightings.setdefault((kind, value), claims.Sighting(kind, value, owner, hostname))
     held = claims.sighted(site_id, sightings.values())
     return ScopeCheck(
-        samples=kept, held=[held[key] for key in sightings], first_held=first_held, first_field=first_field
+        samples=kept,
+        held=[held[key] for key in sightings],
+        first_held=first_held,
+        first_field=first_field,
+        gpus={uuid: entry for uuid, entry in gpus.items() if uuid not in foreign_gpus},
     )
 
 

@@ -1,8 +1,9 @@
 """The ingest queues: Redis streams between the API and the writers, one *lane* each (GPU sample
 batches here; Prometheus pushes, fleet.ingest.push_queue).
 
-The API appends each validated batch (GPU samples as MessagePack rows, see ``ingest.encode_rows``;
-a push as the door parsed it) and, in the same round trip, takes a free drainer slot of its lane
+The API appends each validated batch (GPU samples as binary COPY rows of registered GPUs, see
+``telemetry.copyrows``, or as MessagePack samples to register, ``ingest.encode_rows``; a push as
+the door parsed it) and, in the same round trip, takes a free drainer slot of its lane
 if there is one (at most ``INGEST_DRAINERS`` a lane, each held under an owner token); taking a
 slot schedules the lane's Celery drain task. A drain reads the stream through a consumer group,
 up to ``INGEST_FOLD_BATCHES`` entries at a time, writes them together through the lane's
@@ -40,7 +41,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -53,6 +54,7 @@ from django.db import DatabaseError, DataError, IntegrityError
 from console import counters
 from console.queues import redis_client
 from fleet.ingest.batches import decode_rows, encode_rows
+from fleet.telemetry import copyrows
 from fleet.telemetry.store import PendingBatch, store_gpu_batches
 
 logger = logging.getLogger(__name__)
@@ -88,12 +90,11 @@ class Lane:
 
 
 def _gpu_batch(fields: dict[bytes, bytes]) -> PendingBatch:
-    return PendingBatch(
-        site_id=int(fields[b"s"]),
-        key=fields[b"k"].decode(),
-        samples=decode_rows(fields[b"d"]),
-        enqueued_at=datetime.fromisoformat(fields[b"e"].decode()),
-    )
+    site_id, key = int(fields[b"s"]), fields[b"k"].decode()
+    enqueued_at = datetime.fromisoformat(fields[b"e"].decode())
+    if b"r" in fields:  # formatted rows of registered GPUs (telemetry.copyrows)
+        return PendingBatch(site_id, key, enqueued_at=enqueued_at, rows=copyrows.decode(fields[b"r"], fields[b"i"]))
+    return PendingBatch(site_id, key, decode_rows(fields[b"d"]), enqueued_at)
 
 
 GPU = Lane(
@@ -141,9 +142,22 @@ def owner_token() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{next(_tokens)}"
 
 
-def enqueue(*, site_id: int, key: str, samples: Sequence[Any], enqueued_at: datetime) -> None:
-    """Queue a validated GPU batch for a writer (see ``add``)."""
-    entry = {"k": key, "s": site_id, "n": len(samples), "e": enqueued_at.isoformat(), "d": encode_rows(samples)}
+def enqueue(
+    *,
+    site_id: int,
+    key: str,
+    samples: Sequence[Any],
+    enqueued_at: datetime,
+    gpus: Mapping[str, tuple[int, int]] | None = None,
+) -> None:
+    """Queue a validated GPU batch for a writer (see ``add``): as COPY rows when ``gpus`` (uuid ->
+    (id, site), the door's lookup) holds every GPU it names, otherwise as samples to register."""
+    entry: dict[str, Any] = {"k": key, "s": site_id, "n": len(samples), "e": enqueued_at.isoformat()}
+    rows = copyrows.format_registered(samples, gpus) if gpus else None
+    if rows is not None:
+        entry["r"], entry["i"] = rows.data, copyrows.encode_index(rows.index)
+    else:
+        entry["d"] = encode_rows(samples)
     add(GPU, entry)
 
 
@@ -232,7 +246,7 @@ def drain(slot: int | None = None, token: str | None = None, *, consumer: str | 
         entries = _own_pending(lane, client, consumer, fold) or _reclaim(lane, client, consumer, fold)
         while True:
             if not entries:
-                entries = _read_new(lane, client, consumer, fold)
+                entries = _read_fold(lane, client, consumer, fold)
             if not entries and owned:
                 # Free the slot, then look once more: a batch queued while we were finishing saw
                 # the slot taken and scheduled nobody, so it is ours.
@@ -331,6 +345,17 @@ def _read_new(lane: Lane, client: redis.Redis, consumer: str, count: int) -> lis
         ensure_group(client, lane)  # the stream was deleted (a flushed Redis) and came back
         response = client.xreadgroup(GROUP, consumer, {lane.stream: ">"}, count=count)
     return list(response[0][1]) if response else []
+
+
+def _read_fold(lane: Lane, client: redis.Redis, consumer: str, fold: int) -> list[tuple[bytes, Any]]:
+    """New entries for a fold. A short read waits ``INGEST_FOLD_WAIT_MS`` once and takes what
+    came meanwhile: a writer that keeps up would otherwise commit every few batches, and each
+    commit costs the database a state upsert of every GPU in it, whatever the fold's size."""
+    entries = _read_new(lane, client, consumer, fold)
+    if entries and len(entries) < fold and settings.INGEST_FOLD_WAIT_MS:
+        time.sleep(settings.INGEST_FOLD_WAIT_MS / 1000)
+        entries += _read_new(lane, client, consumer, fold - len(entries))
+    return entries
 
 
 def _sample_count(fields: dict[bytes, bytes] | None) -> int:

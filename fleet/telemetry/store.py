@@ -9,34 +9,24 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from itertools import repeat
-from operator import add, itemgetter
+from itertools import chain, repeat
+from operator import itemgetter
 from typing import Any
 
 from django.db import connection, transaction
 from msgspec.structs import astuple
 
 from console import counters, live
-from console.pgcopy import copy_binary
+from console.pgcopy import copy_formatted
 from fleet.inventory import directory
 from fleet.inventory.models import Gpu, Node
-from fleet.telemetry import dashboard, partitions
-from fleet.telemetry.fields import (
-    GPU_SAMPLE_FIELDS,
-    METRIC_NAMES,
-    METRICS_END,
-    METRICS_START,
-    hostname_of,
-    parent_of,
-    ts_of,
-    uuid_of,
-)
+from fleet.telemetry import copyrows, dashboard, partitions
+from fleet.telemetry.copyrows import SAMPLE_COLUMNS, SAMPLE_TYPES, SampleRows
+from fleet.telemetry.fields import GPU_SAMPLE_FIELDS, METRICS_END, METRICS_START, hostname_of, parent_of, ts_of, uuid_of
 from fleet.telemetry.models import IngestBatch
 
-SAMPLE_COLUMNS = ("gpu_id", "ts", *METRIC_NAMES)
-SAMPLE_TYPES = ["int8", "timestamptz", *("float4" if f.kind is float else "int8" for f in GPU_SAMPLE_FIELDS)]
-# The state table's columns are Django's (double precision, bigint), not the sample table's reals.
-SAMPLE_TYPES_STATE = ["int8", "timestamptz", *("float8" if f.kind is float else "int8" for f in GPU_SAMPLE_FIELDS)]
+__all__ = ["SAMPLE_COLUMNS", "SAMPLE_TYPES", "PendingBatch", "store_gpu_batches", "store_gpu_samples"]
+
 _COPY_SAMPLES = f"COPY {partitions.SAMPLES.name} ({', '.join(SAMPLE_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
 _metrics = itemgetter(slice(METRICS_START, METRICS_END))  # a sample's metrics from its astuple
 
@@ -49,13 +39,21 @@ def metric_values(sample: Any) -> tuple[Any, ...]:
 
 @dataclass(frozen=True)
 class PendingBatch:
-    """One validated batch on its way into the database: its site, idempotency key and samples
-    (GpuSampleIn or GpuSampleRow structs: same field names, same order)."""
+    """One validated batch on its way into the database: its site, idempotency key, and either
+    its samples (GpuSampleIn or GpuSampleRow structs: same field names, same order) or, from the
+    JSON door, the same samples already formatted as COPY rows of registered GPUs (copyrows)."""
 
     site_id: int
     key: str
-    samples: Sequence[Any]
+    samples: Sequence[Any] = ()
     enqueued_at: datetime | None = None
+    rows: SampleRows | None = None
+
+    def __len__(self) -> int:
+        return len(self.rows) if self.rows is not None else len(self.samples)
+
+    def stamps(self) -> Sequence[datetime]:
+        return self.rows.index.stamps if self.rows is not None else list(map(ts_of, self.samples))
 
 
 def store_gpu_samples(
@@ -74,12 +72,12 @@ def store_gpu_batches(batches: Sequence[PendingBatch]) -> int:
     """
     unique: dict[str, PendingBatch] = {}
     for batch in batches:  # two copies of one batch (a retry queued beside the first): write one
-        if batch.samples:
+        if len(batch):
             unique.setdefault(batch.key, batch)
     batches = list(unique.values())
     if not batches:
         return 0
-    stamps: set[datetime] = set().union(*(map(ts_of, b.samples) for b in batches))  # a batch is a few ticks
+    stamps: set[datetime] = set().union(*(b.stamps() for b in batches))  # a batch is a few ticks
     stored = partitions.write_with_partitions(
         partitions.SAMPLES, min(stamps), max(stamps), lambda: _store(batches, stamps)
     )
@@ -89,21 +87,65 @@ def store_gpu_batches(batches: Sequence[PendingBatch]) -> int:
 
 
 def _store(batches: list[PendingBatch], stamps: set[datetime]) -> int:
-    """1. claim the batch keys, 2. register new GPUs, 3. COPY, 4. latest state, 5. dirty rollup buckets."""
+    """1. claim the batch keys, 2. rows of this site's GPUs only (registering new GPUs of batches
+    that come as samples), 3. COPY, 4. latest state, 5. dirty rollup buckets."""
     with transaction.atomic():
         fresh = _claim_batches(batches)
-        batches = _own_samples([b for b in batches if b.key in fresh])
-        if not batches:
+        batches = [b for b in batches if b.key in fresh]
+        formatted = _own_rows([b for b in batches if b.rows is not None])
+        formatted.update(_format_samples(_own_samples([b for b in batches if b.rows is None])))
+        rows = [formatted[b.key] for b in batches if len(formatted.get(b.key, ()))]  # in queue order
+        if not rows:
             return 0
-        gpu_ids = _resolve_gpus(batches)
-        samples = [s for b in batches for s in b.samples]
-        _copy_samples(gpu_ids, samples)
-        _upsert_latest_state(gpu_ids, samples)
+        with connection.cursor() as cursor:
+            _copy_samples(cursor.cursor, rows)  # the psycopg cursor under Django's
+            _upsert_latest_state(cursor.cursor, rows)
         mark_dirty_minutes(stamps)  # of every batch: a redelivery's minutes are marked again, harmlessly
         # The fleet page always; a GPU's or node's page only while one is watching (one cache read).
         topics = ["fleet", *live.watched(["power"])]  # the power page too, while one follows it
-        transaction.on_commit(lambda: live.request_push(*topics, *dashboard.watched_topics(gpu_ids.values())))
-    return len(samples)
+        gpu_ids = set(chain.from_iterable(r.index.gpu_ids for r in rows))
+        transaction.on_commit(lambda: live.request_push(*topics, *dashboard.watched_topics(gpu_ids)))
+    return sum(map(len, rows))
+
+
+def _own_rows(batches: list[PendingBatch]) -> dict[str, SampleRows]:
+    """Each batch's rows (by key) of GPUs its site still holds. The door checked the site of each GPU
+    before formatting its rows; a GPU moved to another site or deleted since is read here, in
+    one query a site, and its rows are dropped."""
+    wanted: dict[int, set[int]] = {}
+    for batch in batches:
+        wanted.setdefault(batch.site_id, set()).update(batch.rows.index.gpu_ids)  # type: ignore[union-attr]
+    gone: dict[int, set[int]] = {}
+    with connection.cursor() as cursor:
+        for site_id, ids in wanted.items():
+            cursor.execute(
+                f"SELECT g.id FROM {Gpu._meta.db_table} g JOIN {Node._meta.db_table} n ON n.id = g.node_id "
+                "WHERE g.id = ANY(%s) AND n.site_id = %s",
+                [list(ids), site_id],
+            )
+            held = {row[0] for row in cursor.fetchall()}
+            if len(held) < len(ids):
+                gone[site_id] = ids - held
+    return {
+        b.key: copyrows.without(b.rows, gone[b.site_id]) if b.site_id in gone else b.rows  # type: ignore[misc]
+        for b in batches
+    }
+
+
+def _format_samples(batches: list[PendingBatch]) -> dict[str, SampleRows]:
+    """Batches that came as samples, as rows (by key): their GPUs resolved to ids (registered if new)."""
+    if not batches:
+        return {}
+    gpu_ids = _resolve_gpus(batches)
+    formatted = {}
+    for batch in batches:
+        ids = list(map(gpu_ids.get, map(uuid_of, batch.samples)))
+        samples = batch.samples
+        if None in ids:  # samples of GPUs without an id (another site's, raced at the edge)
+            kept = [(gpu_id, sample) for gpu_id, sample in zip(ids, samples, strict=True) if gpu_id is not None]
+            ids, samples = [gpu_id for gpu_id, _ in kept], [sample for _, sample in kept]
+        formatted[batch.key] = copyrows.format_samples(ids, samples)  # type: ignore[arg-type]
+    return formatted
 
 
 def _own_samples(batches: list[PendingBatch]) -> list[PendingBatch]:
@@ -149,7 +191,7 @@ def _own_samples(batches: list[PendingBatch]) -> list[PendingBatch]:
 
 
 def _claim_batches(batches: Sequence[PendingBatch]) -> set[str]:
-    return claim_batch_keys([(b.key, b.site_id, len(b.samples), b.enqueued_at) for b in batches])
+    return claim_batch_keys([(b.key, b.site_id, len(b), b.enqueued_at) for b in batches])
 
 
 def claim_batch_keys(claims: Sequence[tuple[str, int, int, datetime | None]]) -> set[str]:
@@ -233,53 +275,45 @@ def _register_gpus(samples: list[Any], node_ids: dict[str, int]) -> dict[str, in
     return {u: gpu_id for u, (gpu_id, _) in created.items()}
 
 
-def _copy_samples(gpu_ids: dict[str, int], samples: Sequence[Any]) -> None:
-    """Binary COPY: the fastest way into PostgreSQL, and the reason there is no ORM here.
-
-    Each row, (gpu id, ts, *metrics), is built and formatted in C (``map`` over attrgetters and
-    ``pgcopy``): this runs for every sample, and a Python step a sample was most of the
-    writer's own time."""
-    ids = list(map(gpu_ids.get, map(uuid_of, samples)))
-    if None in ids:  # samples of GPUs without an id (another site's, raced at the edge)
-        kept = [(gpu_id, sample) for gpu_id, sample in zip(ids, samples, strict=True) if gpu_id is not None]
-        ids, samples = [gpu_id for gpu_id, _ in kept], [sample for _, sample in kept]
-    rows = map(add, zip(ids, map(ts_of, samples), strict=True), map(_metrics, map(astuple, samples)))
-    with connection.cursor() as cursor:
-        copy_binary(cursor.cursor, _COPY_SAMPLES, SAMPLE_TYPES, rows)  # the psycopg cursor under Django's
+def _copy_samples(cursor: Any, rows: Sequence[SampleRows]) -> None:
+    """Binary COPY, the fastest way into PostgreSQL and the reason there is no ORM here, of rows
+    formatted before (copyrows): no Python step a sample."""
+    copy_formatted(cursor, _COPY_SAMPLES, [r.data for r in rows])
 
 
-def _upsert_latest_state(gpu_ids: dict[str, int], samples: Sequence[Any]) -> None:
-    """Each GPU's newest sample becomes its state, never moving the state back in time.
+# The state table's floats are double precision; its rows come as the sample table's reals. Each
+# goes through its shortest text form (PostgreSQL's float4 output), so 71.3 sent is 71.3 in the
+# state, not 71.30000305175781, and the state is the newest sample as stored.
+_STATE_VALUES = ", ".join(
+    ["gpu_id", "ts", *(f"{f.name}::text::float8" if f.kind is float else f.name for f in GPU_SAMPLE_FIELDS)]
+)
+
+
+def _upsert_latest_state(cursor: Any, rows: Sequence[SampleRows]) -> None:
+    """Each GPU's newest row becomes its state, never moving the state back in time.
 
     The rows go by binary COPY into a temporary table, then one INSERT ... ON CONFLICT: binding a
-    thousand rows of 23 columns as parameters costs more than the COPY of the samples themselves.
+    thousand rows of 28 columns as parameters costs more than the COPY of the samples themselves.
     """
-    # Oldest first (a stable sort: of two samples with one stamp the later wins), so each GPU's
-    # entry ends as its newest; in C, where a comparison a sample in Python cost a tenth of a fold.
-    ordered = sorted(samples, key=ts_of)
-    latest: dict[int | None, Any] = dict(zip(map(gpu_ids.get, map(uuid_of, ordered)), ordered, strict=True))
-    latest.pop(None, None)  # samples of GPUs without an id
-    if not latest:
+    newest = copyrows.newest_rows(rows)  # sorted by GPU id: concurrent writers lock in one order
+    if not newest:
         return
     columns = ", ".join(SAMPLE_COLUMNS)
     assignments = ", ".join(f"{c} = EXCLUDED.{c}" for c in SAMPLE_COLUMNS[1:])
-    with connection.cursor() as cursor:
-        raw = cursor.cursor
-        # One per connection (pooled connections keep it), emptied before each use. TRUNCATE, not
-        # DELETE: autovacuum never visits temporary tables, so deleted rows would pile up.
-        raw.execute(
-            f"CREATE TEMP TABLE IF NOT EXISTS goodput_state_in AS SELECT {columns} FROM fleet_gpustate WITH NO DATA"
-        )
-        raw.execute("TRUNCATE goodput_state_in")
-        rows = ((gpu_id, s.ts, *metric_values(s)) for gpu_id, s in sorted(latest.items(), key=itemgetter(0)))
-        copy_binary(raw, f"COPY goodput_state_in ({columns}) FROM STDIN (FORMAT BINARY)", SAMPLE_TYPES_STATE, rows)
-        # Sorted: concurrent workers lock the state rows in the same order.
-        raw.execute(
-            f"INSERT INTO fleet_gpustate ({columns}, updated_at) "
-            f"SELECT {columns}, now() FROM goodput_state_in ORDER BY gpu_id "
-            f"ON CONFLICT (gpu_id) DO UPDATE SET {assignments}, updated_at = EXCLUDED.updated_at "
-            "WHERE fleet_gpustate.ts <= EXCLUDED.ts"
-        )
+    # One per connection (pooled connections keep it), emptied before each use. TRUNCATE, not
+    # DELETE: autovacuum never visits temporary tables, so deleted rows would pile up.
+    cursor.execute(
+        "CREATE TEMP TABLE IF NOT EXISTS goodput_state_rows AS "
+        f"SELECT {columns} FROM {partitions.SAMPLES.name} WITH NO DATA"
+    )
+    cursor.execute("TRUNCATE goodput_state_rows")
+    copy_formatted(cursor, f"COPY goodput_state_rows ({columns}) FROM STDIN (FORMAT BINARY)", [b"".join(newest)])
+    cursor.execute(
+        f"INSERT INTO fleet_gpustate ({columns}, updated_at) "
+        f"SELECT {_STATE_VALUES}, now() FROM goodput_state_rows ORDER BY gpu_id "
+        f"ON CONFLICT (gpu_id) DO UPDATE SET {assignments}, updated_at = EXCLUDED.updated_at "
+        "WHERE fleet_gpustate.ts <= EXCLUDED.ts"
+    )
 
 
 def mark_dirty_minutes(timestamps: Any) -> None:
