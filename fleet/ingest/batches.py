@@ -207,6 +207,16 @@ class ScopeCheck:
         )
 
 
+def _elsewhere(found: dict[str, tuple[int, int]], site_id: int) -> set[str]:
+    """The keys of ``found`` (key -> (id, site)) registered under another site than ``site_id``."""
+    if set(map(_site_of, found.values())) <= {site_id}:
+        return set()
+    return {key for key, (_, site) in found.items() if site != site_id}
+
+
+_site_of = operator.itemgetter(1)
+
+
 def check_site_scope(batch: GpuBatchIn, *, site_id: int) -> ScopeCheck:
     """Split a batch into what its site may write and what it may not.
 
@@ -222,8 +232,9 @@ def check_site_scope(batch: GpuBatchIn, *, site_id: int) -> ScopeCheck:
     hostnames = set(map(hostname_of, samples))
     gpus = directory.gpus(uuids)
     nodes = directory.nodes(hostnames)
-    foreign_gpus = {uuid for uuid, (_, site) in gpus.items() if site != site_id}
-    foreign_nodes = {hostname for hostname, (_, site) in nodes.items() if site != site_id}
+    # Sites counted in C first: the usual batch names only its own site's GPUs and nodes.
+    foreign_gpus = _elsewhere(gpus, site_id)
+    foreign_nodes = _elsewhere(nodes, site_id)
     if foreign_gpus or foreign_nodes:  # cached: read them again, in case they moved here since
         directory.forget(uuids=foreign_gpus, hostnames=foreign_nodes)
         gpus.update(directory.gpus(foreign_gpus))
@@ -231,7 +242,7 @@ def check_site_scope(batch: GpuBatchIn, *, site_id: int) -> ScopeCheck:
         foreign_gpus = {uuid for uuid in foreign_gpus if uuid in gpus and gpus[uuid][1] != site_id}
         foreign_nodes = {host for host in foreign_nodes if host in nodes and nodes[host][1] != site_id}
     orphans = (parents - set(gpus) - {s.gpu_uuid for s in samples if not s.parent_uuid}) if parents else set()
-    for index, sample in enumerate(samples):  # name the first offending sample
+    for index, sample in enumerate(samples if orphans else ()):  # name the first offending sample
         if sample.parent_uuid in orphans:
             raise IngestError(
                 400,
