@@ -288,7 +288,8 @@ _row_decoder = msgspec.msgpack.Decoder(list[GpuSampleRow])  # type: ignore[valid
 
 
 def encode_rows(samples: list[Any]) -> bytes:
-    """Validated samples as the queue carries them (MessagePack arrays of GpuSampleRow)."""
+    """Validated samples as the queue carries a batch that names a GPU not yet registered
+    (MessagePack arrays of GpuSampleRow); the others go as COPY rows (telemetry.copyrows)."""
     return _row_encoder.encode(list(map(astuple, samples)))
 
 

@@ -163,8 +163,9 @@ def _struct_fields(*, checked: bool) -> list[tuple[str, Any] | tuple[str, Any, A
 GpuSampleIn = msgspec.defstruct(
     "GpuSampleIn", _struct_fields(checked=True), forbid_unknown_fields=True, kw_only=True, gc=False
 )
-# A sample that already passed GpuSampleIn, as the queue carries it: a MessagePack array in the
-# same field order (a third of the JSON's size, and several times faster to decode).
+# A sample that already passed GpuSampleIn, as the queue carries it while its GPU is not yet
+# registered (registered GPUs' samples go as COPY rows, telemetry.copyrows): a MessagePack array
+# in the same field order.
 GpuSampleRow = msgspec.defstruct("GpuSampleRow", _struct_fields(checked=False), array_like=True, gc=False)
 
 # A sample's identity fields and timestamp, read in C (``map(uuid_of, samples)``): the door and the
