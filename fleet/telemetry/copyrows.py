@@ -1,7 +1,7 @@
 """GPU samples as the writer COPYs them into fleet_gpusample, formatted once, where they are validated.
 
 The JSON door formats each validated batch whose GPUs are all registered (the usual batch) into
-binary COPY rows and queues those bytes with a small index: each row's GPU id, time and length.
+binary COPY rows and queues those bytes with a small index: each row's GPU id, time and end.
 The writer sends the bytes to PostgreSQL as they are, and takes each GPU's newest row out of them
 for its state, without decoding a sample or formatting it again. The door had to build each
 sample to validate it; the writer, one process draining every door in turn, is the ingest
