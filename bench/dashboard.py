@@ -179,7 +179,7 @@ def load_raw(gen: SampleGenerator, start: datetime, end: datetime) -> int:
     import psycopg
 
     from fleet.telemetry import partitions, rollups
-    from fleet.telemetry.store import SAMPLE_COLUMNS, SAMPLE_TYPES
+    from fleet.telemetry.copyrows import SAMPLE_COLUMNS, SAMPLE_TYPES
 
     partitions.forget_known_partitions()
     partitions.ensure_partitions(partitions.SAMPLES, start, end)

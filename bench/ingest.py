@@ -217,7 +217,7 @@ def stored_by_batches() -> int:
 def run_raw_copy(workload: Workload, seconds: float, fold: int) -> float:
     import psycopg
 
-    from fleet.telemetry.store import SAMPLE_COLUMNS, SAMPLE_TYPES
+    from fleet.telemetry.copyrows import SAMPLE_COLUMNS, SAMPLE_TYPES
 
     reset_tables()
     ensure_partitions_for(workload)

@@ -34,6 +34,12 @@ _metrics = itemgetter(slice(METRICS_START, METRICS_END))  # a sample's metrics f
 _first = itemgetter(0)
 
 
+def metric_values(sample: Any) -> tuple[Any, ...]:
+    """The sample's metrics in METRIC_NAMES order (msgspec's astuple runs in C; the metrics sit
+    together in the schema, at METRICS_START)."""
+    return _metrics(astuple(sample))
+
+
 class RowIndex(msgspec.Struct, array_like=True, gc=False):
     """Per row, in order: the GPU's id, the sample's time and where the row ends in the bytes."""
 

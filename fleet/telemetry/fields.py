@@ -147,7 +147,7 @@ _SAMPLE_FIELDS: list[tuple[str, Any, Any, Any]] = [
     # written before a field existed must still decode (a missing tail takes its defaults).
     ("mig_instance_id", Annotated[int, msgspec.Meta(ge=0, le=32767)] | None, int | None, None),
 ]
-# Where the metrics sit in a sample's field tuple (telemetry.metric_values slices them out).
+# Where the metrics sit in a sample's field tuple (telemetry.copyrows slices them out).
 METRICS_START = next(i for i, f in enumerate(_SAMPLE_FIELDS) if f[0] == GPU_SAMPLE_FIELDS[0].name)
 METRICS_END = METRICS_START + len(GPU_SAMPLE_FIELDS)
 

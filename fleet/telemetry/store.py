@@ -10,31 +10,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import chain, repeat
-from operator import itemgetter
 from typing import Any
 
 from django.db import connection, transaction
-from msgspec.structs import astuple
 
 from console import counters, live
 from console.pgcopy import copy_formatted
 from fleet.inventory import directory
 from fleet.inventory.models import Gpu, Node
 from fleet.telemetry import copyrows, dashboard, partitions
-from fleet.telemetry.copyrows import SAMPLE_COLUMNS, SAMPLE_TYPES, SampleRows
-from fleet.telemetry.fields import GPU_SAMPLE_FIELDS, METRICS_END, METRICS_START, hostname_of, parent_of, ts_of, uuid_of
+from fleet.telemetry.copyrows import SAMPLE_COLUMNS, SampleRows
+from fleet.telemetry.fields import GPU_SAMPLE_FIELDS, hostname_of, parent_of, ts_of, uuid_of
 from fleet.telemetry.models import IngestBatch
 
-__all__ = ["SAMPLE_COLUMNS", "SAMPLE_TYPES", "PendingBatch", "store_gpu_batches", "store_gpu_samples"]
-
 _COPY_SAMPLES = f"COPY {partitions.SAMPLES.name} ({', '.join(SAMPLE_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
-_metrics = itemgetter(slice(METRICS_START, METRICS_END))  # a sample's metrics from its astuple
-
-
-def metric_values(sample: Any) -> tuple[Any, ...]:
-    """The sample's metrics in METRIC_NAMES order (msgspec's astuple runs in C; the metrics sit
-    together in the schema, at METRICS_START)."""
-    return _metrics(astuple(sample))
 
 
 @dataclass(frozen=True)

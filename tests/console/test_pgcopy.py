@@ -1,5 +1,6 @@
-"""console.pgcopy: rows formatted in C and sent as psycopg's block-mode binary COPY arrive as
-psycopg's own row-by-row COPY would write them (NULLs, every block size, no rows at all)."""
+"""console.pgcopy: rows formatted in C away from any connection, then sent as block-mode binary
+COPY, arrive as psycopg's own row-by-row COPY would write them (NULLs, split anywhere between
+rows, no rows at all), and the row ends let a reader pick single rows out."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from django.db import connection
 from console import pgcopy
 
 TYPES = ["int8", "timestamptz", "float4", "int8", "text"]
+COPY = "COPY pgcopy_t (id, ts, v, n, s) FROM STDIN (FORMAT BINARY)"
 
 
 def _rows(n: int) -> list[tuple]:
@@ -30,17 +32,26 @@ def table():  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("count", [0, 1, pgcopy.BLOCK_ROWS, pgcopy.BLOCK_ROWS * 2 + 7])
-def test_rows_arrive_as_written(table, count: int) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("count", [0, 1, 2, 2007])
+def test_rows_arrive_as_written_in_blocks_cut_between_rows(table, count: int) -> None:  # type: ignore[no-untyped-def]
     rows = _rows(count)
-    pgcopy.copy_binary(table, "COPY pgcopy_t (id, ts, v, n, s) FROM STDIN (FORMAT BINARY)", TYPES, iter(rows))
+    data, ends = pgcopy.format_rows(TYPES, iter(rows))
+    assert len(ends) == count and ends == sorted(ends) and (ends[-1] if ends else 0) == len(data)
+    cut = ends[count // 2] if count else 0  # two blocks, split after a row
+    pgcopy.copy_formatted(table, COPY, [data[:cut], data[cut:]])
     table.execute("SELECT id, ts, v, n, s FROM pgcopy_t ORDER BY id")
     assert table.fetchall() == rows  # quarters are exact in float4
 
 
 @pytest.mark.django_db
-def test_a_value_of_the_wrong_type_fails_the_copy(table) -> None:  # type: ignore[no-untyped-def]
+def test_a_single_row_picked_by_its_ends_is_that_row(table) -> None:  # type: ignore[no-untyped-def]
+    rows = _rows(7)
+    data, ends = pgcopy.format_rows(TYPES, rows)
+    pgcopy.copy_formatted(table, COPY, [data[ends[3] : ends[4]]])
+    table.execute("SELECT id, ts, v, n, s FROM pgcopy_t")
+    assert table.fetchall() == [rows[4]]
+
+
+def test_a_value_of_the_wrong_type_fails_the_formatting() -> None:
     with pytest.raises(TypeError, match="cannot be interpreted as an integer"):
-        pgcopy.copy_binary(
-            table, "COPY pgcopy_t (id, ts, v, n, s) FROM STDIN (FORMAT BINARY)", TYPES, [("x", None, None, None, None)]
-        )
+        pgcopy.format_rows(TYPES, [("x", None, None, None, None)])

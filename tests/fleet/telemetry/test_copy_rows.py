@@ -14,7 +14,6 @@ import msgspec
 import pytest
 from django.db import connection
 
-from console import pgcopy
 from fleet.ingest import stream as ingest_stream
 from fleet.inventory import directory
 from fleet.inventory.models import Gpu
@@ -161,18 +160,3 @@ def test_without_drops_the_rows_of_those_gpus_and_keeps_the_index_true() -> None
     assert kept.data == rows.data[rows.index.ends[0] : rows.index.ends[1]] + rows.data[rows.index.ends[2] :]
     assert kept.index.ends[-1] == len(kept.data)
     assert copyrows.decode(kept.data, copyrows.encode_index(kept.index)) == kept
-
-
-def test_formatted_rows_arrive_as_written_nulls_included() -> None:
-    start = datetime(2026, 12, 6, 4, 0, tzinfo=UTC)
-    rows = [(i, start + timedelta(seconds=i), None if i % 2 else i / 4) for i in range(5)]
-    data, ends = pgcopy.format_rows(["int8", "timestamptz", "float4"], iter(rows))
-    assert ends[-1] == len(data) and sorted(ends) == ends and len(ends) == 5
-    with connection.cursor() as cursor:
-        cursor.execute("CREATE TEMP TABLE formatted_t (id int8, ts timestamptz, v float4)")
-        pgcopy.copy_formatted(
-            cursor.cursor, "COPY formatted_t FROM STDIN (FORMAT BINARY)", [data[: ends[1]], data[ends[1] :]]
-        )
-        cursor.execute("SELECT id, ts, v FROM formatted_t ORDER BY id")
-        assert cursor.fetchall() == rows
-        cursor.execute("DROP TABLE formatted_t")

@@ -412,7 +412,7 @@ def test_batches_queued_before_new_fields_existed_still_decode(db) -> None:
     import msgspec
 
     from fleet.ingest.batches import decode_rows
-    from fleet.telemetry.store import metric_values
+    from fleet.telemetry.copyrows import metric_values
 
     ts = timezone.now()
     old_metrics = [50.0, 1.0, 100.0, 200.0, 61.0, 70.0, 612.0, 1980.0, 2619.0, 5, 79, 0, 2, 0, 0, 0, 17, 0, 0, 0.4, 0.5]
