@@ -1,5 +1,6 @@
 """Compliance background work: the daily retention run (CELERY_BEAT_SCHEDULE "apply-retention"),
-the daily walk of the audit log's hash chain ("verify-audit-log") and, from tasks_pack and
+the daily walk of the audit log's hash chain ("verify-audit-log"), the hourly head kept outside
+the database ("keep-audit-head") and, from tasks_pack and
 tasks_summary (imported here so a worker registers them), building a compliance pack and
 rendering a published summary's PDF."""
 
@@ -9,7 +10,7 @@ import logging
 
 from celery import shared_task
 
-from compliance.services import audit_chain, retention
+from compliance.services import audit_chain, audit_heads, retention
 from compliance.tasks_pack import build_compliance_pack  # noqa: F401  (registered with the worker)
 from compliance.tasks_summary import render_summary_pdf  # noqa: F401  (registered with the worker)
 
@@ -27,10 +28,23 @@ logger = logging.getLogger(__name__)
 
 @shared_task(ignore_result=True, acks_late=False)
 def verify_audit_log() -> dict[str, object]:
-    """Walk the audit chain and record the result (the compliance home page shows the latest); a
-    broken chain is logged as an error naming the first entry that does not match."""
-    report = audit_chain.verify_chain()
-    audit_chain.record_check(report, triggered_by="beat")
-    if not report.ok:
-        logger.error("audit log chain broken: %s", report.problem)
-    return {"ok": report.ok, "entries": report.entries, "first_bad_entry": report.first_bad_entry}
+    """Walk the audit chain against every kept head and record the result through the owner's
+    function (the compliance home page shows the latest); a broken chain is logged as an error
+    naming the first entry that does not match. A damaged heads file is a broken check too."""
+    try:
+        anchors = [head.anchor() for head in audit_heads.kept_heads()]
+    except audit_heads.HeadsFileError as exc:
+        logger.error("audit log heads file unreadable: %s", exc)
+        anchors = []
+    check = audit_chain.check_and_record(anchors, triggered_by="beat")
+    if not check.ok:
+        logger.error("audit log chain broken: %s", check.problem)
+    return {"ok": check.ok, "entries": check.entries, "first_bad_entry": check.first_bad_entry}
+
+
+@shared_task(ignore_result=True, acks_late=False)
+def keep_audit_head() -> dict[str, object]:
+    """Append the chain's head to the heads file (GOODPUT_AUDIT_HEADS_DIR) if it moved since the
+    last one kept: an hourly head outside the database catches a chain rewritten to be consistent."""
+    head = audit_chain.chain_head()
+    return {"kept": audit_heads.keep_head(head, source="beat"), "seq": head.seq if head else None}

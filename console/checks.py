@@ -1,9 +1,11 @@
 """`manage.py check --deploy`: the console's database role (console.dbroles).
 
-Warns when production migrates as the console's own role (no DATABASE_OWNER_URL), and when the
-console connects as a superuser, as the owner of the audit log (or a member of that owner), or as
-a role that may UPDATE, DELETE or TRUNCATE an append-only table: each makes the triggers advisory.
-The role is read from the database itself; a database the check cannot reach is not judged.
+Warns when this process has DATABASE_OWNER_URL or DATABASE_ADMIN_URL in its environment (only
+migrate and setup_database_roles need them), and when the console connects as a superuser, as the
+owner of the audit log (or a member of that owner: a deployment that migrated as the console's own
+role), as a role that may UPDATE, DELETE or TRUNCATE an append-only table, or as one that may
+CREATE in a schema (where it could plant what the owner's functions run). The role is read from
+the database itself; a database the check cannot reach is not judged.
 """
 
 from __future__ import annotations
@@ -14,13 +16,14 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import Tags, Warning, register
 
-from console import dbroles
+from console import dbroles, runtime
 
 logger = logging.getLogger(__name__)
 
 HINT = (
-    "Run the console as an application role: `manage.py setup_database_roles` creates it and the owner; "
-    "set DATABASE_URL to the app role and DATABASE_OWNER_URL to the owner (README, Production)."
+    "Run the console as an application role: `manage.py setup_database_roles` creates it and the owner, "
+    "and takes CREATE on the schema from it; migrate with DATABASE_OWNER_URL, run with DATABASE_URL "
+    "(README, Production)."
 )
 
 
@@ -42,12 +45,11 @@ def connection_problems() -> list[str]:
 @register(Tags.security, deploy=True)
 def database_roles(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
     warnings = []
-    if not settings.EMBEDDED_DATABASE and not settings.DATABASE_OWNER:
+    if names := runtime.privileged_urls_in_environment():
         warnings.append(
             Warning(
-                "DATABASE_OWNER_URL is not set: migrations run as DATABASE_URL's role, which then owns the "
-                "tables the console runs against.",
-                hint=HINT,
+                runtime.privileged_urls_warning(names),
+                hint="Give the owner's URL to the migrate step only (README, Production).",
                 id="goodput.W101",
             )
         )

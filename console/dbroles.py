@@ -3,15 +3,21 @@
 - **owner** (``DATABASE_OWNER_URL``): owns the tables, the triggers and the SECURITY DEFINER
   functions; ``manage.py migrate`` and ``flush`` connect as it. It is a member of the app role, so
   it may alter the tables the app role owns.
-- **app** (``DATABASE_URL``): what every console process connects as. Not a superuser, owns none
-  of the audited tables; SELECT, INSERT, UPDATE, DELETE on the tables, but no UPDATE, DELETE or
-  TRUNCATE on the append-only ones (the audit log, published summaries, incident timelines) and
-  only SELECT on the audit settings. It owns the partitioned telemetry tables and their
-  partitions, because PostgreSQL lets only a table's owner create or drop its partitions, which
-  the console does every day (fleet.telemetry.partitions).
+- **app** (``DATABASE_URL``): what every console process connects as. Not a superuser, owns
+  nothing, may create nothing in the schema (CREATE there would let it plant a function or
+  operator that one of the owner's SECURITY DEFINER functions resolves to, and so run as the
+  owner). SELECT, INSERT, UPDATE, DELETE on the tables, but no UPDATE, DELETE or TRUNCATE on the
+  append-only ones (the audit log, published summaries, incident timelines) and only SELECT on
+  the audit settings, the seals and the chain checks. It makes and drops telemetry partitions
+  through the owner's functions (fleet migration 0024), since PostgreSQL lets only a table's
+  owner do either.
 - **admin** (``DATABASE_ADMIN_URL``, a superuser or a role with CREATEROLE): used once, by
   ``manage.py setup_database_roles``, to create the two roles and hand them the database. The
   embedded PostgreSQL's superuser does this on its own at start-up and before each migrate.
+
+Every SECURITY DEFINER function runs with ``search_path = pg_catalog, pg_temp`` and names every
+table and function of ours with its schema (compliance migration 0009, fleet migration 0024), as
+PostgreSQL's documentation for SECURITY DEFINER prescribes.
 
 The functions here take a DB-API cursor (Django's or psycopg's), so the embedded server's start-up
 (before Django is set up) and the management commands share them.
@@ -32,12 +38,17 @@ CREDENTIAL_KEYS = ("USER", "PASSWORD", "HOST", "PORT")
 APPEND_ONLY_TABLES = ("compliance_auditentry", "compliance_summaryversion", "incidents_timelineentry")
 # Tables the console's role may only read (the audit chain's seals are written by the owner's
 # function at commit).
-READ_ONLY_TABLES = ("goodput_audit_settings", "compliance_auditseal")
+# Tables the console's role may only read: the audit settings, and the chain's seals and checks,
+# which only the owner's functions write ("hash chain verified" cannot be written by the console).
+READ_ONLY_TABLES = ("goodput_audit_settings", "compliance_auditseal", "compliance_auditchaincheck")
 # The owner's SECURITY DEFINER functions the console's role calls (EXECUTE is revoked from PUBLIC).
 APP_FUNCTIONS = (
     "goodput_audit_purge(timestamp with time zone, text)",
     "goodput_audit_seal_pending()",
+    "goodput_audit_verify(bigint[], text[], timestamp with time zone[], text)",
     "goodput_purge_incident_timeline(bigint[])",
+    "goodput_create_partition(text, text, timestamp with time zone)",
+    "goodput_drop_partition(text)",
 )
 
 
@@ -183,17 +194,17 @@ def ensure_roles(
 def claim_database(cur: Any, *, owner: str, app: str) -> list[str]:
     """Connected to the console's database as the admin: make ``owner`` the owner of the database,
     its schema and every object in it that neither role owns (tables a superuser made before the
-    roles existed); returns what changed hands."""
+    roles existed), and take CREATE on the schema from everyone else; returns what changed."""
     database, schema = _one(cur, "SELECT current_database(), current_schema()")
     moved: list[str] = []
     if _one(cur, "SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = %s", [database])[0] != owner:
         cur.execute(f"ALTER DATABASE {ident(database)} OWNER TO {ident(owner)}")
-        moved.append(f"database {database}")
+        moved.append(f"now owned by {owner}: database {database}")
     schema_owner = _one(cur, "SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = %s", [schema])[0]
     if schema_owner not in (owner, "pg_database_owner"):
         cur.execute(f"ALTER SCHEMA {ident(schema)} OWNER TO {ident(owner)}")
-        moved.append(f"schema {schema}")
-    cur.execute(f"REVOKE CREATE ON SCHEMA {ident(schema)} FROM PUBLIC")
+        moved.append(f"now owned by {owner}: schema {schema}")
+    moved += revoke_create(cur, schema, ["PUBLIC", app])
     kinds = {"r": "TABLE", "p": "TABLE", "v": "VIEW", "m": "MATERIALIZED VIEW", "f": "FOREIGN TABLE", "S": "SEQUENCE"}
     for name, kind in _all(
         cur,
@@ -212,7 +223,7 @@ def claim_database(cur: Any, *, owner: str, app: str) -> list[str]:
         [schema, owner, app],
     ):
         cur.execute(f"ALTER {kinds[kind]} {ident(schema)}.{ident(name)} OWNER TO {ident(owner)}")
-        moved.append(f"{kinds[kind].lower()} {name}")
+        moved.append(f"now owned by {owner}: {kinds[kind].lower()} {name}")
     for (signature,) in _all(
         cur,
         """
@@ -225,16 +236,48 @@ def claim_database(cur: Any, *, owner: str, app: str) -> list[str]:
         [schema, owner, app],
     ):
         cur.execute(f"ALTER ROUTINE {signature} OWNER TO {ident(owner)}")
-        moved.append(f"function {signature}")
+        moved.append(f"now owned by {owner}: function {signature}")
     return moved
 
 
 # --- the app role's grants (as the owner, after each migrate) -----------------------------------
 
 
-def grant_app(cur: Any, app: str) -> None:
+def create_grantees(cur: Any, schema: str) -> list[str]:
+    """Who holds CREATE on ``schema`` by a grant of its own ('PUBLIC' for everyone), the schema's
+    owner aside."""
+    return [
+        name
+        for (name,) in _all(
+            cur,
+            """
+            SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END
+            FROM pg_namespace n, aclexplode(n.nspacl) a
+            WHERE n.nspname = %s AND a.privilege_type = 'CREATE' AND a.grantee <> n.nspowner
+            ORDER BY 1
+            """,
+            [schema],
+        )
+    ]
+
+
+def revoke_create(cur: Any, schema: str, roles: list[str]) -> list[str]:
+    """Revoke CREATE on ``schema`` from each of ``roles`` ('PUBLIC' included) that holds it; return
+    what was revoked, so a second run says nothing."""
+    holders = set(create_grantees(cur, schema))
+    revoked = []
+    for role in roles:
+        if role in holders:
+            grantee = "PUBLIC" if role == "PUBLIC" else ident(role)
+            cur.execute(f"REVOKE CREATE ON SCHEMA {ident(schema)} FROM {grantee}")
+            revoked.append(f"CREATE on schema {schema} revoked from {role}")
+    return revoked
+
+
+def grant_app(cur: Any, app: str) -> list[str]:
     """Connected as the owner: give ``app`` what the console needs and nothing that rewrites the
-    record. Idempotent; run after every migrate, since a migration may add tables."""
+    record or runs as the owner. Idempotent; run after every migrate, since a migration may add
+    tables. Returns what it changed beyond the routine grants (taken back, revoked)."""
     database, schema, me = _one(cur, "SELECT current_database(), current_schema(), current_user")
     strangers = _all(
         cur,
@@ -253,27 +296,37 @@ def grant_app(cur: Any, app: str) -> None:
             f"Tables in {database} belong to neither {me} nor {app}: {names}. "
             "Run `manage.py setup_database_roles` with DATABASE_ADMIN_URL to hand them to the owner."
         )
-    if not _one(cur, "SELECT pg_has_role(current_user, %s, 'MEMBER')", [app])[0]:
-        raise RoleError(
-            f"{me} is not a member of {app}, so it cannot hand the partitioned tables to it: "
-            "run `manage.py setup_database_roles` with DATABASE_ADMIN_URL."
-        )
-    cur.execute(f"GRANT CONNECT, TEMPORARY ON DATABASE {ident(database)} TO {ident(app)}")
-    cur.execute(f"GRANT USAGE, CREATE ON SCHEMA {ident(schema)} TO {ident(app)}")
-    # Partitions are created and dropped by the console as it runs: only an owner may.
-    for (name,) in _all(
+    changed = revoke_create(cur, schema, ["PUBLIC", app])
+    app_owned = _all(
         cur,
         """
         SELECT c.relname FROM pg_class c
         WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = %s) AND c.relkind IN ('r', 'p')
-          AND (c.relkind = 'p' OR c.relispartition) AND pg_get_userbyid(c.relowner) = current_user
-        ORDER BY c.relkind DESC, c.relname
+          AND pg_get_userbyid(c.relowner) = %s
+        ORDER BY c.relkind, c.relname
         """,
-        [schema],
-    ):
-        cur.execute(f"ALTER TABLE {ident(schema)}.{ident(name)} OWNER TO {ident(app)}")
+        [schema, app],
+    )
+    if app_owned and not _one(cur, "SELECT pg_has_role(current_user, %s, 'MEMBER')", [app])[0]:
+        raise RoleError(
+            f"{me} is not a member of {app}, so it cannot take back the tables {app} owns: "
+            "run `manage.py setup_database_roles` with DATABASE_ADMIN_URL."
+        )
+    # Older versions handed the partitioned tables to the console's role: the owner takes them back
+    # (partitions are now made and dropped by its functions, fleet migration 0024).
+    for (name,) in app_owned:
+        cur.execute(f"ALTER TABLE {ident(schema)}.{ident(name)} OWNER TO {ident(me)}")
+    if app_owned:
+        changed.append(f"{len(app_owned)} tables taken back from {app}")
+    cur.execute(f"GRANT CONNECT, TEMPORARY ON DATABASE {ident(database)} TO {ident(app)}")
+    cur.execute(f"GRANT USAGE ON SCHEMA {ident(schema)} TO {ident(app)}")
     cur.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {ident(schema)} TO {ident(app)}")
     cur.execute(f"GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA {ident(schema)} TO {ident(app)}")
+    # Partitions the owner's function makes from now on get the same grants.
+    cur.execute(
+        f"ALTER DEFAULT PRIVILEGES IN SCHEMA {ident(schema)} "
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO {ident(app)}"
+    )
     for table in APPEND_ONLY_TABLES:
         if _one(cur, "SELECT to_regclass(%s)", [table])[0]:
             cur.execute(f"REVOKE UPDATE, DELETE, TRUNCATE ON {ident(table)} FROM {ident(app)}, PUBLIC")
@@ -284,6 +337,7 @@ def grant_app(cur: Any, app: str) -> None:
         if _one(cur, "SELECT to_regprocedure(%s)", [function])[0]:
             cur.execute(f"REVOKE EXECUTE ON FUNCTION {function} FROM PUBLIC")
             cur.execute(f"GRANT EXECUTE ON FUNCTION {function} TO {ident(app)}")
+    return changed
 
 
 # --- what a connection is ---------------------------------------------------------------------
@@ -297,6 +351,20 @@ def connection_role_problems(cur: Any) -> list[str]:
     problems = []
     if superuser:
         problems.append(f"the console connects as {me}, a superuser: every trigger is advisory to it")
+    for (schema,) in _all(
+        cur,
+        """
+        SELECT n.nspname FROM pg_namespace n
+        WHERE has_schema_privilege(current_user, n.oid, 'CREATE')
+          AND n.nspname !~ '^pg_' AND n.nspname <> 'information_schema'
+        ORDER BY 1
+        """,
+    ):
+        if not superuser:
+            problems.append(
+                f"the console's role {me} may CREATE in schema {schema}: a function or operator it plants "
+                "there can run as the owner inside a SECURITY DEFINER function"
+            )
     for table in APPEND_ONLY_TABLES:
         row = _one(
             cur,

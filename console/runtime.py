@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from django.conf import settings
@@ -19,8 +20,31 @@ def describe_mode() -> str:
     return f"Goodput {settings.RUN_MODE} mode: {db}; {tasks}."
 
 
+# Needed only by `manage.py migrate`, `setup_database_roles` and `flush`: a web or worker process
+# holding them could act as the owner (or a superuser) the moment it is compromised.
+PRIVILEGED_URLS = ("DATABASE_OWNER_URL", "DATABASE_ADMIN_URL")
+
+
+def privileged_urls_in_environment() -> list[str]:
+    """The owner's and admin's URLs this production process has in its environment (none embedded,
+    where the console starts its own server and the URLs are not read)."""
+    if settings.EMBEDDED_DATABASE:
+        return []
+    return [name for name in PRIVILEGED_URLS if os.environ.get(name)]
+
+
+def privileged_urls_warning(names: list[str]) -> str:
+    return (
+        f"{' and '.join(names)} {'is' if len(names) == 1 else 'are'} set in this process's environment: "
+        "only `manage.py migrate` and `setup_database_roles` need them; run web and worker processes "
+        "with DATABASE_URL (the app role) alone."
+    )
+
+
 def announce_mode(role: str) -> None:
     print(f"[goodput:{role}] {describe_mode()}", file=sys.stderr, flush=True)
+    if names := privileged_urls_in_environment():
+        print(f"[goodput:{role}] WARNING: {privileged_urls_warning(names)}", file=sys.stderr, flush=True)
 
 
 def settle_heap() -> int:

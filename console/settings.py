@@ -269,8 +269,10 @@ CELERY_BEAT_SCHEDULE = {
     "advance-reservations": {"task": "fleet.tasks.advance_reservations", "schedule": 30.0},
     # Compliance retention: apply the policies to what the console holds, and record each run.
     "apply-retention": {"task": "compliance.tasks.apply_retention", "schedule": 86400.0},
-    # Walk the audit log's hash chain and record the result (the compliance home page shows it).
+    # Walk the audit log's hash chain against every kept head and record the result (the
+    # compliance home page shows it); keep the chain's head outside the database every hour.
     "verify-audit-log": {"task": "compliance.tasks.verify_audit_log", "schedule": 86400.0},
+    "keep-audit-head": {"task": "compliance.tasks.keep_audit_head", "schedule": 3600.0},
 }
 
 if REDIS_URL:
@@ -429,6 +431,10 @@ if not RAW_RETENTION_DAYS <= ROLLUP_1M_RETENTION_DAYS:
 # No retention policy, no purge and no session can delete audit entries younger than this: the
 # database's purge function keeps them (written into the database by `manage.py migrate`).
 AUDIT_RETENTION_FLOOR_DAYS = envint("GOODPUT_AUDIT_RETENTION_FLOOR_DAYS", 7 * 365, minimum=365)
+# The audit chain's head is appended here every hour and with every pack (compliance.services.
+# audit_heads), out of the database roles' reach; verify_audit_log checks the chain holds each.
+# Point it at storage the database's administrators cannot rewrite (another host, WORM storage).
+AUDIT_HEADS_DIR = Path(env("GOODPUT_AUDIT_HEADS_DIR", str(DATA_DIR / "audit-heads")) or DATA_DIR / "audit-heads")
 # A model's export-control check goes overdue this many days after it was last done.
 EXPORT_CONTROL_REVIEW_DAYS = envint("GOODPUT_EXPORT_CONTROL_REVIEW_DAYS", 180, minimum=1)
 # The crawled-domain list of a training-content summary: the top 10 % of domains by bytes; an SME

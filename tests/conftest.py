@@ -8,9 +8,12 @@ Celery worker process on Redis, channels-redis, and (for the browser) a real uvi
 from __future__ import annotations
 
 import itertools
+import os
+import tempfile
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,6 +31,8 @@ from fleet.models import Site
 from fleet.telemetry import partitions
 
 PASSWORD = "correct-horse-battery-staple"
+HEADS_ROOT = Path(tempfile.gettempdir()) / f"goodput-test-heads-{os.getpid()}"
+_heads_dirs = itertools.count()
 
 
 @pytest.fixture(scope="session")
@@ -54,6 +59,8 @@ def django_db_setup(django_db_setup: None) -> Iterator[None]:
 def _eager_unless_real_stack(request: pytest.FixtureRequest, settings: Any) -> Iterator[None]:
     real = request.node.get_closest_marker("worker") or request.node.get_closest_marker("browser")
     settings.FLEET_SUMMARY_SECONDS = 0  # each test reads what it just wrote (test_fleet_page_cache sets it)
+    # Heads kept from one test's chain are not the next one's (made only when a head is written).
+    settings.AUDIT_HEADS_DIR = HEADS_ROOT / f"{next(_heads_dirs)}"
     settings.SERVING_SUMMARY_SECONDS = 0
     if not real:
         settings.EAGER_TASKS = True

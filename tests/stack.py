@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -44,6 +45,8 @@ def stack_env(redis_url: str) -> dict[str, str]:
         GOODPUT_LIVE_MIN_INTERVAL_MS="500",
         GOODPUT_FLEET_SUMMARY_SECONDS="0",  # a test reads what it just wrote
         GOODPUT_SERVING_SUMMARY_SECONDS="0",
+        # The stack's workers keep heads of the test database's chain, never in the checkout's var/.
+        GOODPUT_AUDIT_HEADS_DIR=str(Path(tempfile.gettempdir()) / f"goodput-stack-heads-{os.getpid()}"),
     )
     return env
 

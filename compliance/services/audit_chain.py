@@ -18,7 +18,14 @@ What it catches, naming the first entry that does not match:
   ended on (and that purge kept the one-year minimum);
 - an entry that was never sealed (written with the sealing trigger disabled).
 A whole chain rewritten by a superuser is internally consistent again: an earlier head kept
-outside the database (the pack's ``audit_chain``, ``--head SEQ:HASH``) is what catches that.
+outside the database is what catches that (the hourly heads file, compliance.services.audit_heads;
+a pack's ``audit_chain``; ``--head SEQ:HASH``). A head inside a range a purge removed passes only
+when it is older than that purge's cutoff, since a purge never reaches younger entries.
+
+The recorded checks (the compliance home page's "hash chain verified") are written only by the
+owner's ``goodput_audit_verify`` (compliance migration 0009), the same walk in the database:
+the console's role may read that table, never write it. ``manage.py verify_audit_log`` runs both
+and says so if they disagree.
 """
 
 from __future__ import annotations
@@ -28,10 +35,9 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import connection, transaction
-from django.utils import timezone
 
 from compliance.choices import AuditAction
 from compliance.models import GENESIS_HASH, AuditChainCheck, AuditEntry, AuditSeal
@@ -64,6 +70,14 @@ def chain_hash(prev_hash: str, content_hash: str) -> str:
     return sha256_hex(prev_hash + content_hash)
 
 
+class Anchor(NamedTuple):
+    """An earlier head the chain must still hold; ``at`` (the entry's time) where it is known."""
+
+    seq: int
+    hash: str
+    at: datetime | None = None
+
+
 @dataclass(frozen=True)
 class Head:
     seq: int
@@ -89,7 +103,7 @@ class ChainReport:
     def summary(self) -> str:
         head = f"head_seq={self.head.seq} head_hash={self.head.hash}" if self.head else "head_seq=none"
         verdict = "ok" if self.ok else f"BROKEN first_bad_entry={self.first_bad_entry}"
-        return f"RESULT entries={self.entries} {head} {verdict}"
+        return f"RESULT entries={self.entries} heads_checked={len(self.anchors_checked)} {head} {verdict}"
 
 
 @dataclass(frozen=True)
@@ -99,6 +113,7 @@ class _Span:
     hi: int
     last_hash: str
     purge_id: int
+    cutoff: datetime
 
 
 def _purged_spans(report: ChainReport) -> dict[int, _Span]:
@@ -117,7 +132,7 @@ def _purged_spans(report: ChainReport) -> dict[int, _Span]:
         if cutoff > at - MIN_FLOOR:
             report.fail(entry_id, f"purge entry #{entry_id} removed entries younger than a year (cutoff {cutoff})")
         for lo, hi, last_hash in ranges:
-            spans[lo] = _Span(hi, last_hash, entry_id)
+            spans[lo] = _Span(hi, last_hash, entry_id, cutoff)
     return spans
 
 
@@ -133,17 +148,31 @@ def _bridge(after_seq: int, next_seq: int, spans: dict[int, _Span]) -> str | Non
     return last_hash
 
 
-def verify_chain(anchors: Sequence[tuple[int, str]] = ()) -> ChainReport:
-    """Walk every entry in chain order (one snapshot); ``anchors`` are (seq, hash) pairs kept from
-    an earlier head (a pack's), which the chain must still hold."""
+def _anchor_problem(anchor: Anchor, seen: dict[int, str], spans: dict[int, _Span]) -> str | None:
+    """Why ``anchor`` is not in the chain, or None when it is (or was purged, being old enough)."""
+    seq, expected, at = anchor
+    if seq in seen:
+        return None if seen[seq] == expected else f"has hash {seen[seq]}"
+    span = next((span for lo, span in spans.items() if lo <= seq <= span.hi), None)
+    if span is None:
+        return "is missing"
+    if span.hi == seq:
+        return None if span.last_hash == expected else f"has hash {span.last_hash}"
+    if at is not None and at < span.cutoff:
+        return None
+    return "was purged inside a range"
+
+
+def verify_chain(anchors: Sequence[tuple[int, str] | Anchor] = ()) -> ChainReport:
+    """Walk every entry in chain order (one snapshot); ``anchors`` are earlier heads (seq, hash,
+    and the entry's time where known), which the chain must still hold."""
     started = time.monotonic()
     report = ChainReport()
-    wanted = dict(anchors)
+    wanted = sorted(Anchor(*anchor) for anchor in anchors)
+    wanted_seqs = {anchor.seq for anchor in wanted}
     seen: dict[int, str] = {}
     with transaction.atomic():
         spans = _purged_spans(report)
-        # A purged span keeps the hash of its last entry: an anchor there can still be checked.
-        seen.update({span.hi: span.last_hash for span in spans.values() if span.hi in wanted})
         prev_seq, prev_hash, prev_id = 0, GENESIS_HASH, None
         with connection.chunked_cursor() as cursor:
             cursor.execute(_WALK_SQL)
@@ -187,35 +216,36 @@ def verify_chain(anchors: Sequence[tuple[int, str]] = ()) -> ChainReport:
                     if chain_hash(stored_prev, content_hash) != stored_hash:
                         report.fail(entry_id, f"entry #{entry_id} (seq {seq}) carries a wrong chain hash")
                         continue
-                    if seq in wanted:
+                    if seq in wanted_seqs:
                         seen[seq] = stored_hash
                     prev_seq, prev_hash, prev_id = seq, stored_hash, entry_id
         if prev_id is not None:
             head = AuditSeal.objects.filter(pk=prev_id).values_list("seq", "hash", "entry_id", "entry__at").get()
             report.head = Head(*head)
-    for seq, expected in sorted(wanted.items()):
-        report.anchors_checked.append(seq)
-        if seen.get(seq) != expected:
-            found = "was purged inside a range" if seq not in seen else f"has hash {seen[seq]}"
+    for anchor in wanted:
+        report.anchors_checked.append(anchor.seq)
+        problem = _anchor_problem(anchor, seen, spans)
+        if problem is not None:
             report.fail(
-                None, f"the earlier head seq {seq} with hash {expected} is not in the chain (seq {seq} {found})"
+                None,
+                f"the earlier head seq {anchor.seq} with hash {anchor.hash} is not in the chain "
+                f"(seq {anchor.seq} {problem})",
             )
     report.duration_ms = int((time.monotonic() - started) * 1000)
     return report
 
 
-def record_check(report: ChainReport, *, triggered_by: str) -> AuditChainCheck:
-    return AuditChainCheck.objects.create(
-        checked_at=timezone.now(),
-        ok=report.ok,
-        entries=report.entries,
-        head_seq=report.head.seq if report.head else None,
-        head_hash=report.head.hash if report.head else "",
-        problem=report.problem,
-        first_bad_entry=report.first_bad_entry,
-        duration_ms=min(report.duration_ms, 2**31 - 1),
-        triggered_by=triggered_by[:100],
-    )
+def check_and_record(anchors: Sequence[tuple[int, str] | Anchor] = (), *, triggered_by: str) -> AuditChainCheck:
+    """Walk the chain in the database with the owner's ``goodput_audit_verify`` and return the check
+    it recorded: the only way a check is written."""
+    wanted = [Anchor(*anchor) for anchor in anchors]
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT goodput_audit_verify(%s::bigint[], %s::text[], %s::timestamptz[], %s)",
+            [[a.seq for a in wanted], [a.hash for a in wanted], [a.at for a in wanted], triggered_by[:100]],
+        )
+        check_id = cursor.fetchone()[0]
+    return AuditChainCheck.objects.get(pk=check_id)
 
 
 def chain_head() -> Head | None:

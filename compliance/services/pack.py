@@ -55,7 +55,7 @@ from compliance.models import (
 )
 from compliance.models.gdpr import PROCESSOR_FIELDS, RECORD_FIELDS
 from compliance.models.pack import CHUNK_BYTES
-from compliance.services import audit_chain, recovery_pack
+from compliance.services import audit_chain, audit_heads, recovery_pack
 from compliance.services.audit import _json_safe
 from compliance.services.pdf import render_pdf
 from console import spreadsheet
@@ -876,7 +876,9 @@ def write_pack(pack: CompliancePack, out: IO[bytes], *, progress: Progress | Non
                 doc.value("period", period)
                 # The audit chain's head in this snapshot: an auditor keeps it and later checks that
                 # the chain still holds it (`manage.py verify_audit_log --head SEQ:HASH`).
-                chain = _json_safe(audit_chain.head_json(audit_chain.chain_head(), audit_chain.last_check()))
+                head = audit_chain.chain_head()
+                chain = _json_safe(audit_chain.head_json(head, audit_chain.last_check()))
+                audit_heads.keep_head(head, source="pack")
                 doc.value("audit_chain", chain)
                 report(5, "Reading the register and the published summaries")
                 section(doc, "models", _models(today))

@@ -157,16 +157,11 @@ def _create_partitions(table: PartitionedTable, starts: list[datetime]) -> list[
     for start in starts:
         name = table.partition_name(start)
         if name not in _known:
-            end = table.next_start(start)
+            # The owner's function makes it (fleet migration 0024): the console's role owns no
+            # table and may create nothing in the schema.
             with connection.cursor() as cursor:
-                cursor.execute("SELECT to_regclass(%s)", [name])
-                exists = cursor.fetchone()[0] is not None
-                if not exists:
-                    # IF NOT EXISTS: two workers may race to make the same day.
-                    cursor.execute(
-                        f'CREATE TABLE IF NOT EXISTS "{name}" PARTITION OF "{table.name}" '
-                        f"FOR VALUES FROM ('{start.isoformat()}') TO ('{end.isoformat()}')"
-                    )
+                cursor.execute("SELECT goodput_create_partition(%s, %s, %s)", [table.name, table.interval, start])
+                if cursor.fetchone()[0]:
                     created.append(name)
             _known.add(name)
     if created:
@@ -229,10 +224,9 @@ def drop_expired_partitions(*, now: datetime | None = None) -> list[dict[str, ob
             if end > cutoff:
                 continue
             with transaction.atomic(), connection.cursor() as cursor:
-                # An exact count once a day per partition is cheap next to what it tells an auditor.
-                cursor.execute(f'SELECT count(*), pg_total_relation_size(%s::regclass) FROM "{name}"', [name])
+                # The owner's function counts, sizes and drops it (fleet migration 0024).
+                cursor.execute("SELECT dropped_rows, dropped_bytes FROM goodput_drop_partition(%s)", [name])
                 rows, size = cursor.fetchone()
-                cursor.execute(f'DROP TABLE "{name}"')
                 record = PartitionDrop.objects.create(
                     table=table.name,
                     partition=name,

@@ -25,6 +25,7 @@ from compliance.choices import (
 from compliance.models.register import CrawledDomain, Dataset, GpaiModel, Lineage
 from console import roles
 from fleet.models import Job, Site
+from tests.compliance.audit_support import as_role, db_roles, superuser  # noqa: F401  (fixtures)
 from tests.conftest import _make_user
 
 # Per domain i in 1..40: "www.site{i:02d}.example", (41 - i) MB.

@@ -14,14 +14,12 @@ import hashlib
 import io
 import json
 import zipfile
-from collections.abc import Iterator
 from datetime import UTC, date, timedelta
 from typing import Any
 
 import psycopg
 import pytest
 from django.core.management import call_command
-from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
@@ -29,56 +27,9 @@ from compliance.choices import AuditAction
 from compliance.models import GENESIS_HASH, AuditChainCheck, AuditEntry, AuditSeal
 from compliance.services import audit_chain, pack
 from compliance.services.audit import purge_entries_before, record
-from console import dbroles
-from console.backup import libpq_params
+from tests.compliance.audit_support import rewrite_consistently, tamper, three_entries, verify
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def superuser() -> Iterator[psycopg.Connection[Any]]:
-    """A superuser's connection to the test database (autocommit)."""
-    credentials = dbroles.admin_credentials() or dbroles.app_credentials()
-    params = libpq_params({**connection.settings_dict, **credentials})
-    with psycopg.connect(**params, autocommit=True) as conn:
-        assert conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone() == (True,), (
-            "tampering needs a superuser: the embedded server's, DATABASE_ADMIN_URL or a superuser DATABASE_URL"
-        )
-        yield conn
-
-
-TRIGGERS = (("compliance_auditentry", "auditentry_append_only"), ("compliance_auditseal", "auditseal_append_only"))
-
-
-def tamper(conn: psycopg.Connection[Any], *statements: str, params: tuple[Any, ...] = ()) -> None:
-    """What a superuser can always do: switch the append-only triggers off, change the tables, and
-    switch them back on."""
-    with conn.transaction():
-        for table, trigger in TRIGGERS:
-            conn.execute(f"ALTER TABLE {table} DISABLE TRIGGER {trigger}")
-        for statement in statements:
-            conn.execute(statement, params)
-        conn.execute("SET CONSTRAINTS ALL IMMEDIATE")  # no deferred check left on the tables
-        for table, trigger in TRIGGERS:
-            conn.execute(f"ALTER TABLE {table} ENABLE ALWAYS TRIGGER {trigger}")
-
-
-def verify(*args: str) -> tuple[int, str]:
-    """Run `manage.py verify_audit_log`: (exit status, stdout + stderr)."""
-    out = io.StringIO()
-    try:
-        call_command("verify_audit_log", *args, stdout=out, stderr=out)
-    except SystemExit as exc:
-        return int(exc.code or 0), out.getvalue()
-    return 0, out.getvalue()
-
-
-def three_entries() -> list[AuditEntry]:
-    """Three entries, each committed on its own (autocommit), so each is sealed."""
-    made = [record(AuditAction.ACTION, message=f"entry {i}", actor="system") for i in range(3)]
-    for entry in made:
-        entry.refresh_from_db()
-    return made
 
 
 def test_each_entry_is_sealed_at_commit_with_hashes_anyone_can_recompute() -> None:
@@ -129,27 +80,6 @@ def test_a_superuser_edit_with_the_trigger_disabled_is_caught_and_named(
     check = AuditChainCheck.objects.get()
     assert not check.ok and check.first_bad_entry == edited.pk
     assert "hash chain BROKEN" in officer_client.get("/compliance/").content.decode()
-
-
-def rewrite_consistently(conn: psycopg.Connection[Any], entry_id: int, message: str) -> None:
-    """A superuser who knows the scheme: change an entry, then recompute its content hash and its
-    chain hash so that the entry agrees with itself again."""
-    tamper(conn, "UPDATE compliance_auditentry SET message = %s WHERE id = %s", params=(message, entry_id))
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT id::text, to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), actor_id::text,"
-            " actor, action, app_label, model, object_id, object_repr, before::text, after::text, message,"
-            " host(remote_addr), prev_hash FROM compliance_auditentry JOIN compliance_auditseal ON entry_id = id"
-            " WHERE id = %s",
-            [entry_id],
-        )
-        *fields, prev_hash = cursor.fetchone()
-    content_hash = audit_chain.sha256_hex(audit_chain.content_text(fields))
-    tamper(
-        conn,
-        "UPDATE compliance_auditseal SET content_hash = %s, hash = %s WHERE entry_id = %s",
-        params=(content_hash, audit_chain.chain_hash(prev_hash, content_hash), entry_id),
-    )
 
 
 def test_an_entry_rewritten_with_its_hashes_recomputed_breaks_the_link_to_the_next(

@@ -97,8 +97,7 @@ def test_check_deploy_under_production_settings_prints_no_warnings() -> None:
         "PATH": os.environ["PATH"],
         "HOME": os.environ.get("HOME", "/root"),
         "DATABASE_URL": "postgres://goodput@db.internal:5432/goodput",
-        # The owner role migrates; without it check --deploy warns (goodput.W101, test_audit_roles.py).
-        "DATABASE_OWNER_URL": "postgres://goodput_owner@db.internal:5432/goodput",
+        # No DATABASE_OWNER_URL: only the migrate step has it (goodput.W101, test_audit_roles.py).
         "REDIS_URL": "redis://redis.internal:6379/0",
         "SECRET_KEY": "x7Qm2-Lk9vRt4_Zp8Wc1Ys6Hn3Jd5Fb0Ge2Ua7Io4Pl9Kq1Mr6Nt8Sv3Xw5Yz0Ab",
         "ALLOWED_HOSTS": "goodput.example.com",

@@ -6,9 +6,11 @@ CREATEROLE that owns the database), then, idempotently:
 1. creates the owner (DATABASE_OWNER_URL's user) and the app role (DATABASE_URL's user) as login
    roles that are not superusers, with the URLs' passwords, the owner a member of the app role;
 2. makes the owner the owner of the database, its schema and every table, sequence and function
-   in it that neither role owns (a deployment that ran as a superuser until now);
-3. as the owner, grants the app role what the console needs (console.dbroles.grant_app): DML on
-   the tables, none that rewrites the audit log, published summaries or incident timelines.
+   in it that neither role owns (a deployment that ran as a superuser until now), and revokes
+   CREATE on the schema from PUBLIC and the app role (each line it prints says what changed);
+3. as the owner, takes back what the app role owns and grants it what the console needs
+   (console.dbroles.grant_app): DML on the tables, none that rewrites the audit log, published
+   summaries or incident timelines, EXECUTE on the owner's functions, nothing it could create.
 
 Run it once before the first `manage.py migrate`, and again whenever the roles or passwords change.
 """
@@ -63,13 +65,11 @@ class Command(BaseCommand):
                 )
                 moved = dbroles.claim_database(cur, owner=owner["user"], app=app["user"])
             with psycopg.connect(**{**owner, "dbname": database}, autocommit=True) as conn:
-                dbroles.grant_app(conn.cursor(), app["user"])
+                moved += dbroles.grant_app(conn.cursor(), app["user"])
         except dbroles.RoleError as exc:
             raise CommandError(str(exc)) from exc
         except psycopg.Error as exc:
             raise CommandError(f"setting up the roles failed: {exc}") from exc
         for item in moved:
-            self.stdout.write(f"  now owned by {owner['user']}: {item}")
-        self.stdout.write(
-            f"RESULT database={database} owner={owner['user']} app={app['user']} handed_over={len(moved)}"
-        )
+            self.stdout.write(f"  {item}")
+        self.stdout.write(f"RESULT database={database} owner={owner['user']} app={app['user']} changes={len(moved)}")
