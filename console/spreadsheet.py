@@ -7,21 +7,37 @@ would run on the machine of whoever opens the export. Such a cell gets a leading
 the spreadsheet shows as text. Numbers stay numbers (a negative count is written as it is): only
 text cells are escaped, so a writer must hand numbers over as numbers, not as their text.
 
+A spreadsheet may also split a line where this writer did not: on ``;`` or a tab (a locale whose
+list separator is not the comma), or on a comma or line break inside a quoted cell that its
+parser reads as unquoted (a quote mid-field is literal). ``ops;=1+1;`` is then the cells ``ops``,
+``=1+1`` and nothing. So a formula start right after any of those delimiters gets the apostrophe
+too (``ops;'=1+1;``): quoting the cell would not help, since the split happens outside the quotes.
+
 Every CSV the console writes goes through ``writer``, so no export can forget a column.
 """
 
 from __future__ import annotations
 
 import csv
+import re
 from collections.abc import Iterable
 from typing import Any
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+# Where a spreadsheet may start a new cell: the delimiters it may use, and line breaks.
+CELL_DELIMITERS = (",", ";", "\t", "\r", "\n")
+_FORMULA_AFTER_DELIMITER = re.compile(
+    "(?<=[" + re.escape("".join(CELL_DELIMITERS)) + "])(?=[" + re.escape("".join(FORMULA_STARTS)) + "])"
+)
 
 
 def cell(value: Any) -> Any:
-    """The value as a spreadsheet should read it: text that would start a formula, escaped."""
-    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+    """The value as a spreadsheet should read it: text that would start a formula, at its start or
+    after a delimiter, escaped. Escaping twice changes nothing."""
+    if not isinstance(value, str):
+        return value
+    value = _FORMULA_AFTER_DELIMITER.sub("'", value)
+    if value.startswith(FORMULA_STARTS):
         return "'" + value
     return value
 

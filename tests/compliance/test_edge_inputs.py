@@ -97,6 +97,13 @@ def test_csv_cells_that_a_spreadsheet_would_run_are_written_as_text() -> None:
     assert [spreadsheet.cell(v) for v in ("+1", "-a", "@b", "team", -3, 4)] == ["'+1", "'-a", "'@b", "team", -3, 4]
 
 
+def test_a_formula_after_a_delimiter_a_spreadsheet_may_split_on_is_written_as_text() -> None:
+    cells = [spreadsheet.cell(v) for v in ("ops;=1+1;", "ops\t=1+1", "ops,@SUM(1)", "ops\n-1", "a;b")]
+    assert cells == ["ops;'=1+1;", "ops\t'=1+1", "ops,'@SUM(1)", "ops\n'-1", "a;b"]
+    assert spreadsheet.cell(spreadsheet.cell("=1;+2")) == "'=1;'+2"  # escaping twice changes nothing
+    assert spreadsheet.cell('{"a": [-1, -2]}') == '{"a": [-1, -2]}'  # JSON's ", " keeps its numbers
+
+
 def test_the_audit_csv_writes_a_formula_as_text(officer_client: Client) -> None:
     Site.objects.create(name="=cmd|' /C calc'!A0")
     body = b"".join(officer_client.get("/compliance/audit.csv").streaming_content).decode()

@@ -4,8 +4,10 @@ The exports are found in the URL resolver (``csv_routes``), not listed by hand: 
 fails the test until it is fetched here.
 
 Each export is fed records whose every free-text field holds a formula (``=HYPERLINK(...)``,
-``+1``, ``-1``, ``@SUM(1)``); no cell of any export may start with a formula character unless it
-is a number the console wrote as one (a negative priority stays ``-3``)."""
+``+1``, ``-1``, ``@SUM(1)``), or one after a delimiter (``ops;=1+1;``, a tab, a comma, a line
+break); no cell of any export may start with a formula character unless it is a number the
+console wrote as one (a negative priority stays ``-3``), whether the spreadsheet splits lines on
+the comma, on ``;`` or on a tab."""
 
 from __future__ import annotations
 
@@ -46,7 +48,10 @@ from tests.fleet.cost.conftest import L40S, account, job_on, node_with_gpus, rat
 
 pytestmark = pytest.mark.django_db
 
-PAYLOADS = ['=HYPERLINK("http://x")', "+1", "-1", "@SUM(1)"]
+PAYLOADS = ['=HYPERLINK("http://x")', "+1", "-1", "@SUM(1)", "ops;=1+1;", "ops\t=1+1", "ops,=1+1", "ops\n=1+1"]
+# How a spreadsheet may split a line: on the comma this writer uses, or on ";" or a tab (a locale
+# whose list separator is not the comma), reading a quote in the middle of a cell as text.
+SPLITS = (",", ";", "\t")
 
 
 # Routes the name rule below matches that write no CSV, with why (checked, so it cannot go stale).
@@ -100,8 +105,8 @@ def planted(model: type[models.Model], **given: Any) -> Any:
     return model.objects.create(**values)
 
 
-def _rows(text: str) -> list[list[str]]:
-    return list(csv.reader(io.StringIO(text)))
+def _rows(text: str, delimiter: str = ",") -> list[list[str]]:
+    return list(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter))
 
 
 def _unescaped(rows: list[list[str]]) -> list[str]:
@@ -119,8 +124,13 @@ def _unescaped(rows: list[list[str]]) -> list[str]:
     return bad
 
 
+def _is_escaped(cell: str, text: str) -> bool:
+    """The cell is ``text`` with apostrophes added (the spreadsheet shows what follows one as text)."""
+    return cell != text and cell.replace("'", "") == text
+
+
 def _escaped(rows: list[list[str]]) -> set[str]:
-    return {cell[1:] for cell in itertools.chain.from_iterable(rows) if cell[1:] in PAYLOADS and cell[0] == "'"}
+    return {p for cell in itertools.chain.from_iterable(rows) for p in PAYLOADS if _is_escaped(cell, p)}
 
 
 @pytest.fixture
@@ -187,13 +197,13 @@ def test_every_csv_export_escapes_formulas_in_text_and_keeps_numbers(
 ) -> None:
     uncovered = set(csv_routes()) - set(FETCH) - ZIPPED - set(NOT_CSV)
     assert not uncovered, f"CSV routes this test does not fetch: add them to FETCH: {sorted(uncovered)}"
-    exports: dict[str, list[list[str]]] = {}
+    exports: dict[str, str] = {}
     clients = {"viewer": viewer_client, "admin": admin_client}
     for name, (kwargs, query, who) in FETCH.items():
         response = clients[who].get(f"{reverse(name, kwargs=kwargs)}?{query}")
         assert response.status_code == 200 and response["Content-Type"].startswith("text/csv"), name
         body = b"".join(response.streaming_content) if response.streaming else response.content
-        exports[name] = _rows(body.decode())
+        exports[name] = body.decode()
 
     today = timezone.localdate()
     with django_capture_on_commit_callbacks(execute=True):
@@ -210,20 +220,23 @@ def test_every_csv_export_escapes_formulas_in_text_and_keeps_numbers(
         names = [n for n in archive.namelist() if n.endswith(".csv")]
         assert len(names) >= 10
         for name in names:
-            exports[f"pack:{name}"] = _rows(archive.read(name).decode("utf-8-sig"))
+            exports[f"pack:{name}"] = archive.read(name).decode("utf-8-sig")
 
-    for where, rows in exports.items():
-        assert _unescaped(rows) == [], where
+    for where, text in exports.items():
+        for delimiter in SPLITS:
+            assert _unescaped(_rows(text, delimiter)) == [], (where, delimiter)
+        rows = _rows(text)
         if len(rows) > 1:  # every export with rows carried some planted text, escaped
             assert _escaped(rows), where
-    assert set().union(*(_escaped(rows) for rows in exports.values())) == set(PAYLOADS)
+    assert set().union(*(_escaped(_rows(text)) for text in exports.values())) == set(PAYLOADS)
 
-    reservations = exports["api:capacity-api:reservations-csv"]
+    reservations = _rows(exports["api:capacity-api:reservations-csv"])
     row = dict(zip(reservations[0], reservations[1], strict=True))
     assert row["priority"] == "-3" and row["gpus"] == "4"  # numbers stay numbers
-    plan = exports["api:capacity-api:plan-csv"]
-    gpu_models = {r[3] for r in plan[1:]}
-    assert "'" + hostile_records["pool"].gpu_model in gpu_models  # the plan's gpu_model column, escaped
-    cost = [dict(zip(exports["api:cost-api:export"][0], r, strict=True)) for r in exports["api:cost-api:export"][1:]]
+    plan = _rows(exports["api:capacity-api:plan-csv"])
+    gpu_model = hostile_records["pool"].gpu_model
+    assert any(_is_escaped(r[3], gpu_model) for r in plan[1:])  # the plan's gpu_model column, escaped
+    cost_rows = _rows(exports["api:cost-api:export"])
+    cost = [dict(zip(cost_rows[0], r, strict=True)) for r in cost_rows[1:]]
     [hang] = [r for r in cost if r["cause"] == "hang"]
     assert (hang["team"], hang["pool"], hang["gpu_hours"]) == ("'" + PAYLOADS[0], "'@rented", "2.0")
