@@ -1,4 +1,5 @@
-"""`manage.py check --deploy`: the console's database role (console.dbroles).
+"""`manage.py check --deploy`: the console's database role (console.dbroles), and outbound
+requests with nowhere to go.
 
 Warns when this process has DATABASE_OWNER_URL or DATABASE_ADMIN_URL in its environment (only
 migrate and setup_database_roles need them), and when the console connects as a superuser, as the
@@ -6,6 +7,8 @@ owner of the audit log (or a member of that owner: a deployment that migrated as
 role), as a role that may UPDATE, DELETE or TRUNCATE an append-only table, or as one that may
 CREATE in a schema (where it could plant what the owner's functions run). The role is read from
 the database itself; a database the check cannot reach is not judged.
+An empty GOODPUT_OUTBOUND_ALLOWED_NETWORKS (the production default) refuses every scrape and
+notification, which is safe but rarely meant.
 """
 
 from __future__ import annotations
@@ -55,6 +58,21 @@ def database_roles(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
         )
     warnings += [Warning(problem, hint=HINT, id="goodput.W102") for problem in connection_problems()]
     return warnings
+
+
+@register(Tags.security, deploy=True)
+def outbound_networks_listed(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    if settings.OUTBOUND_ALLOWED_NETWORKS:
+        return []
+    return [
+        Warning(
+            "GOODPUT_OUTBOUND_ALLOWED_NETWORKS lists no network: scrape targets and notification channels "
+            "cannot reach anything.",
+            hint="List the exporters' networks and the chat and paging services' (e.g. 10.20.0.0/16,fd00:20::/48; "
+            "README, Security).",
+            id="goodput.W104",
+        )
+    ]
 
 
 @register(Tags.database)

@@ -491,7 +491,7 @@ COST_CURRENCY = _cost_currency.strip().upper()
 
 
 # --- outbound requests ----------------------------------------------------------------------
-def _networks(name: str, default: str) -> list[str]:
+def _networks(name: str, default: str, *, allow_empty: bool = False) -> list[str]:
     raw = env(name) or default
     networks = []
     for item in filter(None, (p.strip() for p in raw.split(","))):
@@ -501,15 +501,18 @@ def _networks(name: str, default: str) -> list[str]:
             raise ImproperlyConfiguredEnv(
                 f"{name}: {item!r} is not a network such as 10.0.0.0/8 or fd00::/8 ({exc})"
             ) from None
-    if not networks:
+    if not networks and not allow_empty:
         raise ImproperlyConfiguredEnv(f"{name} lists no network")
     return networks
 
 
 # Networks the console's own requests may reach: scrape targets and notification channels
-# (console.outbound). Loopback, link-local and unspecified addresses stay refused unless an
-# entry lies within them (127.0.0.0/8 does; 0.0.0.0/0 does not).
-OUTBOUND_ALLOWED_NETWORKS = _networks("GOODPUT_OUTBOUND_ALLOWED_NETWORKS", "0.0.0.0/0,::/0")
+# (console.outbound). Closed by default: nothing in production (check --deploy warns), loopback
+# for the embedded demo's own exporters. Reserved and private ranges open only to an entry within
+# them, the console's own addresses only to an entry of exactly that address.
+OUTBOUND_ALLOWED_NETWORKS = _networks(
+    "GOODPUT_OUTBOUND_ALLOWED_NETWORKS", "127.0.0.0/8,::1/128" if EMBEDDED_DATABASE else "", allow_empty=True
+)
 # The proxies whose X-Forwarded-For / -Proto count when BEHIND_PROXY (above, with the security settings).
 TRUSTED_PROXIES = _networks("GOODPUT_TRUSTED_PROXIES", "127.0.0.1/32,::1/128") if BEHIND_PROXY else []
 # On SIGTERM the web server waits this long for requests in flight, then cancels them and exits.

@@ -6,8 +6,14 @@ fetch must not become a way to probe that network:
 
 1. Only addresses in ``OUTBOUND_ALLOWED_NETWORKS`` are scraped, checked when a target is saved
    and again when each scrape connects (console.outbound).
-2. Redirects are not followed, and the error recorded never quotes the response: a status, a
-   line number, "connection failed" (refused and filtered ports read the same).
+2. Redirects are not followed, and a failure shows people one of two words: ``unreachable``
+   (refused, filtered, timed out, not HTTP, TLS, any status but 200, a redirect) or ``not a
+   Prometheus exposition`` (a 200 whose body could not be stored). Telling those apart is what
+   a port scanner needs; the detail goes to the server log, and never quotes what answered.
+   Two refinements tell nothing about the far end: an address outside the allow-list (decided
+   before any packet) names the setting, and an exposition without a model or hostname label
+   names this target's field that would supply it. A failed scrape records no duration either
+   (a timeout would show as one).
 """
 
 from __future__ import annotations
@@ -34,8 +40,19 @@ MAX_BODY = 20 * 1024 * 1024
 USER_AGENT = "goodput-console/1 (+scrape)"
 
 
+# What a failed scrape shows on the targets page, in the API and in its finding.
+UNREACHABLE = "unreachable"
+NOT_AN_EXPOSITION = "not a Prometheus exposition"
+OUTSIDE_THE_ALLOWED_NETWORKS = f"unreachable (outside {outbound.SETTING_NAME})"
+
+
 class ScrapeFailed(Exception):
-    """A scrape that failed before its body was parsed; the message quotes nothing the target sent."""
+    """A scrape that failed before its body was parsed: ``shown`` for people, the message (which
+    quotes nothing the target sent) for the server log."""
+
+    def __init__(self, detail: str, *, shown: str = UNREACHABLE) -> None:
+        super().__init__(detail)
+        self.shown = shown
 
 
 # --- errors that never quote the response -----------------------------------------------------
@@ -83,8 +100,50 @@ def _fetch(target: ScrapeTarget) -> bytes:
             raise ScrapeFailed(f"HTTP {response.status_code} from the target")
         body = response.raw.read(MAX_BODY + 1, decode_content=True)
         if len(body) > MAX_BODY:
-            raise ScrapeFailed(f"the target's body exceeds {MAX_BODY} bytes")
+            raise ScrapeFailed(f"the target's body exceeds {MAX_BODY} bytes", shown=NOT_AN_EXPOSITION)
         return body
+
+
+# What a scrape records as the target's failure; anything else (a bug, the database gone) raises.
+_FAILURES = (
+    outbound.OutboundRefused,
+    ScrapeFailed,
+    IngestError,
+    requests.RequestException,
+    urllib3.exceptions.HTTPError,
+)
+
+
+def _failure(exc: Exception, target: ScrapeTarget) -> tuple[str, str]:
+    """What a failed scrape (one of _FAILURES) shows people, and the detail for the server log."""
+    if isinstance(exc, outbound.HostNotFound):
+        return UNREACHABLE, str(exc)
+    if isinstance(exc, outbound.OutboundRefused):
+        return OUTSIDE_THE_ALLOWED_NETWORKS, str(exc)
+    if isinstance(exc, ScrapeFailed):
+        return exc.shown, str(exc)
+    if isinstance(exc, IngestError):
+        return _advice(exc) or NOT_AN_EXPOSITION, _refusal(exc)[:1000]
+    if isinstance(exc, requests.ConnectTimeout | urllib3.exceptions.ConnectTimeoutError):
+        return UNREACHABLE, "connect timed out"
+    if isinstance(exc, requests.Timeout | urllib3.exceptions.ReadTimeoutError):
+        return UNREACHABLE, f"timed out after {target.timeout_seconds:g} s"
+    if isinstance(exc, requests.exceptions.SSLError):
+        return UNREACHABLE, "TLS handshake failed (certificate or protocol)"
+    if isinstance(exc, requests.ConnectionError):
+        return UNREACHABLE, "connection failed"
+    # The class says what went wrong; its text may carry what the server sent.
+    return UNREACHABLE, f"the request failed ({exc.__class__.__name__})"
+
+
+def _advice(exc: IngestError) -> str:
+    """The push door's advice (?endpoint=, ?hostname=) as this target's own field, else ""."""
+    if exc.field == "endpoint" and "cannot tell which endpoint" in exc.message:
+        return "the scrape does not say which endpoint it belongs to (no model label); set this target's endpoint name"
+    if exc.field == "hostname" and "no hostname" in exc.message:
+        # node_exporter (and a dcgm-exporter without a Hostname label) names no host.
+        return "the scrape does not say which node it comes from (no hostname label); set this target's hostname"
+    return ""
 
 
 def claim_due_targets() -> list[int]:
@@ -106,8 +165,7 @@ def scrape(target_id: int) -> int:
         return 0
     started = time.monotonic()
     scraped_at = timezone.now()
-    stored, samples, error = 0, 0, ""
-    timed_out = f"timed out after {target.timeout_seconds:g} s"
+    stored, samples = 0, 0
     try:
         body = _fetch(target)
         text = body.decode("utf-8", errors="replace")
@@ -127,41 +185,17 @@ def scrape(target_id: int) -> int:
             site_id=target.site_id,
             batch_key=f"{target.site_id}:scrape:{target.id}:{scraped_at.isoformat()}",
         )
-    except (ScrapeFailed, outbound.OutboundRefused) as exc:
-        error = str(exc)
-    # A connect that times out reads like one refused: which of the two it was would tell a
-    # filtered port from a closed one.
-    except (requests.ConnectTimeout, urllib3.exceptions.ConnectTimeoutError):
-        error = "connection failed"
-    except (requests.Timeout, urllib3.exceptions.ReadTimeoutError):
-        error = timed_out
-    except requests.exceptions.SSLError:
-        error = "TLS handshake failed (certificate or protocol)"
-    except requests.ConnectionError:
-        error = "connection failed"
-    except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
-        # The class says what went wrong; its text may carry what the server sent.
-        error = f"the request failed ({exc.__class__.__name__})"
-    except IngestError as exc:
-        error = _refusal(exc)[:1000]
-        if exc.field == "endpoint" and "cannot tell which endpoint" in exc.message:
-            # The push door's advice (?endpoint=NAME) means nothing for a target: its own field does.
-            error = (
-                "the scrape does not say which endpoint it belongs to (no model label); set this target's endpoint name"
-            )
-        elif exc.field == "hostname" and "no hostname" in exc.message:
-            # Likewise ?hostname=: node_exporter (and a dcgm-exporter without a Hostname label) names
-            # no host; the target's hostname does.
-            error = "the scrape does not say which node it comes from (no hostname label); set this target's hostname"
-    duration_ms = (time.monotonic() - started) * 1000
+        error, detail = "", ""
+    except _FAILURES as exc:
+        error, detail = _failure(exc, target)
     ScrapeTarget.objects.filter(pk=target.pk).update(
         last_scrape_at=scraped_at,
-        last_duration_ms=duration_ms,
+        last_duration_ms=None if error else (time.monotonic() - started) * 1000,
         last_samples=samples,
         last_error=error,
         health=ScrapeHealth.DOWN if error else ScrapeHealth.UP,
     )
     counters.increment("goodput_scrapes_total", result="error" if error else "ok")
     if error:
-        logger.warning("scrape of %s failed: %s", target.url, error)
+        logger.warning("scrape of %s (target %s) failed: %s", target.url, target.pk, detail)
     return stored

@@ -126,10 +126,17 @@ def deliver(notification_id: int) -> bool | int:
         if response.status_code >= 300:
             error = f"HTTP {response.status_code}"  # the body is the far end's, never quoted back
         outcome = f"HTTP {response.status_code}"
+    # What the timeline and the API show tells no port, protocol or timing apart (console.outbound);
+    # the detail goes to the server log, by channel name (a webhook URL is a secret).
+    except outbound.HostNotFound as exc:
+        error = outcome = "unreachable"
+        logger.warning("notification on channel %s failed: %s", channel.name, exc)
     except outbound.OutboundRefused as exc:
-        error = outcome = str(exc)
+        error = outcome = f"unreachable (outside {outbound.SETTING_NAME})"
+        logger.warning("notification on channel %s refused: %s", channel.name, exc)
     except requests.RequestException as exc:
-        error = outcome = f"{exc.__class__.__name__}"
+        error = outcome = "unreachable"
+        logger.warning("notification on channel %s failed: %s", channel.name, exc.__class__.__name__)
     now = timezone.now()
     if not error:
         Notification.objects.filter(pk=notification.pk).update(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group, User
@@ -88,7 +89,10 @@ def test_an_incident_raised_through_the_alertmanager_api_names_the_agent_token(c
     assert AuditEntry.objects.filter(app_label="incidents", model="timelineentry", actor="agent:agent-a").exists()
 
 
-def test_a_scrape_target_added_on_the_page_names_the_session_user(operator_client: Client, site_a: Site) -> None:
+def test_a_scrape_target_added_on_the_page_names_the_session_user(
+    operator_client: Client, site_a: Site, settings: Any
+) -> None:
+    settings.OUTBOUND_ALLOWED_NETWORKS = ["10.0.0.0/8"]  # the exporters' network
     response = operator_client.post(
         "/fleet/targets/",
         {
@@ -111,7 +115,8 @@ def test_a_scrape_target_added_on_the_page_names_the_session_user(operator_clien
     assert len(entries_for(target)) == 1
 
 
-def test_a_personal_token_acts_as_its_user(operator_user: User, site_a: Site) -> None:
+def test_a_personal_token_acts_as_its_user(operator_user: User, site_a: Site, settings: Any) -> None:
+    settings.OUTBOUND_ALLOWED_NETWORKS = ["10.0.0.0/8"]  # the exporters' network
     plain = PersonalToken.issue(user=operator_user, name="script")[1]
     response = Client().post(
         "/api/v1/fleet/scrape-targets/",

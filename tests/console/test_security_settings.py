@@ -1,5 +1,6 @@
 """Security settings that hold for every page: login throttling (django-axes), a role for the API
-schema and its docs, a Content-Security-Policy, HSTS behind HTTPS, and a clean check --deploy."""
+schema and its docs, a Content-Security-Policy, HSTS behind HTTPS, and a clean check --deploy
+(which warns while outbound requests, closed by default in production, may reach nothing)."""
 
 from __future__ import annotations
 
@@ -92,40 +93,54 @@ def test_hsts_is_sent_when_it_is_turned_on(viewer_client) -> None:
 # --- item 12: manage.py check --deploy is clean under the documented production settings ---------
 
 
-def test_check_deploy_under_production_settings_prints_no_warnings() -> None:
-    environment = {
-        "PATH": os.environ["PATH"],
-        "HOME": os.environ.get("HOME", "/root"),
-        "DATABASE_URL": "postgres://goodput@db.internal:5432/goodput",
-        # No DATABASE_OWNER_URL: only the migrate step has it (goodput.W101, test_audit_roles.py).
-        "REDIS_URL": "redis://redis.internal:6379/0",
-        "SECRET_KEY": "x7Qm2-Lk9vRt4_Zp8Wc1Ys6Hn3Jd5Fb0Ge2Ua7Io4Pl9Kq1Mr6Nt8Sv3Xw5Yz0Ab",
-        "ALLOWED_HOSTS": "goodput.example.com",
-        "CSRF_TRUSTED_ORIGINS": "https://goodput.example.com",
-        "GOODPUT_BEHIND_PROXY": "true",
-    }
-    result = subprocess.run(
+# The documented production settings: the exporters' networks and, for SaaS webhooks, the public internet.
+PRODUCTION = {
+    "DATABASE_URL": "postgres://goodput@db.internal:5432/goodput",
+    # No DATABASE_OWNER_URL: only the migrate step has it (goodput.W101, test_audit_roles.py).
+    "REDIS_URL": "redis://redis.internal:6379/0",
+    "SECRET_KEY": "x7Qm2-Lk9vRt4_Zp8Wc1Ys6Hn3Jd5Fb0Ge2Ua7Io4Pl9Kq1Mr6Nt8Sv3Xw5Yz0Ab",
+    "ALLOWED_HOSTS": "goodput.example.com",
+    "CSRF_TRUSTED_ORIGINS": "https://goodput.example.com",
+    "GOODPUT_BEHIND_PROXY": "true",
+    "GOODPUT_OUTBOUND_ALLOWED_NETWORKS": "10.20.0.0/16,fd00:20::/48,0.0.0.0/0,::/0",
+}
+
+
+def _check_deploy(environment: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
         cwd=ROOT,
-        env=environment,
+        env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"), **environment},
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def test_check_deploy_under_production_settings_prints_no_warnings() -> None:
+    result = _check_deploy(PRODUCTION)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "WARNINGS" not in result.stdout + result.stderr
     assert "no issues" in result.stdout
 
 
+def test_production_reaches_nothing_outside_until_networks_are_listed_and_check_deploy_says_so() -> None:
+    unlisted = {k: v for k, v in PRODUCTION.items() if k != "GOODPUT_OUTBOUND_ALLOWED_NETWORKS"}
+    result = _check_deploy(unlisted)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and "goodput.W104" in output, output
+    assert "GOODPUT_OUTBOUND_ALLOWED_NETWORKS lists no network" in output
+
+
 @pytest.mark.parametrize(
     "address", ["::127.0.0.1", "64:ff9b::7f00:1", "2002:7f00:1::1", "fd00:ec2::254", "100.100.100.200", "192.0.0.192"]
 )
-def test_wrapped_loopback_and_cloud_metadata_addresses_are_refused_by_default(address) -> None:
+def test_wrapped_loopback_and_cloud_metadata_addresses_are_refused_by_a_catch_all(address) -> None:
     import ipaddress
 
     from console import outbound
 
-    networks = [ipaddress.ip_network(n) for n in outbound.DEFAULT_ALLOWED_NETWORKS]
+    networks = [ipaddress.ip_network(n) for n in ("0.0.0.0/0", "::/0")]
     assert not outbound.is_allowed_address(ipaddress.ip_address(address), networks)
 
 

@@ -23,10 +23,14 @@ API = "/api/v1/fleet/scrape-targets/"
 URL = "http://10.0.0.7:8080/metrics"
 
 
+@pytest.fixture(autouse=True)
+def _exporter_networks(settings) -> None:
+    settings.OUTBOUND_ALLOWED_NETWORKS = ["10.0.0.0/8", "127.0.0.0/8"]  # URL's network, and loopback
+
+
 @pytest.fixture
-def tgi_url(settings) -> Iterator[str]:
-    """A local TGI /metrics (loopback allowed for the scraper)."""
-    settings.OUTBOUND_ALLOWED_NETWORKS = ["0.0.0.0/0", "::/0", "127.0.0.0/8"]
+def tgi_url() -> Iterator[str]:
+    """A local TGI /metrics."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
