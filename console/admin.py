@@ -3,11 +3,34 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.auth.admin import UserAdmin
+from django.contrib.auth.models import User
 from django.http import HttpRequest
 from django.utils import timezone
 
 from console.models import AgentToken, PersonalToken
 from console.signals import row_changed
+
+# django.contrib.auth registered its UserAdmin when imported above; ours replaces it.
+admin.site.unregister(User)
+
+
+@admin.register(User)
+class PersonAdmin(UserAdmin):
+    """People in the Django admin (issue 37, item 7): an Admin may not make anyone a superuser.
+
+    ``is_superuser`` is shown and never edited: only ``manage.py createsuperuser`` makes one (the
+    People page cannot either). A superuser's account is read-only to anyone who is not one, so
+    an Admin cannot take it over by setting its password or e-mail instead.
+    """
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [*super().get_readonly_fields(request, obj), "is_superuser"]
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        if obj is not None and obj.is_superuser and not request.user.is_superuser:
+            return False
+        return super().has_change_permission(request, obj)
 
 
 @admin.register(AgentToken)

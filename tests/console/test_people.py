@@ -178,3 +178,19 @@ def test_the_page_lists_the_teams_a_person_is_a_member_of(
         f'<a href="/capacity/teams/{search}/">search</a><'
     )
     assert linked in rows[operator_user.username]
+
+
+def test_the_people_page_cannot_make_a_superuser(admin_client: Client, operator_user: User) -> None:
+    """Issue 37, item 7: only ``manage.py createsuperuser`` makes one; a posted flag is ignored."""
+    created = admin_client.post(URL, {"action": "create", "username": "sam", "role": roles.ADMIN, "is_superuser": "on"})
+    assert created.status_code == 200
+    sam = User.objects.get(username="sam")
+    assert (sam.is_staff, sam.is_superuser) == (True, False)
+
+    promoted = admin_client.post(
+        URL, {"action": "role", "id": operator_user.pk, "role": roles.ADMIN, "is_superuser": "on"}
+    )
+    assert promoted.status_code == 302
+    operator_user.refresh_from_db()
+    assert roles.role_of(operator_user) == roles.ADMIN and operator_user.is_superuser is False
+    assert 'name="is_superuser"' not in admin_client.get(URL).content.decode()
