@@ -367,7 +367,10 @@ class TeamQuotaViewSet(_NoDeleteViewSet):
 # --- reservations ------------------------------------------------------------------------------------
 
 # Fields a reservation keeps once approved: changing its size or window needs a new approval.
-FIXED_ONCE_APPROVED = {"team", "pool", "gpus", "start", "end", "tier"}
+# What a reservation asks for: changed while requested, or approved (it goes back to requested,
+# capacity.update_reservation); fixed once active or ended.
+ASKED_FIELDS = set(capacity.ASKED_FIELDS)
+CHANGES_ASKED = (ReservationState.REQUESTED, ReservationState.APPROVED)
 
 
 class ReservationSerializer(BoundedDatesSerializerMixin, serializers.ModelSerializer):
@@ -433,8 +436,8 @@ class ReservationSerializer(BoundedDatesSerializerMixin, serializers.ModelSerial
         end = attrs.get("end", getattr(self.instance, "end", None))
         if start is not None and end is not None and end <= start:
             raise serializers.ValidationError({"end": "Must be after start."})
-        if self.instance is not None and self.instance.state != ReservationState.REQUESTED:
-            fixed = sorted(k for k in FIXED_ONCE_APPROVED & set(attrs) if attrs[k] != getattr(self.instance, k))
+        if self.instance is not None and self.instance.state not in CHANGES_ASKED:
+            fixed = sorted(k for k in ASKED_FIELDS & set(attrs) if attrs[k] != getattr(self.instance, k))
             if fixed:
                 raise serializers.ValidationError(
                     {fixed[0]: f"Cannot change once {self.instance.state}; cancel and request anew."}
@@ -482,13 +485,14 @@ class ReservationViewSet(_NoDeleteViewSet):
 
     @extend_schema(responses={200: ReservationSerializer, 403: REFUSED, 409: CONFLICT})
     def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        """Change a reservation. A requested one only by its requester or an Admin (403 naming the
-        rule, before the body is read); a change of what it asks for is checked against the team's
-        quota as a new request is (409, `gpus` says what would fit; nothing stored)."""
+        """Change a reservation: only its requester or an Admin, whatever its state (403 naming the
+        rule, before the body is read). A change of what it asks for (team, pool, gpus, window,
+        tier, priority) is checked against the team's quota as a new request is (409, `gpus` says
+        what would fit; nothing stored) and sends an approved one back to requested, to be approved
+        again; an active or ended one keeps them (400 naming the field). The note changes alone."""
         reservation = self.get_object()
         try:
-            if reservation.state == ReservationState.REQUESTED:
-                approvals.check_editor(request.user, requester_id=reservation.created_by_id)
+            approvals.check_editor(request.user, requester_id=reservation.created_by_id)
             serializer = self.get_serializer(reservation, data=request.data, partial=True)
             serializer.is_valid(raise_exception=True)
             reservation = capacity.update_reservation(

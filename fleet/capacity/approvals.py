@@ -15,9 +15,11 @@ The rules (issue 23, item 7), used by the API, the pages and the admin alike:
 5. Every approval records ``approved_by`` and ``approved_at``, every rejection ``rejected_by`` and
    ``rejected_at`` (each clears the other's: the row says who decided its current state); the
    requester is recorded when the row is created (``requested_by``; a reservation's ``created_by``).
-6. A **requested reservation's fields** are changed only by its requester or an Admin (recorded
-   as such): an approver who could rewrite someone else's request could then approve what nobody
-   else asked for (``check_editor``).
+6. A **reservation's fields** are changed only by its requester or an Admin (recorded as such),
+   whatever its state (``check_editor``): an approver who could rewrite someone else's request
+   could then approve what nobody else asked for, and anyone could reorder an approved one. Once
+   approved, a change of what it asks for sends it back to requested, to be approved again
+   (fleet.capacity.services.update_reservation); its note changes without that.
 7. Once approved, what makes the supply is fixed: an order's pool and count, a power approval's
    site and kW. Its date may move later (a slip), never earlier: more supply, or supply sooner,
    is a new request.
@@ -98,16 +100,18 @@ def check_approver(actor: Any, *, requester_id: int | None, permission: str, wha
 
 
 def check_editor(actor: Any, *, requester_id: int | None) -> bool:
-    """Raise ApprovalRefused unless ``actor`` may change a requested reservation's fields (rule 6):
-    its requester, or an Admin; return whether it is an Admin changing someone else's (recorded)."""
+    """Raise ApprovalRefused unless ``actor`` may change a reservation's fields, in any state
+    (rule 6): its requester, or an Admin; return whether it is an Admin changing someone else's
+    (recorded)."""
     person = _person(actor)
     if person is not None and requester_id is not None and person.pk == requester_id:
         return False
     if roles.is_admin(person):
         return True
     raise ApprovalRefused(
-        "Only its requester or an Admin may change a requested reservation (separation of duties: whoever "
-        "approves it must approve what its requester asked for). Ask them, or cancel it and request anew.",
+        "Only its requester or an Admin may change a reservation (separation of duties: whoever approves it "
+        "must approve what its requester asked for, and an approval holds for what was approved). Ask them, "
+        "or request anew.",
         rule=RULE_SEPARATION,
     )
 

@@ -34,3 +34,13 @@ class ReservationForm(BoundedDatesFormMixin, forms.ModelForm):
         if start is not None and end is not None and end <= start:
             self.add_error("end", "Must be after the start.")
         return cleaned
+
+
+class ReservationChangeForm(ReservationForm):
+    """A change to a reservation by its requester or an Admin (the page's ``change`` action): what
+    it asks for and its note. The service decides what the change does (back to requested once
+    approved, refused once active) and writes the audit entry; this form only reads the values."""
+
+    class Meta(ReservationForm.Meta):
+        fields = [*ReservationForm.Meta.fields, "note"]
+        widgets = {**ReservationForm.Meta.widgets, "note": forms.Textarea(attrs={"rows": 2})}

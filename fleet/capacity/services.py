@@ -599,45 +599,61 @@ def _create(actor: Any, via: str, scope: str, values: dict[str, Any]) -> Reserva
     return reservation
 
 
-# What a request asks for: a change of one re-runs creation's quota check.
+# What a request asks for: a change of one re-runs creation's quota check and, once approved,
+# needs approving again.
 ASKED_FIELDS = ("team", "pool", "gpus", "start", "end", "tier", "priority")
 
 
 def update_reservation(reservation: Reservation, *, actor: Any, changes: dict[str, Any]) -> Reservation:
-    """Change a reservation's fields (the API's PATCH), or raise ApprovalRefused (HTTP 403) or
-    ConflictError (HTTP 409); nothing is stored on a refusal.
+    """Change a reservation's fields (the API's PATCH, the page's change form), or raise
+    ApprovalRefused (HTTP 403) or ConflictError (HTTP 409); nothing is stored on a refusal.
 
     1. Lock the pool the reservation is to be on, as approve does, and read the row again.
-    2. A requested reservation is changed only by its requester or an Admin
+    2. Whatever its state, it is changed only by its requester or an Admin
        (fleet.capacity.approvals.check_editor): otherwise an approver could rewrite someone
-       else's request and approve it.
+       else's request and approve it, or anyone could reorder an approved one (issue 37).
     3. A change of what it asks for (ASKED_FIELDS) re-runs creation's quota check, itself left
-       out of the pool's use: 409 naming what would fit.
+       out of the pool's use: 409 naming what would fit. An approved one goes back to requested
+       (its approval cleared: someone else approves what it now asks for); an active or ended
+       one is refused (409 naming the field): cancel it and request anew. Its note and client id
+       change in any state without a new approval: they commit no capacity.
     4. A conditional UPDATE (409 when its state moved meanwhile), then the audit entry naming the
-       fields, and whether an Admin changed someone else's request.
+       fields, whether it went back to requested, and whether an Admin changed someone else's.
     """
+    from fleet.capacity.approvals import check_editor  # it imports this module
+
     with transaction.atomic():
         target = changes.get("pool", reservation.pool)
         Pool.objects.select_for_update().only("pk").get(pk=getattr(target, "pk", target))
         current = Reservation.objects.select_for_update().get(pk=reservation.pk)
+        by_admin = check_editor(actor, requester_id=current.created_by_id)
         changed = {k: v for k, v in changes.items() if getattr(current, k) != v}
-        by_admin = False
-        if current.state == ReservationState.REQUESTED:
-            from fleet.capacity.approvals import check_editor  # it imports this module
-
-            by_admin = check_editor(actor, requester_id=current.created_by_id)
         if not changed:
             return current
-        if current.state == ReservationState.REQUESTED and set(changed) & set(ASKED_FIELDS):
+        asked = sorted(set(changed) & set(ASKED_FIELDS))
+        if asked and current.state not in (ReservationState.REQUESTED, ReservationState.APPROVED):
+            why = f"Cannot change once {current.state}; cancel it and request anew."
+            raise ConflictError(why, **{asked[0]: why})
+        if asked:
             _check_quota({k: changes.get(k, getattr(current, k)) for k in ASKED_FIELDS}, exclude=current.pk)
         before = {k: current._meta.get_field(k).value_from_object(current) for k in changed}
+        updates = dict(changed)
+        reapprove = bool(asked) and current.state == ReservationState.APPROVED
+        if reapprove:
+            approval = {"approved_by": None, "approved_at": None, "self_approved": False}
+            before |= {k: current._meta.get_field(k).value_from_object(current) for k in ("state", *approval)}
+            updates |= {"state": ReservationState.REQUESTED, **approval}
         moved = Reservation.objects.filter(pk=current.pk, state=current.state).update(
-            **changed, updated_at=timezone.now()
+            **updates, updated_at=timezone.now()
         )
         if moved != 1:
             raise ConflictError("The reservation changed meanwhile; reload it.")
+        approved_by = current.approved_by
         current.refresh_from_db()
         message = f"Changed {', '.join(sorted(changed))}."
+        if reapprove:
+            by = f" by {approved_by.get_username()}" if approved_by else ""
+            message += f" Back to requested (it was approved{by}): what it asks for now needs approving again."
         if by_admin:
             message += " Changed by an Admin, not its requester."
         _log(actor, current, CHANGE, message)

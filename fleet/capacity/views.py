@@ -20,11 +20,12 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.generic import TemplateView
 
+from console import roles
 from console.permissions import DashboardRequiredMixin
 from fleet.capacity import approvals
 from fleet.capacity import pages as capacity_pages
 from fleet.capacity import services as capacity
-from fleet.capacity.forms import ReservationForm
+from fleet.capacity.forms import ReservationChangeForm, ReservationForm
 from fleet.capacity.models import Pool, PowerApproval, ProcurementOrder, Reservation, ReservationState, Team
 from fleet.choices import PriorityTier
 
@@ -32,6 +33,8 @@ ADD_PERMISSION = "fleet.add_reservation"
 CHANGE_PERMISSION = "fleet.change_reservation"
 # States a reservation can still be cancelled from (capacity.cancel refuses the others with 409).
 CANCELLABLE = {ReservationState.REQUESTED, ReservationState.APPROVED, ReservationState.ACTIVE}
+# States the page offers a change from (capacity.update_reservation decides what it does).
+CHANGEABLE = CANCELLABLE
 LIST_LIMIT = 500
 
 
@@ -135,7 +138,10 @@ class ReservationListView(DashboardRequiredMixin, TemplateView):
       the form with the error on the field, nothing written;
     - ``approve`` / ``cancel`` a reservation (fleet.change_reservation); a refusal (an over-commit,
       a quota, a state moved meanwhile) is shown on the page with status 409, nothing changed;
-      approving one's own request is refused the same way with 403 (fleet.capacity.approvals).
+      approving one's own request is refused the same way with 403 (fleet.capacity.approvals);
+    - ``change`` a reservation (fleet.change_reservation, and only its requester or an Admin:
+      403 otherwise, before the form is read); GET ``?change=<id>`` shows its form. Once
+      approved, a change of what it asks for sends it back to requested (capacity.update_reservation).
 
     A user without the permission gets 403 whatever the page showed.
     """
@@ -149,6 +155,8 @@ class ReservationListView(DashboardRequiredMixin, TemplateView):
             raise PermissionDenied("Requesting, approving or cancelling reservations needs the Operator role.")
         if action == "request":
             return self._request(request)
+        if action == "change":
+            return self._change(request)
         if action not in ("approve", "cancel"):
             return self.render_to_response(self.get_context_data(action_error="Unknown action."), status=400)
         reservation = get_object_or_404(Reservation.objects.select_related("pool__site"), pk=request.POST.get("id"))
@@ -182,6 +190,32 @@ class ReservationListView(DashboardRequiredMixin, TemplateView):
             form.add_error("gpus", exc.detail.get("gpus") or exc.detail["detail"])
             return self.render_to_response(self.get_context_data(form=form), status=409)
         messages.success(request, f"Requested #{reservation.pk}: {reservation}. An Operator approves it below.")
+        return redirect(self._back(request))
+
+    def _change(self, request: HttpRequest) -> HttpResponse:
+        reservation = get_object_or_404(Reservation.objects.select_related("pool__site"), pk=request.POST.get("id"))
+        try:
+            # Refused before the form is read, as the API refuses before the body is.
+            approvals.check_editor(request.user, requester_id=reservation.created_by_id)
+            # The form fills its own copy: ``reservation`` stays as stored, for the refusal and the message.
+            form = ReservationChangeForm(request.POST, instance=Reservation.objects.get(pk=reservation.pk))
+            status = 400
+            if form.is_valid():
+                status = 409
+                changed = capacity.update_reservation(reservation, actor=request.user, changes=form.cleaned_data)
+        except approvals.ApprovalRefused as exc:
+            refusal = {"reservation": reservation, "action": "change", **exc.detail}
+            return self.render_to_response(self.get_context_data(refusal=refusal), status=403)
+        except capacity.ConflictError as exc:  # the quota, or a field fixed in its state: on the field
+            named = [k for k in exc.detail if k in form.fields]
+            form.add_error(named[0] if named else None, exc.detail[named[0] if named else "detail"])
+        if form.errors:
+            context = self.get_context_data(change_form=form, changing=reservation)
+            return self.render_to_response(context, status=status)
+        if changed.state != reservation.state:
+            messages.warning(request, f"Changed #{changed.pk}: it is {changed.state} again, to be approved anew.")
+        else:
+            messages.success(request, f"Changed #{changed.pk}: {changed}.")
         return redirect(self._back(request))
 
     @staticmethod
@@ -224,7 +258,18 @@ class ReservationListView(DashboardRequiredMixin, TemplateView):
         context["cancellable"] = CANCELLABLE
         context["can_request"] = user.has_perm(ADD_PERMISSION)
         context["can_change"] = user.has_perm(CHANGE_PERMISSION)
+        is_admin = context["can_change"] and roles.is_admin(user)
+        # The rows this user may change (capacity.update_reservation refuses anyone else with 403).
+        context["changeable"] = {
+            r.pk
+            for r in context["reservations"]
+            if context["can_change"] and r.state in CHANGEABLE and (is_admin or r.created_by_id == user.pk)
+        }
         if context["can_request"]:
             context.setdefault("form", ReservationForm())
+        if "change_form" not in context and self.request.GET.get("change", "").isdigit() and context["can_change"]:
+            changing = Reservation.objects.filter(pk=int(self.request.GET["change"])).first()
+            if changing is not None and (is_admin or changing.created_by_id == user.pk):
+                context.update(changing=changing, change_form=ReservationChangeForm(instance=changing))
         context["query"] = self.request.GET.urlencode()
         return context

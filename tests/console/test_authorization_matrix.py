@@ -445,7 +445,8 @@ RULES: dict[str, Rule] = {
     "api:capacity-api:teamquota-list": api(post=APPROVERS),
     "api:capacity-api:teamquota-detail": api(patch=APPROVERS, target="team_quota"),
     "api:capacity-api:reservation-list": Rule(Kind.API_AND_AGENT, {"GET": EVERY_ROLE, "POST": OPERATORS}),
-    "api:capacity-api:reservation-detail": api(patch=OPERATORS, target="reservation"),
+    # Changed only by its requester or an Admin, in any state (issue 37): nobody here requested it.
+    "api:capacity-api:reservation-detail": api(patch=ADMINS, target="reservation"),
     "api:capacity-api:reservation-approve": Rule(Kind.API, {"POST": OPERATORS}, "reservation"),
     "api:capacity-api:reservation-cancel": Rule(Kind.API, {"POST": OPERATORS}, "reservation"),
     # the schema and its docs need a role, like the API they describe

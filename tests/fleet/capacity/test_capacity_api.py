@@ -167,12 +167,15 @@ def test_approve_and_cancel_over_the_api(pool: Pool, operator_client: Client, op
     assert _post(operator_client, f"reservations/{over.pk}/approve/", {}).status_code == 200
 
 
-def test_an_approved_reservation_keeps_its_window(pool: Pool, operator_client: Client) -> None:
-    r = reserve(pool, "alpha", 2, days_ahead(1), days_ahead(2))
+def test_an_active_reservation_keeps_its_window_and_its_requester_changes_its_note(
+    pool: Pool, operator_client: Client, operator_user: Any
+) -> None:
+    r = reserve(pool, "alpha", 2, days_ahead(-1), days_ahead(2), state="active", created_by=operator_user)
     response = operator_client.patch(f"{API}/reservations/{r.pk}/", {"gpus": 12}, content_type="application/json")
     assert response.status_code == 400 and "gpus" in response.json()
     ok = operator_client.patch(f"{API}/reservations/{r.pk}/", {"note": "all hands"}, content_type="application/json")
-    assert ok.status_code == 200 and Reservation.objects.get().gpus == 2
+    assert ok.status_code == 200 and ok.json()["state"] == "active"
+    assert (Reservation.objects.get().gpus, Reservation.objects.get().note) == (2, "all hands")
 
 
 def test_reservations_csv(pool: Pool, viewer_client: Client) -> None:

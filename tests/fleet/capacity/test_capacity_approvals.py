@@ -133,7 +133,7 @@ def test_an_approver_cannot_change_someone_elses_requested_reservation_and_then_
     rewritten = _patch(other_operator_client, f"reservations/{r['id']}/", {"gpus": 16, "note": "mine now"})
     assert rewritten.status_code == 403, rewritten.json()
     assert rewritten.json()["rule"] == "separation-of-duties"
-    assert "Only its requester or an Admin may change a requested reservation" in rewritten.json()["detail"]
+    assert "Only its requester or an Admin may change a reservation" in rewritten.json()["detail"]
     # Refused before the body is read: a bad body from a non-requester is still 403.
     assert _patch(other_operator_client, f"reservations/{r['id']}/", {"gpus": -1}).status_code == 403
     stored = Reservation.objects.get(pk=r["id"])
