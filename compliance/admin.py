@@ -3,6 +3,7 @@ here as everywhere (the database refuses changes to them anyway)."""
 
 from __future__ import annotations
 
+from django import forms
 from django.contrib import admin
 
 from compliance.models import (
@@ -23,6 +24,7 @@ from compliance.models import (
     SubjectRequest,
     SummaryVersion,
 )
+from compliance.services import gdpr
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -70,12 +72,32 @@ class ProcessorRecordAdmin(admin.ModelAdmin):
     search_fields = ["name", "processor", "controllers"]
 
 
+class SubjectRequestAdminForm(forms.ModelForm):
+    def clean_status(self) -> str:
+        status = self.cleaned_data["status"]
+        current = self.instance.status if self.instance.pk else None
+        error = gdpr.status_error(current, status)
+        if error:
+            raise forms.ValidationError(error)
+        return status
+
+
 @admin.register(SubjectRequest)
 class SubjectRequestAdmin(admin.ModelAdmin):
+    """Kind and date of receipt are fixed once logged, and corrections are logged on the records-of-
+    processing page or through the API (gdpr.log_request closes the corrected request with them):
+    here both, and the links, are read-only."""
+
+    form = SubjectRequestAdminForm
     list_display = ["subject_reference", "kind", "received_on", "due_on", "status", "closed_on", "late"]
     list_filter = ["kind", "status"]
-    readonly_fields = ["due_on"]
+    readonly_fields = ["due_on", "corrects", "correction_reason"]
     filter_horizontal = ["assets"]
+
+    def get_readonly_fields(self, request, obj=None):  # type: ignore[no-untyped-def]
+        if obj is None:
+            return self.readonly_fields
+        return [*self.readonly_fields, "kind", "received_on"]
 
     @admin.display(boolean=True, description="Late")
     def late(self, obj: SubjectRequest) -> bool:

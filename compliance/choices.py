@@ -104,6 +104,9 @@ class RequestStatus(models.TextChoices):
     IN_PROGRESS = "in_progress", "In progress"
     COMPLETED = "completed", "Completed"
     REFUSED = "refused", "Refused"
+    # Closed unanswered by its correction, the new request that carries it on (issue 37): set by
+    # compliance.services.gdpr.log_request only, never by hand.
+    CORRECTED = "corrected", "Corrected"
 
 
 OPEN_REQUEST_STATES = (RequestStatus.OPEN, RequestStatus.IN_PROGRESS)

@@ -8,17 +8,18 @@ from typing import Any
 
 from django import forms
 from django.contrib import messages
-from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.utils import timezone
 from django.views.generic import TemplateView
 
-from compliance.choices import RequestStatus
+from compliance.choices import RequestKind
 from compliance.forms_gdpr import (
+    SETTABLE_STATUSES,
     DataAssetForm,
     ProcessorRecordForm,
+    RequestCorrectionForm,
     RequestExtensionForm,
     RequestStatusForm,
     SubjectRequestForm,
@@ -38,16 +39,17 @@ def _form_error(form: forms.Form) -> str:
 class ProcessingView(ComplianceRequiredMixin, TemplateView):
     """POST ``action``: ``asset`` (a new record as controller), ``processor`` (a new record as
     processor), ``request`` (a new data-subject request), ``status`` (a request's status and
-    completion date), ``extension`` (a request's Art. 12(3) extension), ``console-assets`` (the
-    console's own records, where missing). A bad form re-renders with its errors (400) and writes
-    nothing."""
+    completion date), ``extension`` (a request's Art. 12(3) extension), ``correct`` (a correction
+    of a request's kind or date of receipt: a new request linked to it, gdpr.log_request; nothing
+    else changes them), ``console-assets`` (the console's own records, where missing). A bad form
+    re-renders with its errors (400) and writes nothing."""
 
     template_name = "compliance/gdpr/processing.html"
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
         today = timezone.localdate()
-        requests = list(SubjectRequest.objects.prefetch_related("assets"))
+        requests = list(SubjectRequest.objects.select_related("corrected_by").prefetch_related("assets"))
         context.update(
             today=today,
             assets=DataAsset.objects.all(),
@@ -57,7 +59,8 @@ class ProcessingView(ComplianceRequiredMixin, TemplateView):
             open_count=SubjectRequest.objects.open().count(),
             overdue_count=SubjectRequest.objects.overdue(today).count(),
             late_count=SubjectRequest.objects.late().count(),
-            statuses=RequestStatus.choices,
+            statuses=SETTABLE_STATUSES,
+            kinds=RequestKind.choices,
             missing_console_assets=sorted(
                 set(gdpr.CONSOLE_ASSETS) - set(DataAsset.objects.values_list("name", flat=True))
             ),
@@ -84,9 +87,32 @@ class ProcessingView(ComplianceRequiredMixin, TemplateView):
             form = SubjectRequestForm(request.POST, prefix="request")
             if not form.is_valid():
                 return self.render_to_response(self.get_context_data(request_form=form), status=400)
-            with transaction.atomic():
-                subject_request = form.save()
+            subject_request = gdpr.log_request(today=today, assets=form.cleaned_data.pop("assets"), **form.cleaned_data)
             messages.success(request, f"Logged {subject_request}, due {subject_request.due_on:%Y-%m-%d}.")
+        elif action == "correct":
+            correction_form = RequestCorrectionForm(request.POST)
+            if not correction_form.is_valid():
+                return self.render_to_response(
+                    self.get_context_data(action_error=_form_error(correction_form)), status=400
+                )
+            corrected: SubjectRequest = correction_form.cleaned_data["request"]
+            try:
+                subject_request = gdpr.log_request(
+                    today=today,
+                    corrects=corrected,
+                    correction_reason=correction_form.cleaned_data["correction_reason"],
+                    kind=correction_form.cleaned_data["kind"],
+                    received_on=correction_form.cleaned_data["received_on"],
+                    subject_reference=corrected.subject_reference,
+                    notes=corrected.notes,
+                    assets=list(corrected.assets.all()),
+                )
+            except gdpr.RequestRefused as exc:  # corrected meanwhile by someone else
+                return self.render_to_response(self.get_context_data(action_error=str(exc)), status=400)
+            messages.success(
+                request,
+                f"Logged #{subject_request.pk}, correcting #{corrected.pk}: due {subject_request.due_on:%Y-%m-%d}.",
+            )
         elif action == "status":
             status_form = RequestStatusForm(request.POST)
             if not status_form.is_valid():

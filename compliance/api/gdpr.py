@@ -3,7 +3,10 @@ and the data-subject request log (Arts. 12(3), 15-22).
 
 Compliance officers and admins only, reads included (CompliancePermission). A request is never
 deleted through the API: it is part of the record of how the controller answered. A body naming a
-field the endpoint does not take is a 400 naming it (compliance.api.strict).
+field the endpoint does not take is a 400 naming it (compliance.api.strict). A request's ``kind``
+and ``received_on`` are fixed once logged: a PATCH that would change them is a 400 naming them
+(not silently dropped, as DRF drops read-only fields: the caller must learn nothing changed); a
+mistake is corrected by a new request that ``corrects`` it.
 """
 
 from __future__ import annotations
@@ -69,6 +72,16 @@ class SubjectRequestSerializer(BoundedDatesSerializerMixin, KnownFieldsOnly, ser
     late = serializers.SerializerMethodField(help_text="Completed or refused after its due date")
     extended = serializers.BooleanField(read_only=True, help_text="Extended by two further months (Art. 12(3))")
     assets = serializers.PrimaryKeyRelatedField(many=True, queryset=DataAsset.objects.all(), required=False)
+    corrects = serializers.PrimaryKeyRelatedField(
+        queryset=SubjectRequest.objects.all(),
+        required=False,
+        allow_null=True,
+        help_text="On create: the request this one corrects (with correction_reason); it is closed as "
+        "corrected if still open. Fixed afterwards.",
+    )
+    corrected_by = serializers.PrimaryKeyRelatedField(
+        read_only=True, allow_null=True, help_text="The request that corrects this one, if any"
+    )
 
     read_only_hints = {
         "due_on": "Read-only: one month after received_on, three with an extension "
@@ -92,6 +105,9 @@ class SubjectRequestSerializer(BoundedDatesSerializerMixin, KnownFieldsOnly, ser
             "late",
             "assets",
             "notes",
+            "corrects",
+            "corrected_by",
+            "correction_reason",
             "created_at",
             "updated_at",
         ]
@@ -114,8 +130,18 @@ class SubjectRequestSerializer(BoundedDatesSerializerMixin, KnownFieldsOnly, ser
         def current(name: str, default: Any = None) -> Any:
             return attrs[name] if name in attrs else getattr(self.instance, name, default)
 
+        if self.instance is not None:
+            fixed = [k for k in gdpr.FIXED_AT_CREATION if k in attrs and attrs[k] != getattr(self.instance, k)]
+            if fixed:
+                raise serializers.ValidationError({k: gdpr.FIXED for k in fixed})
+        elif errors := gdpr.correction_errors(
+            attrs.get("corrects"), received_on=attrs.get("received_on"), reason=attrs.get("correction_reason", "")
+        ):
+            raise serializers.ValidationError(errors)
         today = timezone.localdate()
         status = current("status", RequestStatus.OPEN)
+        if "status" in attrs and (error := gdpr.status_error(getattr(self.instance, "status", None), status)):
+            raise serializers.ValidationError({"status": error})
         given = attrs.get("closed_on")
         stored = self.instance.closed_on if self.instance is not None else None
         closed_on = gdpr.closing_date(status, given=given, current=stored, today=today)
@@ -140,9 +166,21 @@ class SubjectRequestViewSet(
     """Data-subject requests of every kind (Arts. 15-22): ``due_on`` is one month after receipt,
     three with an extension (``extension_reason`` and ``extension_notified_on``, told within the
     first month); ``closed_on`` defaults to today when a request is completed or refused and may
-    be corrected (not in the future); ``late`` flags one closed after its due date."""
+    be corrected (not in the future); ``late`` flags one closed after its due date. ``kind`` and
+    ``received_on`` are fixed once logged (400 naming them); POST a new request with ``corrects``
+    and ``correction_reason`` to correct them: both stay in the log, linked both ways."""
 
-    queryset = SubjectRequest.objects.prefetch_related("assets")
+    queryset = SubjectRequest.objects.select_related("corrected_by").prefetch_related("assets")
     serializer_class = SubjectRequestSerializer
     permission_classes = [CompliancePermission]
     filterset_fields = ["status", "kind"]
+
+    def perform_create(self, serializer: SubjectRequestSerializer) -> None:  # type: ignore[override]
+        """Through the service: a correction closes the request it corrects, in one transaction."""
+        values = dict(serializer.validated_data)
+        try:
+            serializer.instance = gdpr.log_request(
+                today=timezone.localdate(), assets=values.pop("assets", []), **values
+            )
+        except gdpr.RequestRefused as exc:  # corrected by someone else since the body was checked
+            raise serializers.ValidationError(exc.errors) from exc

@@ -13,6 +13,8 @@ from compliance.choices import OPEN_REQUEST_STATES, DataClass, LawfulBasis, Requ
 
 # Art. 12(3): a further two months where necessary, told to the data subject within the first.
 EXTENSION_MONTHS = 2
+# Not answered (yet, or ever): open ones, and those closed by their correction.
+UNANSWERED_STATES = (*OPEN_REQUEST_STATES, RequestStatus.CORRECTED)
 
 
 def months_after(day: date, months: int) -> date:
@@ -165,8 +167,9 @@ class SubjectRequestQuerySet(models.QuerySet["SubjectRequest"]):
         return self.open().filter(due_on__lt=today)
 
     def late(self) -> SubjectRequestQuerySet:
-        """Completed or refused after the due date (SubjectRequest.is_late, row by row)."""
-        return self.exclude(status__in=OPEN_REQUEST_STATES).filter(closed_on__gt=F("due_on"))
+        """Completed or refused after the due date (SubjectRequest.is_late, row by row). One closed
+        by its correction was not answered: its correction, due no later, carries it on."""
+        return self.exclude(status__in=UNANSWERED_STATES).filter(closed_on__gt=F("due_on"))
 
     def of_period(self, start: date, end: date) -> SubjectRequestQuerySet:
         """Every request that was before the controller at some time from ``start`` to ``end``
@@ -176,7 +179,12 @@ class SubjectRequestQuerySet(models.QuerySet["SubjectRequest"]):
 
 class SubjectRequest(models.Model):
     """A data-subject request (Arts. 15-22), due one month after receipt, or three with an
-    extension the data subject was told of within the first month (Art. 12(3))."""
+    extension the data subject was told of within the first month (Art. 12(3)).
+
+    ``kind`` and ``received_on`` are fixed once logged: rewriting them would turn an overdue
+    erasure into an access request in time. A mistake is corrected by a new request that
+    ``corrects`` this one (compliance.services.gdpr.log_request), and both stay in the log.
+    """
 
     kind = models.CharField(max_length=24, choices=RequestKind.choices)
     subject_reference = models.CharField(max_length=200, help_text="A pseudonymous reference, not the person's data")
@@ -190,6 +198,15 @@ class SubjectRequest(models.Model):
     assets = models.ManyToManyField(DataAsset, blank=True, related_name="requests")
     closed_on = models.DateField(null=True, blank=True, help_text="When the request was answered or refused")
     notes = models.TextField(blank=True)
+    corrects = models.OneToOneField(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="corrected_by",
+        help_text="The request this one corrects (its kind or date of receipt was wrong)",
+    )
+    correction_reason = models.TextField(blank=True, help_text="What was wrong with the request it corrects")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -207,6 +224,12 @@ class SubjectRequest(models.Model):
             models.CheckConstraint(
                 condition=Q(closed_on__isnull=True) | Q(closed_on__gte=F("received_on")),
                 name="subjectrequest_closed_after_receipt",
+            ),
+            # A correction is the request it corrects and why: both or neither.
+            models.CheckConstraint(
+                condition=Q(corrects__isnull=True, correction_reason="")
+                | (Q(corrects__isnull=False) & ~Q(correction_reason="")),
+                name="subjectrequest_correction_complete",
             ),
         ]
 
@@ -227,4 +250,12 @@ class SubjectRequest(models.Model):
 
     def is_late(self) -> bool:
         """Answered (or refused) after its due date."""
-        return self.status not in OPEN_REQUEST_STATES and self.closed_on is not None and self.closed_on > self.due_on
+        return self.status not in UNANSWERED_STATES and self.closed_on is not None and self.closed_on > self.due_on
+
+    @property
+    def correction(self) -> SubjectRequest | None:
+        """The request that corrects this one, if any (the reverse of ``corrects``)."""
+        try:
+            return self.corrected_by  # type: ignore[no-any-return]
+        except SubjectRequest.DoesNotExist:
+            return None

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import date
+from typing import Any
 
 from django.db import transaction
+from django.utils import timezone
 
-from compliance.choices import OPEN_REQUEST_STATES, DataClass, LawfulBasis
+from compliance.choices import OPEN_REQUEST_STATES, AuditAction, DataClass, LawfulBasis, RequestStatus
 from compliance.models import DataAsset, SubjectRequest
 from compliance.models.gdpr import one_month_after, received_on_error
+from compliance.services import audit
+
+# Fixed once a request is logged (issue 37): a mistake in them is a correction, a new request.
+FIXED_AT_CREATION = ("kind", "received_on", "corrects", "correction_reason")
+FIXED = (
+    "Fixed once the request is logged: log a correction instead, a new request that corrects this one "
+    "(the page's Correct, or POST with corrects and correction_reason)."
+)
 
 BALANCING_NOTE_REQUIRED = (
     "Legitimate interests (Art. 6(1)(f)) needs the balancing test: say why they are not overridden."
@@ -66,6 +77,97 @@ def request_errors(
         elif received_on is not None and closed_on < received_on:
             errors["closed_on"] = "Cannot be before the request was received."
     return errors
+
+
+def status_error(current: str | None, status: str) -> str | None:
+    """Why a request cannot move from ``current`` (None: a new one) to ``status``: "corrected" is
+    set by a correction only, and a corrected request stays so (its correction carries it on)."""
+    if current == RequestStatus.CORRECTED and status != current:
+        return "A corrected request stays closed: its correction carries it on."
+    if status == RequestStatus.CORRECTED and current != status:
+        return "Set by a correction only: log a correction of this request instead."
+    return None
+
+
+def correction_errors(corrects: SubjectRequest | None, *, received_on: date | None, reason: str) -> dict[str, str]:
+    """What is wrong with a correction of ``corrects`` (the form's, the API's and log_request's
+    check), by field:
+
+    1. a correction names what it corrects and why: both or neither;
+    2. a request is corrected once (a second correction corrects the first);
+    3. its date of receipt is not later than the corrected one's: a later date would give the
+       controller more time than the data subject was owed, which is what rewriting it did.
+    """
+    if corrects is None:
+        return (
+            {"correction_reason": "Only a correction has a reason: name the request it corrects."}
+            if reason.strip()
+            else {}
+        )
+    if not reason.strip():
+        return {"correction_reason": "Say what was wrong with the request it corrects."}
+    correction = corrects.correction
+    if correction is not None:
+        return {"corrects": f"Is corrected already, by #{correction.pk}: correct that one instead."}
+    if received_on is not None and received_on > corrects.received_on:
+        return {
+            "received_on": f"Cannot be later than the corrected request's ({corrects.received_on:%Y-%m-%d}): "
+            "the data subject is owed an answer from the date it was first received."
+        }
+    return {}
+
+
+class RequestRefused(Exception):
+    """A request log_request refuses (HTTP 400): ``errors`` by field, as correction_errors names them."""
+
+    def __init__(self, errors: dict[str, str]) -> None:
+        super().__init__("; ".join(f"{k}: {v}" for k, v in errors.items()))
+        self.errors = errors
+
+
+def log_request(
+    *,
+    today: date,
+    assets: Iterable[DataAsset] = (),
+    corrects: SubjectRequest | None = None,
+    correction_reason: str = "",
+    **values: Any,
+) -> SubjectRequest:
+    """Log a data-subject request (``values``: the model's fields, checked by request_errors). With
+    ``corrects``, it is a correction of that request, in one transaction:
+
+    1. lock the corrected request and check the correction (correction_errors: RequestRefused);
+    2. create the new request, linked to it;
+    3. close the corrected one as "corrected" today if it was still open (a closed one keeps its
+       status and dates: it was answered as it was logged), and write its audit entry naming
+       its correction and why (the new request's own creation is audited as every save is).
+    """
+    with transaction.atomic():
+        if corrects is not None:
+            corrects = SubjectRequest.objects.select_for_update().get(pk=corrects.pk)
+        errors = correction_errors(corrects, received_on=values.get("received_on"), reason=correction_reason)
+        if errors:
+            raise RequestRefused(errors)
+        request = SubjectRequest(**values, corrects=corrects, correction_reason=correction_reason.strip())
+        request.save()
+        request.assets.set(assets)
+        if corrects is not None:
+            before = {"status": corrects.status, "closed_on": corrects.closed_on, "corrected_by": None}
+            if corrects.status in OPEN_REQUEST_STATES:
+                corrects.status, corrects.closed_on = RequestStatus.CORRECTED, today
+                # update(): one audit entry, below, that says why (a save would write a second)
+                SubjectRequest.objects.filter(pk=corrects.pk).update(
+                    status=corrects.status, closed_on=today, updated_at=timezone.now()
+                )
+            audit.record(
+                AuditAction.UPDATE,
+                obj=corrects,
+                before=before,
+                after={"status": corrects.status, "closed_on": corrects.closed_on, "corrected_by": request.pk},
+                message=f"Corrected by #{request.pk} ({request.get_kind_display()}, received "
+                f"{request.received_on:%Y-%m-%d}): {request.correction_reason}",
+            )
+    return request
 
 
 def closing_date(status: str, *, given: date | None, current: date | None, today: date) -> date | None:

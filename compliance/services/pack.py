@@ -147,6 +147,10 @@ CSV_FILES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "closed_on",
             "late",
             "assets",
+            # a correction and the request it corrects name each other (kind and date are fixed)
+            "corrects",
+            "corrected_by",
+            "correction_reason",
         ),
     ),
     (
@@ -344,7 +348,8 @@ def _processor_records() -> list[dict[str, Any]]:
 
 def _subject_requests(today: date, start: date, end: date) -> list[dict[str, Any]]:
     """Every request of the period (SubjectRequest.objects.of_period): those still open and those
-    closed in it, each with its due date, extension, completion date and late flag."""
+    closed in it, each with its due date, extension, completion date, late flag and the
+    correction links both ways (ids: the other end may fall outside the period)."""
     return [
         {
             "id": r.pk,
@@ -360,8 +365,14 @@ def _subject_requests(today: date, start: date, end: date) -> list[dict[str, Any
             "closed_on": r.closed_on,
             "late": r.is_late(),
             "assets": sorted(a.name for a in r.assets.all()),
+            "corrects": r.corrects_id,
+            "corrected_by": r.correction.pk if r.correction else None,
+            "correction_reason": r.correction_reason,
         }
-        for r in SubjectRequest.objects.of_period(start, end).order_by("received_on", "pk").prefetch_related("assets")
+        for r in SubjectRequest.objects.of_period(start, end)
+        .order_by("received_on", "pk")
+        .select_related("corrected_by")
+        .prefetch_related("assets")
     ]
 
 
@@ -627,6 +638,16 @@ def _table(header: tuple[str, ...], rows: Iterable[Iterable[Any]]) -> list[str]:
     return lines
 
 
+def _correction_cell(r: dict[str, Any]) -> str:
+    """A request's correction links, as the register shows them: "corrects #3: why", "corrected by #5"."""
+    parts = []
+    if r["corrects"] is not None:
+        parts.append(f"corrects #{r['corrects']}: {r['correction_reason']}")
+    if r["corrected_by"] is not None:
+        parts.append(f"corrected by #{r['corrected_by']}")
+    return "; ".join(parts)
+
+
 def _markdown(doc: dict[str, Any]) -> str:
     """The pack as the Markdown subset compliance.services.pdf renders; the published summaries'
     texts go in verbatim, so the PDF says the very words their hashes were taken of."""
@@ -764,7 +785,7 @@ def _markdown(doc: dict[str, Any]) -> str:
 
     lines += ["", "## 6. Data-subject requests of the period (open, and closed in the period)"]
     lines += _table(
-        ("#", "Kind", "Reference", "Received", "Due", "Status", "Closed"),
+        ("#", "Kind", "Reference", "Received", "Due", "Status", "Closed", "Correction"),
         (
             (
                 r["id"],
@@ -774,6 +795,7 @@ def _markdown(doc: dict[str, Any]) -> str:
                 f"{r['due_on']}" + (" (extended)" if r["extended"] else "") + (" OVERDUE" if r["overdue"] else ""),
                 r["status"],
                 f"{_cell(r['closed_on'])}" + (" LATE" if r["late"] else ""),
+                _correction_cell(r),
             )
             for r in doc["subject_requests"]
         ),

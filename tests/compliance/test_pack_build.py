@@ -341,6 +341,9 @@ def test_every_request_of_the_period_is_in_the_pack_closed_ones_too(records: dic
         "closed_on": "2026-01-05",
         "late": False,
         "assets": [],
+        "corrects": None,
+        "corrected_by": None,
+        "correction_reason": "",
     }
     assert late.due_on == date(2026, 2, 20)
     rows = list(csv.DictReader(io.StringIO(archive.read("subject_requests.csv").decode())))
