@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("compliance", "0008_recovery_job_copy_schedule"),
+        ("compliance", "0009_definer_functions_pinned"),
     ]
 
     operations = [
