@@ -1,4 +1,5 @@
-"""Deny by default: every route needs a session or a token, except settings.OPEN_PATHS."""
+"""Deny by default: every route needs a session or a token, except settings.OPEN_PATHS; and what
+no cache may keep (settings.NO_STORE_PREFIXES)."""
 
 from __future__ import annotations
 
@@ -43,6 +44,20 @@ class LoginRequiredMiddleware:
             response["WWW-Authenticate"] = 'Bearer realm="goodput"'
             return response
         return redirect_to_login(request.get_full_path())
+
+
+class NoStoreMiddleware:
+    """``Cache-Control: no-store`` on every answer under settings.NO_STORE_PREFIXES (API answers,
+    compliance pages, exports and downloads, errors included), replacing any other directive."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if request.path_info.startswith(settings.NO_STORE_PREFIXES):
+            response["Cache-Control"] = "no-store"
+        return response
 
 
 class HostileInputMiddleware:

@@ -131,7 +131,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "compliance.middleware.NoStoreMiddleware",  # Cache-Control: no-store on compliance answers
+    "console.middleware.NoStoreMiddleware",  # Cache-Control: no-store under NO_STORE_PREFIXES
     "console.middleware.DependencyDownMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -322,6 +322,9 @@ LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
 # Routes anyone may reach; everything else needs a session or a token.
 OPEN_PATHS = ("/healthz", "/readyz", "/accounts/login/")
+# Answers no browser or proxy cache may keep (console.middleware.NoStoreMiddleware): the API's
+# (fleet state, tokens' sites, personal data in compliance records) and the compliance pages'.
+NO_STORE_PREFIXES = ("/api/", "/compliance/", "/admin/compliance/")
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
