@@ -9,6 +9,9 @@
 * ``POST restore-tests/``: a restore test, from a person with compliance.add_restoretest or an agent
   token of the item's source site; idempotent on ``key``: a repeat with the same figures is 200
   with the stored record, with other figures a 409 naming them; 201 on create.
+
+To an agent token, another site's items do not exist: the same 400 as a name nobody has, so a
+token cannot learn what other sites back up, nor where.
 """
 
 from __future__ import annotations
@@ -37,11 +40,26 @@ from console.timebounds import BoundedDatesSerializerMixin
 from fleet.models import Site
 
 
-def _find_item(value: str) -> RecoveryItem | None:
-    """By name first; a name of digits only is also tried as the id."""
-    item = RecoveryItem.objects.select_related("source_site").filter(name=value).first()
+def _find_item(value: str, *, site_id: int | None = None) -> RecoveryItem | None:
+    """By name first; a name of digits only is also tried as the id. With ``site_id`` (an agent
+    token's site), only that site's items are looked at: the site is checked before the name."""
+    items = RecoveryItem.objects.select_related("source_site")
+    if site_id is not None:
+        items = items.filter(source_site_id=site_id)
+    item = items.filter(name=value).first()
     if item is None and value.isdigit():
-        item = RecoveryItem.objects.select_related("source_site").filter(pk=int(value)).first()
+        item = items.filter(pk=int(value)).first()
+    return item
+
+
+def _validate_item(value: str, context: dict[str, Any]) -> RecoveryItem:
+    """The item ``value`` names, as the caller may see it: an agent token (``context["site_id"]``)
+    gets the same answer for another site's item as for a name nobody has."""
+    site_id = context.get("site_id")
+    item = _find_item(value, site_id=site_id)
+    if item is None:
+        where = " at this token's site" if site_id is not None else ""
+        raise serializers.ValidationError(f"No recovery item{where} is named {value!r} (or has that id).")
     return item
 
 
@@ -67,10 +85,7 @@ class BackupReportInSerializer(KnownFieldsOnly, BoundedDatesSerializerMixin, ser
     copy_tier = serializers.CharField(max_length=64, required=False, allow_blank=True, default="")
 
     def validate_item(self, value: str) -> RecoveryItem:
-        item = _find_item(value)
-        if item is None:
-            raise serializers.ValidationError(f"No recovery item is named {value!r} (or has that id).")
-        return item
+        return _validate_item(value, self.context)
 
     def validate_copy_site(self, value: str | None) -> Site | None:
         if value is None:
@@ -119,26 +134,20 @@ class BackupReportView(APIView):
         responses={
             200: BackupReportSerializer,
             201: BackupReportSerializer,
-            400: OpenApiResponse(description="Invalid input; the body names the field"),
+            400: OpenApiResponse(
+                description="Invalid input, or no item of that name at the token's site; the body names the field"
+            ),
             401: OpenApiResponse(description="Missing or invalid agent token"),
-            403: OpenApiResponse(description="The item is not at the token's site"),
             409: OpenApiResponse(description="The run id was reported before with other figures; the body names them"),
         },
         description="A backup or replication job reports a run of a recovery register item (agent token of the "
         "item's source site). Idempotent on the run id.",
     )
     def post(self, request: Request) -> Response:
-        incoming = BackupReportInSerializer(data=request.data)
+        incoming = BackupReportInSerializer(data=request.data, context={"site_id": request.auth.site_id})
         incoming.is_valid(raise_exception=True)
         data = incoming.validated_data
         item: RecoveryItem = data["item"]
-        site_id = request.auth.site_id
-        if item.source_site_id != site_id:
-            where = f"site {item.source_site}" if item.source_site_id else "no site (set its source site)"
-            return Response(
-                {"error": f"Recovery item {item.name} is at {where}; this token reports for its own site only."},
-                status=403,
-            )
         copy_site = data.get("copy_site")
         try:
             report, created = recovery.record_backup(
@@ -255,10 +264,7 @@ class RestoreTestInSerializer(KnownFieldsOnly, BoundedDatesSerializerMixin, seri
     )
 
     def validate_item(self, value: str) -> RecoveryItem:
-        item = _find_item(value)
-        if item is None:
-            raise serializers.ValidationError(f"No recovery item is named {value!r} (or has that id).")
-        return item
+        return _validate_item(value, self.context)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs["finished"] < attrs["started"]:
@@ -317,26 +323,24 @@ class RestoreTestView(APIView):
         responses={
             200: RestoreTestSerializer,
             201: RestoreTestSerializer,
-            400: OpenApiResponse(description="Invalid input; the body names the field"),
+            400: OpenApiResponse(
+                description="Invalid input, or (an agent token) no item of that name at its site; the body names "
+                "the field"
+            ),
             401: OpenApiResponse(description="No session or token"),
-            403: OpenApiResponse(description="The role may not record restore tests, or the item is at another site"),
+            403: OpenApiResponse(description="The role may not record restore tests"),
             409: OpenApiResponse(description="The key was recorded before with other figures; the body names them"),
         },
         description="Record a restore test of a recovery register item: a person with the right role, or an agent "
         "token of the item's source site. Idempotent on key.",
     )
     def post(self, request: Request) -> Response:
-        incoming = RestoreTestInSerializer(data=request.data)
+        agent = isinstance(request.auth, AgentToken)
+        context = {"site_id": request.auth.site_id} if agent else {}
+        incoming = RestoreTestInSerializer(data=request.data, context=context)
         incoming.is_valid(raise_exception=True)
         data = incoming.validated_data
         item: RecoveryItem = data["item"]
-        agent = isinstance(request.auth, AgentToken)
-        if agent and item.source_site_id != request.auth.site_id:
-            where = f"site {item.source_site}" if item.source_site_id else "no site"
-            return Response(
-                {"error": f"Recovery item {item.name} is at {where}; this token records for its own site only."},
-                status=403,
-            )
         try:
             test, created = recovery.record_restore_test(
                 item=item,

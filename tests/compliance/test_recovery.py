@@ -269,12 +269,29 @@ def test_bad_input_is_a_400_naming_the_field(
     assert not BackupReport.objects.exists()
 
 
-def test_a_token_reports_only_for_its_own_sites_items(client: Client, site_a: Site, site_b: Site, token_b: str) -> None:
-    make_item(site_a)
-    response = post(client, report_body(), token_b)
-    assert response.status_code == 403
-    assert "ams-1" in response.json()["error"]
+def test_a_token_reports_only_for_its_own_sites_items(client: Client, site_a: Site, site_b: Site, token_a: str) -> None:
+    make_item(site_b)
+    response = post(client, report_body(), token_a)
+    assert response.status_code == 400
+    assert response.json() == {"item": ["No recovery item at this token's site is named 'c4-en' (or has that id)."]}
     assert not BackupReport.objects.exists()
+
+
+@pytest.mark.parametrize("by", ["name", "id"])
+def test_another_sites_item_is_answered_as_a_name_nobody_has(
+    client: Client, site_a: Site, site_b: Site, token_a: str, by: str
+) -> None:
+    """Issue 37, item 10: the door said 403 "item c4-en is at site iad-2" to site A's token, and 400
+    for a name nobody has, so a token could list what other sites back up, and where. The site is
+    checked first now: both answers are the same."""
+    theirs = make_item(site_b)
+    asked = theirs.name if by == "name" else str(theirs.pk)
+    missing = "no-such-item" if by == "name" else str(theirs.pk + 1000)
+    exists = post(client, report_body(item=asked), token_a)
+    nobody = post(client, report_body(item=missing), token_a)
+    assert (exists.status_code, nobody.status_code) == (400, 400)
+    assert exists.content.decode().replace(repr(asked), repr(missing)) == nobody.content.decode()
+    assert "iad-2" not in exists.content.decode() and not BackupReport.objects.exists()
 
 
 def test_the_backup_door_refuses_anonymous_callers_and_sessions(

@@ -111,8 +111,11 @@ def test_an_agent_token_records_for_its_own_sites_items_only(
     client: Client, site_a: Site, site_b: Site, token_a: str, token_b: str
 ) -> None:
     make_item(site_a)
-    refused = post(client, body(), token_b)
-    assert refused.status_code == 403 and "ams-1" in refused.json()["error"]
+    # Issue 37, item 10: answered as a name nobody has (it was a 403 naming the item's site).
+    theirs, nobody = post(client, body(), token_b), post(client, body(item="no-such-item"), token_b)
+    assert (theirs.status_code, nobody.status_code) == (400, 400)
+    assert theirs.content.decode().replace("c4-en", "no-such-item") == nobody.content.decode()
+    assert "ams-1" not in theirs.content.decode()
     response = post(client, body(by="restore-drill cronjob"), token_a)
     assert response.status_code == 201, response.content
     assert response.json()["by"] == "restore-drill cronjob"
