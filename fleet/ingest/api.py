@@ -29,6 +29,7 @@ from fleet.ingest.prometheus import (
     IGNORED_NAMES_SHOWN,
     KINDS,
     Exposition,
+    check_node_scope,
     check_scope,
     exposition_key,
     packed,
@@ -46,7 +47,8 @@ COMMON_RESPONSES = {
     403: OpenApiResponse(description="The request writes GPUs or nodes an Admin kept with another site"),
     409: OpenApiResponse(
         description="Samples of another site's GPUs or nodes held back while an Admin resolves the claim; "
-        "the rest of the request was accepted (see held_back)"
+        "the rest of the request was accepted (see held_back). node_exporter series of another site's "
+        "hosts: 409 only when nothing else was accepted, else 202 naming them in held_back"
     ),
     413: OpenApiResponse(description="Too many samples or too many bytes"),
     415: OpenApiResponse(description="The body is not in the format this door takes"),
@@ -139,6 +141,16 @@ def held_back(scope: ScopeCheck, accepted: dict[str, Any], batch: str | None) ->
     counters.increment("goodput_ingest_rejected_total", reason="claim_conflict")
     body = {**refusal.as_dict(), **accepted, "batch": batch, "held_back": [h.as_dict() for h in scope.held]}
     return Response(body, status=refusal.status)
+
+
+def accepted_but_hosts_held(hosts: ScopeCheck, accepted: dict[str, Any], batch: str) -> Response:
+    """The answer when only node_exporter series of another site's hosts were held back and the
+    rest was queued: 202, naming the hosts (and their claims) as the GPU doors' 409 does."""
+    counters.increment("goodput_ingest_rejected_total", reason="claim_conflict")
+    return Response({**accepted, "batch": batch, "held_back": [h.as_dict() for h in hosts.held]}, status=202)
+
+
+NOTHING_ACCEPTED = {"gpu_samples": 0, "serving_samples": 0, "node_samples": 0, "scheduler_samples": 0}
 
 
 class GpuSampleIngestView(APIView):
@@ -248,9 +260,12 @@ class PrometheusIngestView(APIView):
                 raise IngestError(
                     400, "No GPU or serving metrics (nor node_exporter or scheduler series) found in the exposition."
                 )
+            # Another site's GPUs or hosts: claims, and their samples and series taken out.
             scope = check_scope(exposition, site_id=token.site_id)
-            if scope is not None and not exposition.count:
-                return held_back(scope, {"gpu_samples": 0, "serving_samples": 0}, None)
+            hosts = check_node_scope([exposition], site_id=token.site_id)
+            held = scope.joined(hosts) if scope is not None else hosts
+            if held is not None and not exposition.count:  # all held back: 409 (403 once kept with its owner)
+                return held_back(held, NOTHING_ACCEPTED, None)
             key = exposition_key(
                 site_id=token.site_id,
                 body=text,
@@ -274,7 +289,9 @@ class PrometheusIngestView(APIView):
             **({"mapped": mapped} if mapped else {}),
         }
         if scope is not None:
-            return held_back(scope, accepted, key)
+            return held_back(scope.joined(hosts), accepted, key)
+        if hosts is not None:
+            return accepted_but_hosts_held(hosts, accepted, key)
         return Response({**accepted, "batch": key}, status=202)
 
 
@@ -319,7 +336,11 @@ class PrometheusRemoteWriteView(APIView):
             OpenApiParameter("endpoint", OpenApiTypes.STR, required=False),
             OpenApiParameter("kind", OpenApiTypes.STR, enum=list(KINDS), required=False),
         ],
-        responses={204: OpenApiResponse(description="Queued (or nothing in it this console maps)"), **COMMON_RESPONSES},
+        responses={
+            202: OpenApiResponse(description="Queued, less the series of another site's hosts (see held_back)"),
+            204: OpenApiResponse(description="Queued (or nothing in it this console maps)"),
+            **COMMON_RESPONSES,
+        },
     )
     def post(self, request: Request) -> Response:
         token = request.auth
@@ -334,27 +355,28 @@ class PrometheusRemoteWriteView(APIView):
             "openmetrics": False,
         }
         queued: list[tuple[str, bytes]] = []
-        held: ScopeCheck | None = None
+        held: ScopeCheck | None = None  # another site's GPUs: 409, as the text door
         counts = {"gpu_samples": 0, "serving_samples": 0}
         ignored = 0
         try:
             check_remote_write_headers(
                 request.META.get("CONTENT_TYPE", ""), request.META.get("HTTP_CONTENT_ENCODING", "")
             )
+            parsed = []
             for chunk in remote_write.decode(read_body(request)):
                 try:
                     exposition = parse_exposition(chunk.text, **options)
                 except IngestError as exc:
                     raise chunk.translated(exc) from None
                 ignored += exposition.ignored
-                if not exposition.count:
-                    continue
+                if exposition.count:
+                    parsed.append((chunk, exposition))
+            # Once for every timestamp's exposition: one sighting a host a request, as the text door.
+            hosts = check_node_scope([exposition for _, exposition in parsed], site_id=token.site_id)
+            for chunk, exposition in parsed:
                 scope = check_scope(exposition, site_id=token.site_id)
                 if scope is not None:
-                    if held is None:
-                        held = scope
-                    else:
-                        held.held.extend(scope.held)
+                    held = scope if held is None else held.joined(scope)
                 if not exposition.count:
                     continue
                 counts["gpu_samples"] += len(exposition.gpu_samples)
@@ -374,5 +396,9 @@ class PrometheusRemoteWriteView(APIView):
         if ignored:
             counters.increment("goodput_ingest_ignored_total", ignored, door="prometheus_remote_write")
         if held is not None:
-            return held_back(held, {**counts, "ignored": ignored}, queued[0][0] if queued else None)
+            return held_back(held.joined(hosts), {**counts, "ignored": ignored}, queued[0][0] if queued else None)
+        if hosts is not None and not queued:  # another site's hosts only: 409, as the text door
+            return held_back(hosts, {**counts, "ignored": ignored}, None)
+        if hosts is not None:
+            return accepted_but_hosts_held(hosts, {**counts, "ignored": ignored}, queued[0][0])
         return Response(status=204)

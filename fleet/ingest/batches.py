@@ -199,12 +199,17 @@ class ScopeCheck:
         """The answer for the held samples: 409 while a claim is pending, 403 once kept elsewhere."""
         first = self.held[0]
         pending = any(h.pending for h in self.held)
+        where = f"samples[{self.first_held}]: " if self.first_held is not None else ""
         return IngestError(
             409 if pending else 403,
-            f"samples[{self.first_held}]: {first.as_dict()['detail']}",
+            f"{where}{first.as_dict()['detail']}",
             item=self.first_held,
             field=self.first_field,
         )
+
+    def joined(self, other: ScopeCheck | None) -> ScopeCheck:
+        """This check with ``other``'s held values after its own (the refusal still names this one's first)."""
+        return self if other is None else dataclasses.replace(self, held=[*self.held, *other.held])
 
 
 def _elsewhere(found: dict[str, tuple[int, int]], site_id: int) -> set[str]:

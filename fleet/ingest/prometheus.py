@@ -51,7 +51,7 @@ from fleet.serving import metrics as sm
 from fleet.serving.store import ServingPoint, store_serving_points
 from fleet.storage.store import storage_parts
 from fleet.telemetry.fields import COUNTER_FIELDS, FIELDS_BY_NAME, GPU_SAMPLE_FIELDS, MIG_INSTANCE_FIELDS
-from fleet.telemetry.series import NodePoint, Part, store_parts
+from fleet.telemetry.series import NodePoint, Part, claim_foreign_nodes, store_parts
 from fleet.telemetry.store import PendingBatch, store_gpu_batches
 from fleet.validation import HOSTNAME_PATTERN, IngestError
 
@@ -841,6 +841,21 @@ def check_scope(exposition: Exposition, *, site_id: int) -> ScopeCheck | None:
         return None
     exposition.gpu_samples = scope.samples
     return scope
+
+
+def check_node_scope(expositions: Sequence[Exposition], *, site_id: int) -> ScopeCheck | None:
+    """The site scope of the expositions' node_exporter series (one push, or a remote_write's
+    expositions, one a timestamp): a host registered under another site is recorded as this
+    site's claim, once (fleet.telemetry.series.claim_foreign_nodes, as the writer would), and its
+    series are taken out, so that the door can say which hosts it held back; the check (one
+    claims.Held a host, field ``hostname``) is returned when some were."""
+    hostnames = {p.hostname for exposition in expositions for p in exposition.node}
+    held = claim_foreign_nodes(site_id, hostnames) if hostnames else {}
+    if not held:
+        return None
+    for exposition in expositions:
+        exposition.node = [p for p in exposition.node if p.hostname not in held]
+    return ScopeCheck(samples=[], held=list(held.values()), first_field="hostname")
 
 
 def store_exposition(

@@ -6,8 +6,10 @@ another site's names by mistake (or on purpose). Neither is for the ingest door 
 sighting is recorded as a ClaimConflict, the claimant's samples that carry the value are held
 back (not written; the door answers 409 naming it), the rest of its batch is written, and an Admin
 resolves the claim (``resolve``). node_exporter's series (fabric and storage ports, mounts and
-disks) are sighted where they are written, once a push (fleet.telemetry.series.claim_foreign_nodes):
-the door has already accepted the push (202), and the host's series are held back the same way.
+disks) are sighted once a push at the door too (fleet.ingest.prometheus.check_node_scope), which
+answers 409 when they were all the push held and otherwise 202 naming the hosts held back; the
+writer sights them again for a node registered elsewhere meanwhile
+(fleet.telemetry.series.claim_foreign_nodes).
 
 - **kept**: the value stays with its owner; the claimant's samples carrying it stay refused (403)
   for as long as the owner holds it;

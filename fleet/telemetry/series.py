@@ -125,19 +125,22 @@ def site_nodes(site_id: int, hostnames: Iterable[str]) -> dict[str, int]:
     return {h: node_id for h, (node_id, node_site) in found.items() if node_site == site_id}
 
 
-def claim_foreign_nodes(site_id: int, hostnames: Iterable[str]) -> set[str]:
+def claim_foreign_nodes(site_id: int, hostnames: Iterable[str]) -> dict[str, claims.Held]:
     """Record this site's sightings of hostnames registered under another site as claims
     (fleet.inventory.claims), exactly as the GPU samples' door records them, and return those
-    hostnames: their series are held back (site_nodes leaves them out), the rest of the push is
-    written, and an Admin keeps the node with its owner or moves it here."""
+    hostnames with why each is held: their series are held back (site_nodes leaves them out),
+    the rest of the push is written, and an Admin keeps the node with its owner or moves it here.
+
+    The ingest door calls it first (fleet.ingest.prometheus.check_node_scope: it takes the
+    series out and says so); the writer again, for a node registered elsewhere meanwhile."""
     found = directory.nodes(set(hostnames))
     foreign = {h for h, (_, node_site) in found.items() if node_site != site_id}
     if not foreign:
-        return set()
+        return {}
     directory.forget(hostnames=foreign)  # cached: read them again, in case they moved here since
     owners = {h: node_site for h, (_, node_site) in directory.nodes(foreign).items() if node_site != site_id}
-    claims.sighted(site_id, [claims.Sighting(ClaimKind.HOSTNAME, h, owner) for h, owner in owners.items()])
-    return set(owners)
+    held = claims.sighted(site_id, [claims.Sighting(ClaimKind.HOSTNAME, h, owner) for h, owner in owners.items()])
+    return {value: why for (_, value), why in held.items()}
 
 
 @dataclass

@@ -83,5 +83,6 @@ def test_disks_of_another_sites_node_are_not_written(client, site_a, token_a, to
     assert push(client, token_a, FIXTURE).status_code == 202
     before = DiskSample.objects.count()
     later = exposition(['node_disk_read_bytes_total{device="nvme0n1"} 6e11'], _ms(datetime.now(UTC)))
-    assert push(client, token_b, later).status_code == 202
-    assert DiskSample.objects.count() == before  # gpu-a-017 is site A's
+    refused = push(client, token_b, later)  # gpu-a-017 is site A's: all of the push is held back
+    assert refused.status_code == 409 and refused.json()["held_back"][0]["value"] == "gpu-a-017"
+    assert DiskSample.objects.count() == before
