@@ -3,7 +3,8 @@
 The HTTP side checks the session on every request; a websocket is one request that lasts for
 hours, so it needs the same checks made again:
 
-1. At the handshake the Origin must be the very host:port the socket connects to (``SameOriginValidator``).
+1. At the handshake the Origin must be the very scheme, host and port the socket connects to
+   (``SameOriginValidator``).
 2. The session is read by the consumer, not by a middleware, so a database outage can be answered
    with the console's 503 instead of the server's 500 (``deny_unavailable``).
 3. Each socket joins ``user.<id>``: logout and a password change close it at once (the receivers
@@ -50,6 +51,8 @@ DATABASE_DOWN = (OperationalError, InterfaceError)
 
 SESSION_ENDED = "session.ended"  # channel-layer message type, handled by LiveConsumer.session_ended
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+# The page scheme a socket's own scheme belongs to (ASGI says ws or wss; http and https are taken too).
+_PAGE_SCHEMES = {"ws": "http", "wss": "https", "http": "http", "https": "https"}
 _HTTP_RESPONSE_EXTENSION = "websocket.http.response"
 
 
@@ -73,8 +76,10 @@ def _header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> str | None:
     return None
 
 
-def is_same_origin(headers: Iterable[tuple[bytes, bytes]]) -> bool:
-    """True when the Origin is the host:port the socket was opened to (the Host header).
+def is_same_origin(headers: Iterable[tuple[bytes, bytes]], scheme: str = "ws") -> bool:
+    """True when the Origin is the scheme, host and port the socket was opened to: ``scheme``
+    (the ASGI scope's, which console.asgi sets from X-Forwarded-Proto behind a trusted proxy)
+    and the Host header. An http:// page may not open a socket to an https console.
 
     A port the Origin leaves out is its scheme's default, and so is one the Host leaves out: a
     browser omits the default port from both. With no Host header (RFC 6455 requires one, so
@@ -86,6 +91,8 @@ def is_same_origin(headers: Iterable[tuple[bytes, bytes]]) -> bool:
         return False
     parsed = urlsplit(origin)
     if parsed.scheme not in _DEFAULT_PORTS or not parsed.hostname:  # "null", file:, extensions
+        return False
+    if parsed.scheme != _PAGE_SCHEMES.get(scheme):
         return False
     default_port = _DEFAULT_PORTS[parsed.scheme]
     try:
@@ -100,12 +107,14 @@ def is_same_origin(headers: Iterable[tuple[bytes, bytes]]) -> bool:
 
 
 class SameOriginValidator:
-    """Refuse (403) a websocket whose Origin is not the host:port it connected to.
+    """Refuse (403) a websocket whose Origin is not the scheme, host and port it connected to.
 
     Channels' AllowedHostsOriginValidator compares host names only, so a page served on another
     port of the same host (another service, a dev server) could open a socket with the user's
-    cookie. It stays in the stack as well: a Host header can be chosen by a DNS-rebinding page,
-    and that validator keeps such an Origin out of ALLOWED_HOSTS.
+    cookie. The scheme counts too: a plain-http page of the same host, which anyone on the path
+    can write into, may not open a socket to the https console. Channels' validator stays in the
+    stack as well: a Host header can be chosen by a DNS-rebinding page, and that validator keeps
+    such an Origin out of ALLOWED_HOSTS.
     """
 
     def __init__(self, application: Any) -> None:
@@ -114,7 +123,7 @@ class SameOriginValidator:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "websocket":
             raise ValueError("SameOriginValidator is for websocket connections only")
-        if not is_same_origin(scope.get("headers", [])):
+        if not is_same_origin(scope.get("headers", []), scope.get("scheme", "ws")):
             await WebsocketDenier()(scope, receive, send)
             return
         await self.application(scope, receive, send)

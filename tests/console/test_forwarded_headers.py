@@ -1,6 +1,7 @@
 """X-Forwarded-For counts only behind a proxy, and only from the proxies listed: otherwise a
 forged header would change the address in the audit log and sidestep the sign-in lock-out by
-address. Tried on real uvicorn servers started as the console starts them (console.processes)."""
+address. X-Forwarded-Proto likewise decides which Origin scheme a websocket must come from.
+Tried on real uvicorn servers started as the console starts them (console.processes)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,11 @@ from collections.abc import Iterator
 import pytest
 import requests
 from axes.models import AccessAttempt
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.test import Client
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
 
 from compliance.choices import AuditAction
 from compliance.models import AuditEntry
@@ -95,3 +101,34 @@ def test_a_trusted_proxy_list_that_is_not_addresses_stops_start_up(monkeypatch) 
         [sys.executable, "-c", "import django; django.setup()"], cwd=ROOT, env=env, capture_output=True, text=True
     )
     assert result.returncode != 0 and "GOODPUT_TRUSTED_PROXIES: 'nginx.internal'" in result.stderr
+
+
+def _socket_opens(stack: Stack, user: User, origin_scheme: str, forwarded_proto: str) -> bool:
+    """Open /ws/live/ as the user, from a page of ``origin_scheme`` on the server's host:port,
+    through a proxy (this test) that says the client's scheme was ``forwarded_proto``."""
+    client = Client()
+    client.force_login(user)
+    cookie = f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+    host = stack.base_url.removeprefix("http://")
+    headers = {"Cookie": cookie, "Origin": f"{origin_scheme}://{host}", "X-Forwarded-Proto": forwarded_proto}
+    try:
+        with connect(f"ws://{host}/ws/live/", additional_headers=headers, open_timeout=10):
+            return True
+    except InvalidStatus as refused:
+        assert refused.response.status_code == 403
+        return False
+
+
+def test_a_websockets_origin_must_have_the_scheme_the_trusted_proxy_forwarded(serve, viewer_user) -> None:
+    """Issue 37, item 10: behind a TLS proxy the console is https, so an http:// page of its own
+    host and port (anyone on the path can write into it) may not open a socket with the cookie."""
+    stack = serve(GOODPUT_BEHIND_PROXY="true", GOODPUT_TRUSTED_PROXIES="127.0.0.1")
+    assert _socket_opens(stack, viewer_user, "https", forwarded_proto="https")
+    assert not _socket_opens(stack, viewer_user, "http", forwarded_proto="https")
+    assert _socket_opens(stack, viewer_user, "http", forwarded_proto="http")
+
+
+def test_without_a_proxy_a_forged_forwarded_scheme_changes_nothing(serve, viewer_user) -> None:
+    stack = serve(GOODPUT_BEHIND_PROXY="false")  # plain http here: X-Forwarded-Proto is not believed
+    assert _socket_opens(stack, viewer_user, "http", forwarded_proto="https")
+    assert not _socket_opens(stack, viewer_user, "https", forwarded_proto="https")

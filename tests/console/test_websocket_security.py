@@ -1,8 +1,8 @@
 """The live websocket holds to the rules of an HTTP request for as long as it stays open.
 
 Findings of a security probe, one section each: a socket outlived its session; an Origin on
-another port of the same host was accepted; a frame that was not a JSON object killed the
-socket; a database outage answered the handshake with a 500.
+another port of the same host (or, issue 37, of another scheme) was accepted; a frame that was
+not a JSON object killed the socket; a database outage answered the handshake with a 500.
 """
 
 from __future__ import annotations
@@ -209,34 +209,41 @@ def test_the_recheck_interval_is_at_most_a_minute() -> None:
     assert 0 < sockets.SESSION_RECHECK_SECONDS <= 60
 
 
-# --- B. the Origin must be the host:port the socket connects to -------------------------------
+# --- B. the Origin must be the scheme, host and port the socket connects to -------------------
 
 
 @pytest.mark.parametrize(
-    ("origin", "host", "connected"),
+    ("origin", "host", "scheme", "connected"),
     [
-        (b"http://127.0.0.1:8000", b"127.0.0.1:8000", True),
-        (b"https://localhost", b"localhost", True),
-        (b"https://localhost", b"localhost:443", True),
-        (b"http://127.0.0.1:9999", b"127.0.0.1:8000", False),  # another port of the same host
-        (b"http://127.0.0.1", b"127.0.0.1:8000", False),
-        (b"http://localhost:8000", b"127.0.0.1:8000", False),  # another name for the same machine
-        (b"https://localhost", b"localhost:80", False),
-        (b"http://evil.example", b"evil.example", False),  # DNS rebinding: not an allowed host
-        (b"null", b"127.0.0.1:8000", False),
-        (b"http://127.0.0.1:notaport", b"127.0.0.1:8000", False),
-        (None, b"127.0.0.1:8000", False),
-        (b"http://127.0.0.1", None, True),  # no Host header (in-process clients): an allowed host, default port
-        (b"http://127.0.0.1:9999", None, False),
+        (b"http://127.0.0.1:8000", b"127.0.0.1:8000", "ws", True),
+        (b"https://localhost", b"localhost", "wss", True),
+        (b"https://localhost", b"localhost:443", "wss", True),
+        (b"http://127.0.0.1:9999", b"127.0.0.1:8000", "ws", False),  # another port of the same host
+        (b"http://127.0.0.1", b"127.0.0.1:8000", "ws", False),
+        (b"http://localhost:8000", b"127.0.0.1:8000", "ws", False),  # another name for the same machine
+        (b"https://localhost", b"localhost:80", "ws", False),
+        (b"http://evil.example", b"evil.example", "ws", False),  # DNS rebinding: not an allowed host
+        (b"null", b"127.0.0.1:8000", "ws", False),
+        (b"http://127.0.0.1:notaport", b"127.0.0.1:8000", "ws", False),
+        (None, b"127.0.0.1:8000", "ws", False),
+        (b"http://127.0.0.1", None, "ws", True),  # no Host header (in-process clients): an allowed host, default port
+        (b"http://127.0.0.1:9999", None, "ws", False),
+        # Issue 37, item 10: the scheme counts too. A plain-http page on the console's host and
+        # port (anyone on the path can write into it) may not open a socket to the https console.
+        (b"http://localhost:443", b"localhost:443", "wss", False),
+        (b"http://localhost", b"localhost", "wss", False),
+        (b"https://localhost:8000", b"localhost:8000", "ws", False),
+        (b"https://localhost:8000", b"localhost:8000", "wss", True),
     ],
 )
-def test_the_origin_must_be_the_host_and_port_connected_to(
-    viewer_user: User, origin: bytes | None, host: bytes | None, connected: bool
+def test_the_origin_must_be_the_scheme_host_and_port_connected_to(
+    viewer_user: User, origin: bytes | None, host: bytes | None, scheme: str, connected: bool
 ) -> None:
     client = _signed_in(viewer_user)
 
     async def scenario() -> bool:
         ws = _socket(client, origin=origin, host=host)
+        ws.scope["scheme"] = scheme  # read when the application starts, at connect()
         accepted, _ = await ws.connect()
         await ws.disconnect()
         return accepted
