@@ -2,6 +2,12 @@
 
 The consumer reads its own session (console.sockets explains why) and keeps checking it: a socket
 ends when its session does (logout, password change, expiry) or when its user loses the role.
+
+When the channel layer's Redis fails it (its connection pool exhausted by a burst of sockets
+joining their topics, Redis down), the socket is closed with 1013 "try again later" and one
+warning line, not a traceback and a 1006; the page reconnects with backoff. However a socket ends
+(closed by either side, refused, or its consumer failed), its slot is given back
+(console.socket_slots) and it leaves its groups.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ import json
 import logging
 from typing import Any
 
+import redis
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
@@ -27,6 +34,38 @@ USAGE = 'Send {"action": "subscribe", "topics": [...]}.'
 
 
 class LiveConsumer(AsyncJsonWebsocketConsumer):
+    accepted = False
+    cleaned_up = False
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        # Channels calls disconnect() for a websocket.disconnect message only: a consumer whose
+        # handler raised (a burst's MaxConnectionsError) kept its slot until it lapsed.
+        try:
+            await super().__call__(scope, receive, send)
+        except redis.RedisError as exc:  # from any handler, or the layer's receive loop
+            await self._try_again_later(exc)
+        finally:  # however the socket ended, normally or not: its slot and groups go back
+            await self._clean_up()
+
+    async def _try_again_later(self, exc: Exception) -> None:
+        """Close with 1013 (accepted first, so the page gets the code) after one warning line."""
+        logger.warning(
+            "websocket closed with %s (try again later): Redis failed it: %s: %s",
+            sockets.CLOSE_TRY_AGAIN_LATER,
+            exc.__class__.__name__,
+            exc,
+        )
+        try:
+            if not self.accepted:
+                await self.accept()
+            await self.close(code=sockets.CLOSE_TRY_AGAIN_LATER, reason=sockets.TRY_AGAIN_REASON)
+        except Exception:  # the client went away meanwhile: nothing to tell it
+            pass
+
+    async def accept(self, subprotocol: str | None = None, headers: Any = None) -> None:
+        await super().accept(subprotocol, headers)
+        self.accepted = True
+
     async def connect(self) -> None:
         self.topics: set[str] = set()
         self.user_id: int | None = None
@@ -62,9 +101,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             return
         try:
             self.slot_held = await socket_slots.take(user.pk, self.channel_name, sockets.slot_ttl())
-        except Exception:
-            logger.warning("websocket refused: its slot cannot be counted", exc_info=True)
-            await self.close(code=sockets.CLOSE_TRY_AGAIN_LATER)
+        except Exception as exc:  # its slot cannot be counted
+            await self._try_again_later(exc)
             return
         await self.accept()
         drain.add(self)
@@ -132,6 +170,14 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             logger.warning("could not renew the watches of a websocket's topics", exc_info=True)
 
     async def disconnect(self, code: int) -> None:
+        await self._clean_up()
+
+    async def _clean_up(self) -> None:
+        """Give back what the socket holds, once: its slot first (its own Redis client, so a pool
+        the channel layer exhausted does not keep it), then its groups."""
+        if self.cleaned_up:
+            return
+        self.cleaned_up = True
         drain.discard(self)
         if getattr(self, "watcher", None) is not None:
             self.watcher.cancel()
@@ -139,12 +185,16 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             self.slot_held = False
             try:
                 await socket_slots.release(self.user_id, self.channel_name)
-            except Exception:  # it lapses on its own
-                logger.warning("could not release a websocket's slot", exc_info=True)
+            except Exception as exc:  # it lapses on its own
+                logger.warning("could not release a websocket's slot: %s: %s", exc.__class__.__name__, exc)
+        groups = [live.group_name(topic) for topic in getattr(self, "topics", set())]
         if getattr(self, "user_id", None) is not None:
-            await self.channel_layer.group_discard(sockets.user_group(self.user_id), self.channel_name)
-        for topic in getattr(self, "topics", set()):
-            await self.channel_layer.group_discard(live.group_name(topic), self.channel_name)
+            groups.append(sockets.user_group(self.user_id))
+        try:
+            for group in groups:
+                await self.channel_layer.group_discard(group, self.channel_name)
+        except redis.RedisError as exc:  # the layer drops a dead channel's messages after its expiry
+            logger.warning("a closed websocket left its groups in Redis: %s: %s", exc.__class__.__name__, exc)
 
     async def session_ended(self, event: dict[str, Any]) -> None:
         """Sent to ``user.<id>`` on logout (naming the session) or a password change (all sessions)."""
@@ -192,9 +242,16 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
                 await self._error(f"At most {settings.WS_MAX_TOPICS} topics per connection.")
                 await self.close(code=sockets.CLOSE_TOO_MANY_TOPICS, reason=f"At most {settings.WS_MAX_TOPICS} topics")
                 return
-            # Joined together rather than one Redis round trip after another.
-            await asyncio.gather(*(self.channel_layer.group_add(live.group_name(t), self.channel_name) for t in topics))
+            # Joined together rather than one Redis round trip after another. All are awaited
+            # and all counted as followed, so a socket closed for one that failed leaves them all.
+            joined = await asyncio.gather(
+                *(self.channel_layer.group_add(live.group_name(t), self.channel_name) for t in topics),
+                return_exceptions=True,
+            )
             self.topics |= set(topics)
+            for outcome in joined:
+                if isinstance(outcome, BaseException):
+                    raise outcome
             await self._renew_watches(set(topics))
         else:
             for topic in topics:

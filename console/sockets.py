@@ -39,12 +39,16 @@ logger = logging.getLogger(__name__)
 SESSION_RECHECK_SECONDS: float = 60.0
 
 # Close codes the page understands (static/js/live.js): 4401, 4403 and 4413 stop the reconnect
-# loop; after 4429 the page waits a minute before it tries again.
+# loop; after 4429 the page waits a minute before it tries again; after 1013 (and any other) it
+# reconnects with backoff.
 CLOSE_SIGNED_OUT = 4401
 CLOSE_FORBIDDEN = 4403
 CLOSE_TOO_MANY_TOPICS = 4413  # more than WS_MAX_TOPICS topics on one socket
 CLOSE_TOO_MANY_SOCKETS = 4429  # the user already holds WS_MAX_PER_USER sockets (console.socket_slots)
-CLOSE_TRY_AGAIN_LATER = 1013  # RFC 6455 registry: the server cannot check the session right now
+# RFC 6455 registry "try again later": the session, the socket's slot or the channel layer's
+# Redis cannot be reached right now (its connection pool exhausted by a burst of sockets, say).
+CLOSE_TRY_AGAIN_LATER = 1013
+TRY_AGAIN_REASON = "Server busy: try again shortly"
 
 # What a database outage looks like from Django (a pool timeout arrives as OperationalError).
 DATABASE_DOWN = (OperationalError, InterfaceError)
