@@ -401,6 +401,9 @@ INGEST_MAX_ITEMS = envint("GOODPUT_INGEST_MAX_ITEMS", 10_000, minimum=1)
 INGEST_MAX_BYTES = envint("GOODPUT_INGEST_MAX_BYTES", 5 * 1024 * 1024, minimum=1024)
 INGEST_MAX_FUTURE_SECONDS = envint("GOODPUT_INGEST_MAX_FUTURE_SECONDS", 300, minimum=0)
 INGEST_MAX_AGE_SECONDS = envint("GOODPUT_INGEST_MAX_AGE_SECONDS", 7 * 86400, minimum=60)
+# A remote_write series' labels (names and values, __name__ included) in bytes: every sample is
+# read as a text line carrying all of them (fleet.ingest.remote_write), mapped series or not.
+REMOTE_WRITE_MAX_LABEL_BYTES = envint("GOODPUT_REMOTE_WRITE_MAX_LABEL_BYTES", 8192, minimum=256)
 # Request bodies: the ASGI door (console.limits) refuses a body past its route's limit with 413
 # before anything reads it; first matching path pattern wins, the rest get REQUEST_MAX_BYTES.
 # The proxy in front should refuse the same sizes (README, Production: client_max_body_size).

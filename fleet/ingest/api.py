@@ -28,12 +28,14 @@ from fleet.ingest.batches import ScopeCheck, batch_key, check_site_scope, parse_
 from fleet.ingest.prometheus import (
     IGNORED_NAMES_SHOWN,
     KINDS,
-    Exposition,
     check_node_scope,
     check_scope,
     exposition_key,
+    held_hosts,
+    node_scope_check,
     packed,
     parse_exposition,
+    unpacked,
 )
 from fleet.ingest.tasks import ingest_prometheus_batch
 from fleet.telemetry.store import store_gpu_samples
@@ -94,11 +96,10 @@ def admit() -> Response | None:
     return None
 
 
-def dispatch(site_id: int, key: str, exposition: Exposition, options: dict[str, Any]) -> Response | None:
-    """Queue a validated Prometheus push (its parsed values: prometheus.packed) for the writers
-    (fleet.ingest.push_queue); a 503 Response when the queue is down. Eager mode (embedded, no
-    broker) stores it here and now."""
-    payload = packed(exposition)
+def dispatch(site_id: int, key: str, payload: bytes, samples: int, options: dict[str, Any]) -> Response | None:
+    """Queue a validated Prometheus push (its parsed values, prometheus.packed, of ``samples``
+    samples) for the writers (fleet.ingest.push_queue); a 503 Response when the queue is down.
+    Eager mode (embedded, no broker) stores it here and now."""
     received = datetime.fromisoformat(options["now"])
     if settings.EAGER_TASKS:
         ingest_prometheus_batch.apply_async(args=[site_id, key, payload, options, options["now"]])
@@ -109,7 +110,7 @@ def dispatch(site_id: int, key: str, exposition: Exposition, options: dict[str, 
             key=key,
             payload=payload,
             options=options,
-            samples=exposition.count,
+            samples=samples,
             enqueued_at=received,
         )
     except (BrokerError, redis.RedisError, OSError) as exc:
@@ -275,7 +276,7 @@ class PrometheusIngestView(APIView):
             )
         except IngestError as exc:
             return rejected(exc)
-        refused = dispatch(token.site_id, key, exposition, options)
+        refused = dispatch(token.site_id, key, packed(exposition), exposition.count, options)
         if refused is not None:
             return refused
         counters.increment("goodput_ingest_accepted_total", kind="prometheus")
@@ -323,8 +324,12 @@ def check_remote_write_headers(content_type: str, content_encoding: str) -> None
 class PrometheusRemoteWriteView(APIView):
     """Prometheus remote_write 1.0 (snappy-compressed protobuf WriteRequest): the same mapping as
     the text door, 204 once queued. Retries store nothing twice (each timestamp's exposition is
-    keyed by its hash); 400 (which remote_write drops) names what is malformed; 429 and 503 carry
-    Retry-After, which remote_write honours. Query parameters as for the text door."""
+    keyed by its hash); 400 (which remote_write drops) names what is malformed, 413 a request that
+    expands past its bounds (remote_write.read); 429 and 503 carry Retry-After, which remote_write
+    honours. Query parameters as for the text door.
+
+    Every exposition is checked before any is queued (nothing half-written); meanwhile only their
+    packed parse is kept, one exposition's text at a time."""
 
     authentication_classes = [AgentTokenAuthentication]
     permission_classes = [IsAgent]
@@ -354,7 +359,9 @@ class PrometheusRemoteWriteView(APIView):
             "now": timezone.now().isoformat(),
             "openmetrics": False,
         }
-        queued: list[tuple[str, bytes]] = []
+        # (batch key, packed parse, samples, its node_exporter hosts): only the packed parse is kept
+        # while the rest are read, one exposition's text at a time.
+        queued: list[tuple[str, bytes, int, frozenset[str]]] = []
         held: ScopeCheck | None = None  # another site's GPUs: 409, as the text door
         counts = {"gpu_samples": 0, "serving_samples": 0}
         ignored = 0
@@ -362,18 +369,12 @@ class PrometheusRemoteWriteView(APIView):
             check_remote_write_headers(
                 request.META.get("CONTENT_TYPE", ""), request.META.get("HTTP_CONTENT_ENCODING", "")
             )
-            parsed = []
-            for chunk in remote_write.decode(read_body(request)):
+            for chunk in remote_write.read(read_body(request)).chunks():
                 try:
                     exposition = parse_exposition(chunk.text, **options)
                 except IngestError as exc:
                     raise chunk.translated(exc) from None
                 ignored += exposition.ignored
-                if exposition.count:
-                    parsed.append((chunk, exposition))
-            # Once for every timestamp's exposition: one sighting a host a request, as the text door.
-            hosts = check_node_scope([exposition for _, exposition in parsed], site_id=token.site_id)
-            for chunk, exposition in parsed:
                 scope = check_scope(exposition, site_id=token.site_id)
                 if scope is not None:
                     held = scope if held is None else held.joined(scope)
@@ -384,11 +385,26 @@ class PrometheusRemoteWriteView(APIView):
                 key = exposition_key(
                     site_id=token.site_id, body=chunk.text, idempotency_key=None, options=options, timestamped=True
                 )
-                queued.append((key, exposition))
+                hostnames = frozenset(p.hostname for p in exposition.node)
+                queued.append((key, packed(exposition), exposition.count, hostnames))
+            # Once for the whole request: one sighting a host, as the text door; the expositions
+            # that carry a held-back host are unpacked and packed again without its series.
+            foreign = held_hosts(set().union(*(entry[3] for entry in queued)), site_id=token.site_id)
+            hosts = node_scope_check(foreign)
+            if foreign:
+                kept = []
+                for key, payload, samples, hostnames in queued:
+                    if hostnames & foreign.keys():
+                        exposition = unpacked(payload, options)
+                        exposition.node = [p for p in exposition.node if p.hostname not in foreign]
+                        payload, samples = packed(exposition), exposition.count
+                    if samples:
+                        kept.append((key, payload, samples, hostnames))
+                queued = kept
         except IngestError as exc:
             return rejected(exc)
-        for key, exposition in queued:
-            refused = dispatch(token.site_id, key, exposition, options)
+        for key, payload, samples, _ in queued:
+            refused = dispatch(token.site_id, key, payload, samples, options)
             if refused is not None:
                 return refused  # a retry re-queues what went before under the same keys: stored once
         if queued:

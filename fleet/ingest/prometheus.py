@@ -843,19 +843,27 @@ def check_scope(exposition: Exposition, *, site_id: int) -> ScopeCheck | None:
     return scope
 
 
+def held_hosts(hostnames: set[str], *, site_id: int) -> dict[str, Any]:
+    """The hosts among ``hostnames`` registered under another site, each recorded as this site's
+    claim, once (fleet.telemetry.series.claim_foreign_nodes, as the writer would): hostname ->
+    claims.Held."""
+    return claim_foreign_nodes(site_id, hostnames) if hostnames else {}
+
+
+def node_scope_check(held: dict[str, Any]) -> ScopeCheck | None:
+    """The check the door answers with for ``held`` hosts (one claims.Held a host, field
+    ``hostname``), or None when none was held."""
+    return ScopeCheck(samples=[], held=list(held.values()), first_field="hostname") if held else None
+
+
 def check_node_scope(expositions: Sequence[Exposition], *, site_id: int) -> ScopeCheck | None:
-    """The site scope of the expositions' node_exporter series (one push, or a remote_write's
-    expositions, one a timestamp): a host registered under another site is recorded as this
-    site's claim, once (fleet.telemetry.series.claim_foreign_nodes, as the writer would), and its
-    series are taken out, so that the door can say which hosts it held back; the check (one
-    claims.Held a host, field ``hostname``) is returned when some were."""
-    hostnames = {p.hostname for exposition in expositions for p in exposition.node}
-    held = claim_foreign_nodes(site_id, hostnames) if hostnames else {}
-    if not held:
-        return None
-    for exposition in expositions:
+    """The site scope of the expositions' node_exporter series: the hosts of another site are
+    claimed (held_hosts) and their series taken out, so that the door can say which hosts it held
+    back; the check is returned when some were."""
+    held = held_hosts({p.hostname for exposition in expositions for p in exposition.node}, site_id=site_id)
+    for exposition in expositions if held else ():
         exposition.node = [p for p in exposition.node if p.hostname not in held]
-    return ScopeCheck(samples=[], held=list(held.values()), first_field="hostname")
+    return node_scope_check(held)
 
 
 def store_exposition(
