@@ -255,6 +255,7 @@ class PrometheusIngestView(APIView):
                 received=timezone.now(),
                 openmetrics=openmetrics,
             )
+            del text  # the parse holds what is queued: the text need not be held beside it
             if not exposition.count and mapped:
                 return Response({"ignored": exposition.ignored, "mapped": mapped}, status=202)
             if not exposition.count:
@@ -269,7 +270,7 @@ class PrometheusIngestView(APIView):
                 return held_back(held, NOTHING_ACCEPTED, None)
             key = exposition_key(
                 site_id=token.site_id,
-                body=text,
+                body=body,
                 idempotency_key=request.headers.get("Idempotency-Key"),
                 options=options,
                 timestamped=exposition.timestamped,

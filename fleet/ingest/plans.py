@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -43,6 +43,10 @@ Plan = tuple[Entry, ...]
 # is dropped and built again as pushes come (a push parsed in full costs what every push cost
 # before). 1,000 node_exporters of ~100 series each hold about half of it.
 MAX_LINES_KEPT = 200_000
+# A push of more lines than this is parsed in full every time, never planned: its skeleton and
+# what each line became would cost more than a plan saves (node_exporter sends a few hundred to a
+# few thousand lines a host; a relay of a few dozen hosts stays under it).
+MAX_PUSH_LINES = MAX_LINES_KEPT // 10
 
 _plans: dict[bytes, Plan | None] = {}  # None: a skeleton whose push cannot be planned
 _lines_kept = 0
@@ -152,26 +156,30 @@ def read(
 
 
 class Recorder:
-    """What a full parse decided for each sample line, by line number, to keep as a plan."""
+    """What a full parse decided for each sample line, by line number, to keep as a plan; nothing
+    once the push cannot be planned (``plannable`` False)."""
 
     __slots__ = ("entries", "plannable")
 
-    def __init__(self) -> None:
+    def __init__(self, *, plannable: bool = True) -> None:
         self.entries: dict[int, Entry] = {}
-        self.plannable = True
+        self.plannable = plannable
 
     def ignored(self, line: int, name: str) -> None:
-        self.entries[line] = (name, False, None)
+        if self.plannable:
+            self.entries[line] = (name, False, None)
 
     def node(self, line: int, name: str, fields: tuple[Any, ...] | None) -> None:
-        self.entries[line] = (name, True, fields)
+        if self.plannable:
+            self.entries[line] = (name, True, fields)
 
     def other(self) -> None:
         """A GPU, serving or scheduler sample: read across lines, never planned."""
         self.plannable = False
+        self.entries.clear()
 
 
-def keep(shape: Skeleton, recorder: Recorder, lines: list[str], sample_lines: list[int]) -> None:
+def keep(shape: Skeleton, recorder: Recorder, lines: Sequence[str], sample_lines: Sequence[int]) -> None:
     """Keep the plan a full parse recorded for this skeleton (or that it has none)."""
     global _lines_kept
     plan: Plan | None = None

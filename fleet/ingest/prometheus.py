@@ -17,6 +17,8 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+import sys
+from array import array
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -86,7 +88,11 @@ SERVING_PREFIXES = {
 }
 # The label that names the served model, per framework: it identifies the endpoint.
 MODEL_LABELS = {ServingFramework.VLLM: "model_name", ServingFramework.TRITON: "model", ServingFramework.TGI: ""}
-MAX_LINES = 200_000
+# A push's lines are held while it is checked (about 1.2 KB of the web process a stored sample,
+# with its queued copy): 40,000 keep a push under 64 MB (bench/ingest_bounds.py). The OpenMetrics
+# parser also holds each family whole until it ends (it checks a family whole): half as many.
+MAX_LINES = 40_000
+OPENMETRICS_MAX_LINES = MAX_LINES // 2
 KINDS = ("auto", "dcgm", "vllm", "triton", "tgi", "node")
 
 # node_exporter series, as its collectors name them (collector/infiniband_linux.go,
@@ -188,31 +194,65 @@ class Exposition:
 
 
 class _Lines:
-    """Feeds the parser line by line, remembering the line number and the declared counters."""
+    """Feeds the parser line by line, remembering the line number and the declared counters. The
+    text is walked, never split: a push's lines are not all held at once.
 
-    def __init__(self, text: str) -> None:
-        # Lines end at \n only, as Prometheus reads them: str.splitlines() would also cut at
-        # \u2028, \x1c and friends, which are legal inside a label value.
-        self.lines = text.split("\n")
-        if self.lines and self.lines[-1] == "":
-            self.lines.pop()
+    With ``alone`` (the 0.0.4 text format), the parser is given no comment lines: each is checked
+    by the parser on its own, and the parser sees a blank line. Without a ``# TYPE`` or ``# HELP``
+    before them, the parser hands every sample over as it reads it, as a family of its own,
+    instead of holding a whole family's samples until the family ends (a push's one family can
+    be all of it); the samples read the same (``exposed_name`` gives a counter's name as
+    exposed either way)."""
+
+    def __init__(self, text: str, *, alone: bool = False) -> None:
+        self.text = text
+        self.alone = alone
         self.number = 0  # the line the parser is reading (exact when it raises)
         self.declared: set[str] = set()
         # The parser hands samples over a family at a time, after reading ahead; each sample line
         # holds one sample, in order, so the n-th sample handed over came from sample_lines[n].
-        self.sample_lines: list[int] = []
+        self.sample_lines = array("l")
 
     def __iter__(self) -> Iterator[str]:
-        for number, line in enumerate(self.lines, start=1):
-            self.number = number
+        # Lines end at \n only, as Prometheus reads them: str.splitlines() would also cut at
+        # \u2028, \x1c and friends, which are legal inside a label value. A last \n ends the
+        # last line rather than starting an empty one.
+        text, start, length = self.text, 0, len(self.text)
+        while start < length:
+            end = text.find("\n", start)
+            if end == -1:
+                end = length
+            line = text[start:end]
+            start = end + 1
+            self.number += 1
             stripped = line.strip()
             if stripped.startswith("# TYPE "):
                 parts = stripped.split()
                 if len(parts) >= 3:
                     self.declared.add(parts[2])
             elif stripped and not stripped.startswith("#"):
-                self.sample_lines.append(number)
+                self.sample_lines.append(self.number)
+            if self.alone and stripped.startswith("#"):
+                _check_comment(line)
+                line = ""
             yield line
+
+    def line(self, number: int) -> str:
+        """The text of line ``number`` (1-based; "" past the last)."""
+        start = 0
+        for _ in range(number - 1):
+            start = self.text.find("\n", start) + 1
+            if start == 0:
+                return ""
+        end = self.text.find("\n", start)
+        return self.text[start : end if end != -1 else len(self.text)]
+
+    def all(self) -> list[str]:
+        """Every line, as the walk reads them."""
+        lines = self.text.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        return lines
 
     def exposed_name(self, sample_name: str, family_type: str) -> str:
         """prometheus_client appends _total to counter samples; give back the name as exposed."""
@@ -221,6 +261,24 @@ class _Lines:
             if base in self.declared:
                 return base
         return sample_name
+
+
+# Comment lines the parser found sound: an exporter sends the same HELP and TYPE lines every
+# scrape. Bounded; cleared when full.
+_sound_comments: set[str] = set()
+_SOUND_COMMENTS_MAX = 10_000
+
+
+def _check_comment(line: str) -> None:
+    """The parser's checks of one comment line (a TYPE without a type, a bad metric name), as it
+    makes them reading it among samples; ValueError where it would raise one."""
+    if line in _sound_comments:
+        return
+    for _ in text_fd_to_metric_families(iter((line,))):
+        pass
+    if len(_sound_comments) >= _SOUND_COMMENTS_MAX:
+        _sound_comments.clear()
+    _sound_comments.add(line)
 
 
 def _blank(name: str, value: float) -> bool:
@@ -243,6 +301,16 @@ def _series(labels: dict[str, str], skip: str) -> str:
     return ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()) if k != skip)
 
 
+def _series_digest(name: str, labels: dict[str, str]) -> bytes:
+    """A series (name and label set) as 16 bytes, to tell a repeat by: a push's lines are each
+    kept this small while it is read, not as their labels. No name or label holds a NUL (the
+    door refuses one), so NUL-separated they read one way only."""
+    parts = [name]
+    for label, value in sorted(labels.items()):
+        parts += (label, value)
+    return hashlib.blake2b("\x00".join(parts).encode(), digest_size=16).digest()
+
+
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
@@ -258,6 +326,7 @@ class _Window:
     received: datetime
     oldest: float
     newest: float
+    last: tuple[float, datetime] | None = None  # the last timestamp read: a scrape's lines share one
 
     @classmethod
     def around(cls, received: datetime) -> _Window:
@@ -267,6 +336,8 @@ class _Window:
     def time_of(self, timestamp: float | None, line: int) -> datetime:
         if timestamp is None:
             return self.received
+        if self.last is not None and self.last[0] == timestamp:
+            return self.last[1]
         # Checked as a number first: 1e20 ms or NaN would break datetime before any range test.
         if not math.isfinite(timestamp) or timestamp > self.newest:
             raise _bad(
@@ -281,7 +352,9 @@ class _Window:
                 f"the timestamp {_shown(timestamp)} is older than the {settings.INGEST_MAX_AGE_SECONDS} s accepted.",
                 field="timestamp",
             )
-        return datetime.fromtimestamp(timestamp, UTC)
+        moment = datetime.fromtimestamp(timestamp, UTC)
+        self.last = (timestamp, moment)
+        return moment
 
 
 def _shown(timestamp: float) -> str:
@@ -329,7 +402,7 @@ def parse_exposition(
     seconds, exemplars, ``# EOF``) instead of the 0.0.4 text format.
     """
     received = datetime.fromisoformat(now) if isinstance(now, str) else (now or datetime.now(UTC))
-    if len(text.encode()) > settings.INGEST_MAX_BYTES:
+    if (len(text) if text.isascii() else len(text.encode())) > settings.INGEST_MAX_BYTES:
         raise IngestError(413, f"Body is larger than the limit of {settings.INGEST_MAX_BYTES} bytes.")
     _check_options(hostname=hostname, endpoint=endpoint, kind=kind)
     if "\x00" in text:
@@ -340,29 +413,36 @@ def parse_exposition(
     line_count = text.count("\n") + (not text.endswith("\n"))
     if line_count > MAX_LINES:
         raise IngestError(413, f"The exposition has {line_count} lines; at most {MAX_LINES}.")
+    if openmetrics and line_count > OPENMETRICS_MAX_LINES:
+        raise IngestError(
+            413, f"The exposition has {line_count} lines; at most {OPENMETRICS_MAX_LINES} in the OpenMetrics format."
+        )
     window = _Window.around(received)
-    shape = None if openmetrics else plans.skeleton(text, f"{hostname}\x00{endpoint}\x00{kind}")
+    plannable = not openmetrics and line_count <= plans.MAX_PUSH_LINES
+    shape = plans.skeleton(text, f"{hostname}\x00{endpoint}\x00{kind}") if plannable else None
     if shape is not None:
         planned = Exposition()
         if plans.read(shape, planned, time_of=window.time_of, magnitude=sm.MAX_MAGNITUDE):
             return planned
-    lines = _Lines(text)
-    recorder = plans.Recorder()
+    lines = _Lines(text, alone=not openmetrics)
+    recorder = plans.Recorder(plannable=shape is not None)
     gpus: dict[str, dict[str, Any]] = {}
     origin: dict[tuple[str, str], int] = {}  # (uuid, field) -> line, to name the line of a bad value
-    seen: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}  # series -> its line
+    seen: dict[bytes, int] = {}  # series (its digest: _series_digest) -> its line
     out = Exposition()
-    serving: list[tuple[tuple[str, ...], str, ServingPoint]] = []  # (series group, name, point)
-    unreadable: set[tuple[str, ...]] = set()  # series groups with a value no read can use
+    serving: list[tuple[str | None, str, ServingPoint]] = []  # (series group, name, point)
+    groups: dict[str, str] = {}
+    unreadable: set[str] = set()  # series groups with a value no read can use
     queued: list[tuple[str, QueueSeries, QueuePoint]] = []  # scheduler series, before summing
     handed = 0
     for family in _families(lines, openmetrics=openmetrics):
-        for sample in family.samples:
+        samples = family.samples
+        for position, sample in enumerate(samples):
+            samples[position] = None  # the parser's copy goes as the door reads it
             line = lines.sample_lines[handed] if handed < len(lines.sample_lines) else lines.number
             handed += 1
             name = sample.name if openmetrics else lines.exposed_name(sample.name, family.type)
-            series_key = (name, tuple(sorted(sample.labels.items())))
-            if (first := seen.setdefault(series_key, line)) != line:
+            if (first := seen.setdefault(_series_digest(name, sample.labels), line)) != line:
                 raise _bad(line, f"the series of line {first} again ({name}); each series once per exposition.")
             timestamp = None if sample.timestamp is None else float(sample.timestamp)
             if openmetrics and name.endswith("_created"):
@@ -392,7 +472,10 @@ def parse_exposition(
                 out.timestamped &= timestamp is not None
                 point = _serving_point(name, framework, sample.labels, sample.value, ts, endpoint, line)
                 group = _series_group(point, sample.labels)
+                if group is not None:
+                    group = groups.setdefault(group, group)  # one string a histogram, not one a part
                 if not _readable(name, sample.labels, sample.value):
+                    group = group or ""  # "": a series ignored alone (a group always holds a NUL)
                     unreadable.add(group)
                 serving.append((group, name, point))
                 continue
@@ -432,7 +515,7 @@ def parse_exposition(
     out.gpu_samples = _validated_gpu_samples(gpus, origin)
     out.timestamped &= out.count > 0
     if shape is not None:
-        plans.keep(shape, recorder, lines.lines, lines.sample_lines)
+        plans.keep(shape, recorder, lines.all() if recorder.plannable else [], lines.sample_lines)
     return out
 
 
@@ -447,10 +530,9 @@ def _families(lines: _Lines, *, openmetrics: bool) -> Iterator[Any]:
         except StopIteration:
             return
         except (ValueError, IndexError, KeyError, TypeError, OverflowError, RecursionError) as exc:
-            number = min(lines.number, len(lines.lines)) or 1
-            raise _bad(
-                number, f"cannot parse ({exc or exc.__class__.__name__}): {lines.lines[number - 1][:200]!r}"
-            ) from None
+            number = lines.number or 1
+            text = lines.line(number)[:200]
+            raise _bad(number, f"cannot parse ({str(exc) or exc.__class__.__name__}): {text!r}") from None
         yield family
 
 
@@ -495,7 +577,7 @@ def _add_gpu_value(
         raise _bad(line, "no hostname or Hostname label; pass ?hostname= for this exporter.", field="hostname")
     index = _gpu_index(line, labels)
     model = labels.get("modelName") or None
-    physical = _gpu_entry(gpus, uuid, host=host, index=index, model=model, ts=ts)
+    physical = _gpu_entry(gpus, uuid, host=host, index=index, model=model, ts=ts, line=line)
     origin.setdefault((uuid, ""), line)  # the first line naming this GPU, for errors about it
     gpu = physical
     mig_id = labels.get("GPU_I_ID", "")
@@ -507,7 +589,7 @@ def _add_gpu_value(
             raise _bad(line, f"label GPU_I_ID is {mig_id[:40]!r}; a MIG instance id.", field="GPU_I_ID")
         if name in MIG_INSTANCE_FIELDS:
             instance_uuid = f"MIG-{uuid.removeprefix('GPU-')}-gi{int(mig_id)}"
-            gpu = _gpu_entry(gpus, instance_uuid, host=host, index=index, model=model, ts=ts)
+            gpu = _gpu_entry(gpus, instance_uuid, host=host, index=index, model=model, ts=ts, line=line)
             gpu["parent_uuid"] = uuid
             gpu["mig_profile"] = labels.get("GPU_I_PROFILE", "")
             gpu["mig_instance_id"] = int(mig_id)
@@ -523,10 +605,26 @@ def _add_gpu_value(
 
 
 def _gpu_entry(
-    gpus: dict[str, dict[str, Any]], uuid: str, *, host: str, index: int | None, model: str | None, ts: datetime
+    gpus: dict[str, dict[str, Any]],
+    uuid: str,
+    *,
+    host: str,
+    index: int | None,
+    model: str | None,
+    ts: datetime,
+    line: int,
 ) -> dict[str, Any]:
     gpu = gpus.get(uuid)
     if gpu is None:
+        if len(gpus) == settings.INGEST_MAX_ITEMS:
+            # Each GPU is a sample, held whole until the push is checked: as many as a JSON batch.
+            raise _bad(
+                line,
+                f"a push with samples of more than {settings.INGEST_MAX_ITEMS:,} GPUs (and MIG instances); "
+                "at most GOODPUT_INGEST_MAX_ITEMS, as in a JSON batch.",
+                field="UUID",
+                status=413,
+            )
         gpu = gpus[uuid] = {"gpu_uuid": uuid, "hostname": host, "ts": ts}
         if index is not None:
             gpu["gpu_index"] = index
@@ -601,13 +699,19 @@ def _readable(name: str, labels: dict[str, str], value: float) -> bool:
     return True
 
 
-def _series_group(point: ServingPoint, labels: dict[str, str]) -> tuple[str, ...]:
-    """What is ignored together: one series, or all the parts of one histogram (its base name and
-    labels but ``le``) under one endpoint."""
+def _series_group(point: ServingPoint, labels: dict[str, str]) -> str | None:
+    """What is ignored together: all the parts of one histogram (its base name and labels but
+    ``le``) under one endpoint, NUL-separated (no label holds a NUL); None for a series that is a
+    group of its own."""
     part = sm.histogram_part(point.metric)
+    if part is None and "le" not in labels:
+        return None
     base = point.metric if part is None else point.metric.removesuffix(f"_{part}")
-    rest = tuple(f"{k}={v}" for k, v in sorted(labels.items()) if k != "le")
-    return (point.endpoint, base, *rest)
+    parts = [point.endpoint, base]
+    for label, value in sorted(labels.items()):
+        if label != "le":
+            parts += (label, value)
+    return "\x00".join(parts)
 
 
 def _serving_point(
@@ -628,12 +732,13 @@ def _serving_point(
     skip = "" if endpoint else model_label
     if not name_for_endpoint:
         raise _bad(line, f"cannot tell which endpoint {name} belongs to; pass ?endpoint=NAME.", field="endpoint")
+    # A push names a few endpoints and metrics many times: each name is held once, not once a point.
     return ServingPoint(
-        endpoint=name_for_endpoint,
+        endpoint=sys.intern(name_for_endpoint),
         framework=framework,
-        model_name=model,
+        model_name=sys.intern(model),
         ts=ts,
-        metric=name,
+        metric=sys.intern(name),
         series=_series(labels, skip),
         value=value,
         version=labels.get("version", "") if framework == ServingFramework.TRITON else "",
@@ -667,14 +772,15 @@ def _node_fields(
     if operation is not None and labels["operation"] != operation:
         return None  # another NFS operation (WRITE, GETATTR, ...): not stored
     device = labels["export"] if source == "mountstats" else labels["device"]
+    # Held once however many points name them (a host's ports, a mount's series).
     return (
-        host,
+        sys.intern(host),
         source,
         quantity,
-        device,
-        labels.get("port", ""),
-        labels.get("mountpoint", ""),
-        labels.get("fstype", ""),
+        sys.intern(device),
+        sys.intern(labels.get("port", "")),
+        sys.intern(labels.get("mountpoint", "")),
+        sys.intern(labels.get("fstype", "")),
         counter,
     )
 
@@ -812,7 +918,7 @@ def unpacked(payload: bytes | str, options: dict[str, Any]) -> Exposition:
 
 
 def exposition_key(
-    *, site_id: int, body: str, idempotency_key: str | None, options: dict[str, Any], timestamped: bool
+    *, site_id: int, body: str | bytes, idempotency_key: str | None, options: dict[str, Any], timestamped: bool
 ) -> str:
     """The push's idempotency key.
 
@@ -826,7 +932,7 @@ def exposition_key(
         return f"{site_id}:k:{idempotency_key}"
     if not timestamped:
         return f"{site_id}:r:{uuid4().hex}"
-    digest = hashlib.sha256(body.encode())
+    digest = hashlib.sha256(body if isinstance(body, bytes) else body.encode())
     digest.update(repr(sorted((k, v) for k, v in options.items() if k != "now")).encode())
     return f"{site_id}:p:{digest.hexdigest()}"
 

@@ -17,7 +17,7 @@ from fleet.telemetry import partitions
 from fleet.telemetry.store import claim_batch_keys
 
 
-@dataclass
+@dataclass(slots=True)
 class ServingPoint:
     endpoint: str
     framework: str
