@@ -160,7 +160,13 @@ def hostile_records(db: None) -> dict[str, Any]:
     planted(CrawledDomain, dataset=dataset, bytes=5)
     planted(DataAsset, data_class=DataClass.TRAINING_CORPUS, lawful_basis=LawfulBasis.CONSENT)
     planted(ProcessorRecord)
-    planted(SubjectRequest, kind=RequestKind.ACCESS, received_on=timezone.localdate(), extension_reason="")
+    planted(
+        SubjectRequest,
+        kind=RequestKind.ACCESS,
+        received_on=timezone.localdate(),
+        extension_reason="",
+        correction_reason="",
+    )
     policy = planted(RetentionPolicy, data_class=DataClass.TELEMETRY, days=30)
     now = timezone.now()
     planted(
