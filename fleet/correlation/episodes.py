@@ -219,8 +219,9 @@ def job_section(job: Job) -> dict[str, Any]:
 
 def register() -> None:
     """Add the section to the job page and ``episodes`` to its snapshot (FleetConfig.ready)."""
+    from fleet.correlation.serializers import JobEpisodeSerializer
     from fleet.training.dashboard_api import register_job_snapshot_part
     from fleet.training.views import register_job_section
 
     register_job_section("correlation/_job_episodes.html", job_section)
-    register_job_snapshot_part("episodes", job_episodes)
+    register_job_snapshot_part("episodes", job_episodes, described_by=JobEpisodeSerializer(many=True))

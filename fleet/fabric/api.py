@@ -4,7 +4,6 @@ Any role reads it (a session or a personal token)."""
 
 from __future__ import annotations
 
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -13,6 +12,7 @@ from rest_framework.views import APIView
 from console import live
 from console.ranges import WINDOW_PARAMETERS, RangeError
 from fleet.fabric import services as fabric
+from fleet.fabric.serializers import FabricSnapshotAnswerSerializer
 from fleet.inventory.models import Rack
 
 
@@ -24,7 +24,7 @@ class FabricSnapshotView(APIView):
             OpenApiParameter("range", str, enum=list(fabric.PRESETS), default=fabric.DEFAULT_RANGE),
             *WINDOW_PARAMETERS,
         ],
-        responses=OpenApiTypes.OBJECT,
+        responses=FabricSnapshotAnswerSerializer,
     )
     def get(self, request: Request) -> Response:
         try:

@@ -16,7 +16,6 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field, inline_serializer
 from rest_framework import generics, serializers, status
 from rest_framework.authentication import SessionAuthentication
@@ -29,6 +28,7 @@ from console.permissions import RoleOrSiteAgentWritePermission
 from console.timebounds import BoundedDatesSerializerMixin
 from fleet.serving import slo as serving
 from fleet.serving.models import Endpoint, EndpointChange, EndpointChangeKind, EndpointEval
+from fleet.serving.serializers import EndpointSloAnswerSerializer
 
 MAX_ITEMS = 1000
 # A clock a little ahead is tolerated; an item from the far future is a wrong clock or a wrong unit.
@@ -299,7 +299,7 @@ class EndpointSloView(APIView):
 
     queryset = Endpoint.objects.all()  # reads need fleet.view_endpoint
 
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(responses=EndpointSloAnswerSerializer)
     def get(self, request: Request, pk: int) -> Response:
         endpoint = get_object_or_404(Endpoint.objects.select_related("site"), pk=pk)
         now = timezone.now()

@@ -15,6 +15,7 @@ from console import live
 from console.ranges import WINDOW_PARAMETERS, RangeError, window_from_query
 from fleet.serving import dashboard as serving_dashboard
 from fleet.serving.models import Endpoint
+from fleet.serving.serializers import EndpointSnapshotAnswerSerializer, ServingOverviewAnswerSerializer
 
 
 class ServingOverviewView(APIView):
@@ -25,7 +26,7 @@ class ServingOverviewView(APIView):
 
     queryset = Endpoint.objects.all()  # reads need fleet.view_endpoint
 
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(responses=ServingOverviewAnswerSerializer)
     def get(self, request: Request) -> Response:
         live.watch_topic("serving")
         return Response(serving_dashboard.current_overview())
@@ -48,7 +49,7 @@ class EndpointSnapshotView(APIView):
             ),
             *WINDOW_PARAMETERS,
         ],
-        responses=OpenApiTypes.OBJECT,
+        responses=EndpointSnapshotAnswerSerializer,
     )
     def get(self, request: Request, pk: int) -> Response:
         try:

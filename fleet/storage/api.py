@@ -4,7 +4,6 @@ Any role reads it (a session or a personal token)."""
 
 from __future__ import annotations
 
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -14,6 +13,7 @@ from console import live
 from console.ranges import WINDOW_PARAMETERS, RangeError
 from fleet.inventory.models import Rack
 from fleet.storage import services as storage
+from fleet.storage.serializers import StorageSnapshotAnswerSerializer
 
 
 class StorageSnapshotView(APIView):
@@ -24,7 +24,7 @@ class StorageSnapshotView(APIView):
             OpenApiParameter("range", str, enum=list(storage.PRESETS), default=storage.DEFAULT_RANGE),
             *WINDOW_PARAMETERS,
         ],
-        responses=OpenApiTypes.OBJECT,
+        responses=StorageSnapshotAnswerSerializer,
     )
     def get(self, request: Request) -> Response:
         try:

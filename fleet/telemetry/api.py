@@ -22,7 +22,14 @@ from fleet.inventory.serializers import NodeSerializer
 from fleet.telemetry import dashboard, fleet_page, gpu_table
 from fleet.telemetry.filtersets import ScrapeTargetFilterSet
 from fleet.telemetry.models import ScrapeTarget
-from fleet.telemetry.serializers import GpuSerializer, ScrapeTargetSerializer
+from fleet.telemetry.serializers import (
+    FleetOverviewAnswerSerializer,
+    GpuSerializer,
+    GpuSeriesAnswerSerializer,
+    GpuTableAnswerSerializer,
+    NodeSeriesAnswerSerializer,
+    ScrapeTargetSerializer,
+)
 
 RANGE_PARAMETER = OpenApiParameter(
     "range", OpenApiTypes.STR, enum=list(dashboard.RANGES), default=dashboard.DEFAULT_RANGE
@@ -50,7 +57,7 @@ class NodeViewSet(viewsets.ModelViewSet):
     lookup_field = "hostname"
     lookup_value_regex = r"[A-Za-z0-9.-]+"
 
-    @extend_schema(parameters=[RANGE_PARAMETER, *WINDOW_PARAMETERS], responses=OpenApiTypes.OBJECT)
+    @extend_schema(parameters=[RANGE_PARAMETER, *WINDOW_PARAMETERS], responses=NodeSeriesAnswerSerializer)
     @action(detail=True, methods=["get"])
     def series(self, request: Request, hostname: str | None = None, format: str | None = None) -> Response:
         """The node page's snapshot: one series per physical GPU over the range or from / to."""
@@ -71,7 +78,7 @@ class GpuViewSet(viewsets.ModelViewSet):
     lookup_value_regex = r"[A-Za-z0-9-]+"
     http_method_names = ["get", "patch", "delete", "head", "options"]  # GPUs are registered by ingest
 
-    @extend_schema(parameters=[RANGE_PARAMETER, *WINDOW_PARAMETERS], responses=OpenApiTypes.OBJECT)
+    @extend_schema(parameters=[RANGE_PARAMETER, *WINDOW_PARAMETERS], responses=GpuSeriesAnswerSerializer)
     @action(detail=True, methods=["get"])
     def series(self, request: Request, uuid: str | None = None, format: str | None = None) -> Response:
         """The GPU page's snapshot: the GPU's series over the range (raw for 15 m, rollups beyond)
@@ -116,7 +123,7 @@ class FleetOverviewView(APIView):
             OpenApiParameter("site", OpenApiTypes.INT, required=False),
             *[p for p in TABLE_PARAMETERS if p.name not in ("site", "site_id")],
         ],
-        responses=OpenApiTypes.OBJECT,
+        responses=FleetOverviewAnswerSerializer,
     )
     def get(self, request: Request) -> Response:
         try:
@@ -145,7 +152,7 @@ class GpuTableView(APIView):
     """One page of the fleet's GPU table, filtered and sorted on the server (the same filters as
     the fleet page's HTML view), with ``topic``: the live topic whose pushes carry this page's rows."""
 
-    @extend_schema(parameters=TABLE_PARAMETERS, responses=OpenApiTypes.OBJECT)
+    @extend_schema(parameters=TABLE_PARAMETERS, responses=GpuTableAnswerSerializer)
     def get(self, request: Request) -> Response:
         try:
             query = gpu_table.parse_query(request.query_params, allowed_extra=("format",))

@@ -10,6 +10,7 @@ from typing import Any
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -17,6 +18,11 @@ from rest_framework.views import APIView
 from console.ranges import WINDOW_PARAMETERS, RangeError, window_from_query
 from fleet.training import dashboard as training_dashboard
 from fleet.training.models import Job
+from fleet.training.serializers import (
+    JobSnapshotAnswerSerializer,
+    TrainingOverviewAnswerSerializer,
+    snapshot_part_serializers,
+)
 
 # Each preset in hours (whole clock hours: see fleet.training.dashboard); a custom window is both of
 # from / to, ISO 8601 (UTC without an offset), read in whole hours (console.ranges).
@@ -27,8 +33,10 @@ PRESETS = {key: timedelta(hours=hours) for key, hours in training_dashboard.RANG
 _job_snapshot_parts: dict[str, Callable[[Job], Any]] = {}
 
 
-def register_job_snapshot_part(key: str, part: Callable[[Job], Any]) -> None:
+def register_job_snapshot_part(key: str, part: Callable[[Job], Any], *, described_by: serializers.Field) -> None:
+    """Add ``key`` to every job snapshot, its value ``part(job)``; ``described_by`` types it in the schema."""
     _job_snapshot_parts[key] = part
+    snapshot_part_serializers[key] = described_by
 
 
 class TrainingOverviewView(APIView):
@@ -47,7 +55,7 @@ class TrainingOverviewView(APIView):
             ),
             *WINDOW_PARAMETERS,
         ],
-        responses=OpenApiTypes.OBJECT,
+        responses=TrainingOverviewAnswerSerializer,
     )
     def get(self, request: Request) -> Response:
         try:
@@ -68,7 +76,7 @@ class JobSnapshotView(APIView):
 
     queryset = Job.objects.all()  # reads need fleet.view_job, as the job's own detail route does
 
-    @extend_schema(parameters=WINDOW_PARAMETERS, responses=OpenApiTypes.OBJECT)
+    @extend_schema(parameters=WINDOW_PARAMETERS, responses=JobSnapshotAnswerSerializer)
     def get(self, request: Request, pk: int) -> Response:
         # The job's own window (its last 24 hours) unless from / to ask for another.
         window = None
