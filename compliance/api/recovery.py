@@ -20,8 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from django.utils import timezone
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.request import Request
@@ -228,13 +227,64 @@ def _copy(state: recovery.ItemState) -> dict[str, Any]:
     return {"site": site.name if site else None, "tier": tier}
 
 
+class LastGoodBackupSerializer(serializers.Serializer):
+    id = serializers.CharField(help_text="the backup run's id")
+    finished = serializers.DateTimeField()
+    age_seconds = serializers.FloatField()
+    bytes = serializers.IntegerField(allow_null=True)
+    copy_site = serializers.CharField(allow_null=True)
+    copy_tier = serializers.CharField()
+
+
+class LastRestoreTestSerializer(serializers.Serializer):
+    finished = serializers.DateTimeField()
+    duration_seconds = serializers.FloatField()
+    verified = serializers.BooleanField()
+    into = serializers.CharField()
+
+
+class CopyLocationSerializer(serializers.Serializer):
+    site = serializers.CharField(allow_null=True)
+    tier = serializers.CharField()
+
+
+class RecoveryItemRowSerializer(serializers.Serializer):
+    """One item of the register (item_row): its objectives, last good backup and restore test, and state."""
+
+    id = serializers.IntegerField()
+    kind = serializers.CharField()
+    name = serializers.CharField()
+    dataset = serializers.IntegerField(allow_null=True)
+    source_site = serializers.CharField(allow_null=True)
+    source_tier = serializers.CharField()
+    method = serializers.CharField()
+    rpo_seconds = serializers.FloatField()
+    rto_seconds = serializers.FloatField()
+    restore_test_every_days = serializers.IntegerField()
+    last_good_backup = LastGoodBackupSerializer(allow_null=True)
+    rpo_state = serializers.ChoiceField(choices=["never", "breached", "met"])
+    backup_failing = serializers.BooleanField()
+    same_site_copy = serializers.BooleanField()
+    last_restore_test = LastRestoreTestSerializer(allow_null=True)
+    rto_proven = serializers.BooleanField()
+    state = serializers.CharField(help_text="the worst problem, or ok")
+    problems = serializers.ListField(child=serializers.CharField(), help_text="worst first; empty: OK")
+    copy = CopyLocationSerializer()
+    job = serializers.IntegerField(allow_null=True)
+    cluster = serializers.CharField()
+    schedule = serializers.CharField()
+
+
 class RecoveryItemListView(APIView):
     """The roles that read the register (compliance.view_recoveryitem), as the /recovery/ page."""
 
     permission_classes = [RolePermission]
     required_permissions = {"GET": [RECOVERY_VIEW]}
 
-    @extend_schema(responses={200: OpenApiTypes.OBJECT}, description="The recovery register with each item's state.")
+    @extend_schema(
+        responses={200: inline_serializer("RecoveryRegister", {"results": RecoveryItemRowSerializer(many=True)})},
+        description="The recovery register with each item's state.",
+    )
     def get(self, request: Request) -> Response:
         now = timezone.now()
         return Response({"results": [item_row(state, now) for state in recovery.item_states()]})

@@ -97,6 +97,18 @@ class SummaryVersionDetailView(_SummaryAPIView):
         return Response(SummaryVersionSerializer(self.get_version()).data)
 
 
+EXPORT_JSON = inline_serializer(
+    "SummaryExport",
+    {
+        "model": serializers.CharField(),
+        "version": serializers.IntegerField(),
+        "last_update": serializers.DateField(),
+        "sha256": serializers.CharField(help_text="of the published Markdown text"),
+        "document": serializers.JSONField(help_text="the template's sections, as published"),
+    },
+)
+
+
 class SummaryExportView(_SummaryAPIView):
     """One published version as Markdown (the hashed text), JSON or PDF; each download is audited."""
 
@@ -104,7 +116,7 @@ class SummaryExportView(_SummaryAPIView):
         operation_id="v1_compliance_models_summary_versions_export_retrieve",
         responses={
             (200, "text/markdown"): OpenApiTypes.STR,
-            (200, "application/json"): OpenApiTypes.OBJECT,
+            (200, "application/json"): EXPORT_JSON,
             (200, "application/pdf"): OpenApiTypes.BINARY,
             409: OpenApiResponse(description="The PDF is still being rendered by a worker: try again (Retry-After)"),
         },

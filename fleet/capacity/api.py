@@ -17,7 +17,13 @@ from typing import Any
 
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+    inline_serializer,
+)
 from rest_framework import mixins, permissions, serializers, status, viewsets
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.decorators import action
@@ -43,6 +49,7 @@ from fleet.capacity.models import (
     Team,
     TeamQuota,
 )
+from fleet.capacity.serializers import PlanAnswerSerializer, plan_part_serializers
 from fleet.inventory.models import Site
 
 MAX_PLAN_MONTHS = 36
@@ -242,14 +249,14 @@ class _DecisionActions:
 
     decide: dict[str, Any]  # "approve" / "reject" -> the approvals function
 
-    @extend_schema(request=None, responses={200: OpenApiTypes.OBJECT, 403: REFUSED, 409: STATE_CONFLICT})
+    @extend_schema(request=None, responses={403: REFUSED, 409: STATE_CONFLICT})
     @action(detail=True, methods=["post"], permission_classes=[CapacityApproverPermission])
     def approve(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
         """Approve it: an Admin or a Capacity approver who did not request it (an Admin's own is
         recorded as self-approved). From then on it counts as supply."""
         return self._decide("approve")
 
-    @extend_schema(request=None, responses={200: OpenApiTypes.OBJECT, 403: REFUSED, 409: STATE_CONFLICT})
+    @extend_schema(request=None, responses={403: REFUSED, 409: STATE_CONFLICT})
     @action(detail=True, methods=["post"], permission_classes=[CapacityApproverPermission])
     def reject(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
         """Reject it: it counts as supply no longer."""
@@ -266,6 +273,13 @@ class _DecisionActions:
         return Response(self.get_serializer(obj).data)  # type: ignore[attr-defined]
 
 
+def _decisions_answer(serializer: type[serializers.Serializer]) -> Any:
+    """The approve and reject actions answer with the row as its viewset shows it."""
+    decision = extend_schema(responses={200: serializer, 403: REFUSED, 409: STATE_CONFLICT})
+    return extend_schema_view(approve=decision, reject=decision)
+
+
+@_decisions_answer(ProcurementOrderSerializer)
 class ProcurementOrderViewSet(_DecisionActions, _NoDeleteViewSet):
     """GPU orders: lead time (promised and actual) and whether late. Created requested; only an
     approved order counts as supply."""
@@ -311,6 +325,7 @@ class PowerApprovalSerializer(_ApprovalFields):
         return attrs
 
 
+@_decisions_answer(PowerApprovalSerializer)
 class PowerApprovalViewSet(_DecisionActions, _NoDeleteViewSet):
     """Grid or power approvals adding kW to a site. Created requested; approved or energised ones
     count as supply."""
@@ -561,15 +576,17 @@ PLAN_PARAMETERS = [
 _capacity_parts: dict[str, Callable[[list[int]], Any]] = {}
 
 
-def register_capacity_part(key: str, part: Callable[[list[int]], Any]) -> None:
+def register_capacity_part(key: str, part: Callable[[list[int]], Any], *, described_by: serializers.Field) -> None:
+    """Add ``key`` to the plan's answer, its value ``part(pool_ids)``; ``described_by`` types it in the schema."""
     _capacity_parts[key] = part
+    plan_part_serializers[key] = described_by
 
 
 class PlanView(CapacityAPIMixin, APIView):
     """Supply against reserved demand by tier, per pool and in total, per month; with the parts the
     rooms above add for the same pools now (``queues``: each pool's scheduler queues, fleet.scheduler)."""
 
-    @extend_schema(parameters=PLAN_PARAMETERS, responses=OpenApiTypes.OBJECT)
+    @extend_schema(parameters=PLAN_PARAMETERS, responses=PlanAnswerSerializer)
     def get(self, request: Request) -> Response:
         args = _plan_args(request)
         if isinstance(args, Response):

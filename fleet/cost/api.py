@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpResponse
+from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import serializers, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -21,6 +22,7 @@ from fleet.cost import services as cost
 from fleet.cost import store
 from fleet.cost.models import PoolPrice
 from fleet.cost.prices import CostError, hourly, rate
+from fleet.cost.serializers import PART_ANSWERS, CostSnapshotAnswerSerializer, PriceHourlySerializer
 
 RANGE_PARAMETERS = [
     OpenApiParameter("range", str, enum=list(cost.PRESETS), default=cost.DEFAULT_RANGE),
@@ -33,7 +35,7 @@ class _CostView(APIView):
 
 
 class CostSnapshotView(_CostView):
-    @extend_schema(parameters=RANGE_PARAMETERS, responses=OpenApiTypes.OBJECT)
+    @extend_schema(parameters=RANGE_PARAMETERS, responses=CostSnapshotAnswerSerializer)
     def get(self, request: Request) -> Response:
         try:
             win = cost.window(request.query_params)
@@ -43,12 +45,20 @@ class CostSnapshotView(_CostView):
         return Response(cost.snapshot(win))
 
 
+class CostPartSchema(AutoSchema):
+    """One class serves every part's route (as_view(part=...)): each route's answer is its part's."""
+
+    def get_response_serializers(self) -> Any:
+        return PART_ANSWERS[self.view.part]
+
+
 class CostPartView(_CostView):
     """One figure: training, idle, reserved, incidents, serving or own-or-rent."""
 
     part = ""
+    schema = CostPartSchema()
 
-    @extend_schema(parameters=RANGE_PARAMETERS, responses=OpenApiTypes.OBJECT)
+    @extend_schema(parameters=RANGE_PARAMETERS)
     def get(self, request: Request) -> Response:
         try:
             win = cost.window(request.query_params)
@@ -94,6 +104,7 @@ class PoolPriceSerializer(serializers.ModelSerializer):
         # The model's own checks (full_clean in store.save_price) judge the row whole.
         validators: list[Any] = []
 
+    @extend_schema_field(PriceHourlySerializer(allow_null=True))
     def get_hourly(self, price: PoolPrice) -> dict[str, Any] | None:
         """The rate this price gives with the board power of the pool's GPUs, and how it is derived."""
         try:

@@ -298,6 +298,27 @@ class PrometheusIngestView(APIView):
 
 
 REMOTE_WRITE_TYPE = "application/x-protobuf"
+HELD_VALUE = inline_serializer(
+    "IngestHeldValue",
+    {
+        "field": serializers.CharField(help_text="gpu_uuid or hostname"),
+        "value": serializers.CharField(),
+        "conflict": serializers.IntegerField(help_text="the claim's id"),
+        "state": serializers.ChoiceField(choices=["pending", "kept"]),
+        "detail": serializers.CharField(),
+    },
+)
+# accepted_but_hosts_held's answer at this door.
+REMOTE_WRITE_HELD = inline_serializer(
+    "RemoteWriteHostsHeld",
+    {
+        "gpu_samples": serializers.IntegerField(),
+        "serving_samples": serializers.IntegerField(),
+        "ignored": serializers.IntegerField(),
+        "batch": serializers.CharField(),
+        "held_back": serializers.ListField(child=HELD_VALUE),
+    },
+)
 
 
 def check_remote_write_headers(content_type: str, content_encoding: str) -> None:
@@ -343,7 +364,9 @@ class PrometheusRemoteWriteView(APIView):
             OpenApiParameter("kind", OpenApiTypes.STR, enum=list(KINDS), required=False),
         ],
         responses={
-            202: OpenApiResponse(description="Queued, less the series of another site's hosts (see held_back)"),
+            202: OpenApiResponse(
+                REMOTE_WRITE_HELD, description="Queued, less the series of another site's hosts (see held_back)"
+            ),
             204: OpenApiResponse(description="Queued (or nothing in it this console maps)"),
             **COMMON_RESPONSES,
         },

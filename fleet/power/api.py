@@ -5,7 +5,6 @@ reconnect, and the ``power`` topic's pushes move it forward."""
 
 from __future__ import annotations
 
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -14,6 +13,7 @@ from rest_framework.views import APIView
 from console import live
 from fleet.inventory.models import Rack
 from fleet.power import services as power
+from fleet.power.serializers import PowerSnapshotAnswerSerializer
 
 
 class PowerSnapshotView(APIView):
@@ -21,7 +21,7 @@ class PowerSnapshotView(APIView):
 
     queryset = Rack.objects.all()  # reads need fleet.view_rack
 
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(responses=PowerSnapshotAnswerSerializer)
     def get(self, request: Request) -> Response:
         live.watch_topic("power")
         return Response(power.snapshot())

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.request import Request
@@ -22,6 +21,7 @@ from fleet.capacity import approvals
 from fleet.capacity.models import Pool, Team
 from fleet.scheduler import drift, mapping
 from fleet.scheduler.models import SchedulerQueue
+from fleet.scheduler.serializers import QuotaDriftAnswerSerializer, QuotaImportedSerializer
 
 VIEW = "fleet.view_schedulerqueue"
 
@@ -103,7 +103,7 @@ class QuotaDriftView(APIView):
 
     required_permissions = {"GET": [VIEW], "HEAD": [VIEW], "OPTIONS": [VIEW]}
 
-    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(responses={200: QuotaDriftAnswerSerializer})
     def get(self, request: Request) -> Response:
         rows = drift.quota_drift()
         show_all = request.query_params.get("all") in ("1", "true")
@@ -128,7 +128,7 @@ class QuotaImportView(APIView):
     @extend_schema(
         request=inline_serializer("QuotaImport", {"queue": serializers.IntegerField()}),
         responses={
-            200: OpenApiTypes.OBJECT,
+            200: QuotaImportedSerializer,
             400: OpenApiResponse(description="The queue is unmapped, or its values break TeamQuota's rules"),
             403: OpenApiResponse(description="Not an Admin or a Capacity approver: `rule` names the rule"),
             409: OpenApiResponse(description="The scheduler reports no GPU quota for the queue"),

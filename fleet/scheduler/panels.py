@@ -178,10 +178,11 @@ def register() -> None:
     from console import live
     from fleet.capacity.api import register_capacity_part
     from fleet.capacity.pages import register_pool_section, register_team_section
+    from fleet.scheduler.serializers import PoolQueuesSerializer, QuotaWaitSerializer
 
     register_pool_section("scheduler/_pool_queues.html", pool_section)
     register_team_section("scheduler/_team_queues.html", team_section)
-    register_capacity_part("queues", queues_part)
-    register_capacity_part("quota_waits", quota_waits_part)
+    register_capacity_part("queues", queues_part, described_by=PoolQueuesSerializer(many=True))
+    register_capacity_part("quota_waits", quota_waits_part, described_by=QuotaWaitSerializer(many=True))
     live.register_topic_builder(TOPIC, build_scheduler_delta)
     live.register_topic_watcher(TOPIC, live.watch_topic)

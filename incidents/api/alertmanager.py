@@ -21,7 +21,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
+from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -252,7 +253,13 @@ class AlertmanagerWebhookView(APIView):
     @extend_schema(
         request=OpenApiTypes.OBJECT,
         responses={
-            200: OpenApiTypes.OBJECT,
+            200: inline_serializer(
+                "AlertmanagerReceived",
+                {
+                    "firing": serializers.IntegerField(help_text="alerts raised or kept as findings"),
+                    "resolved": serializers.IntegerField(help_text="alerts whose findings were cleared"),
+                },
+            ),
             400: OpenApiResponse(description="Malformed payload; the body names the field"),
             401: OpenApiResponse(description="Missing or invalid token"),
         },

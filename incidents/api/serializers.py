@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from console.timebounds import BoundedDatesSerializerMixin
@@ -18,7 +19,7 @@ from incidents.models import (
     TimelineEntry,
 )
 from incidents.services.cost import finding_cost
-from incidents.services.matchers import MatcherError, validate_matchers
+from incidents.services.matchers import OPS, MatcherError, validate_matchers
 
 User = get_user_model()
 
@@ -28,7 +29,43 @@ class UsernameField(serializers.SlugRelatedField):
         super().__init__(slug_field="username", queryset=User.objects.filter(is_active=True), **kwargs)
 
 
+@extend_schema_field({"type": "object", "additionalProperties": {"type": "string"}})
+class LabelsField(serializers.JSONField):
+    """Labels as Alertmanager's: name -> value, both text (site, hostname, gpu, job, ...)."""
+
+
+@extend_schema_field(
+    {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "description": "a label name"},
+                "op": {"type": "string", "enum": list(OPS), "default": "="},
+                "value": {"type": "string", "description": "a regular expression for =~ and !~"},
+            },
+            "required": ["name", "value"],
+        },
+    }
+)
+class MatchersField(serializers.JSONField):
+    """Alertmanager-style label matchers: a list of {name, op, value}, validated whole."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        try:
+            return validate_matchers(super().to_internal_value(data))
+        except MatcherError as exc:
+            raise serializers.ValidationError(str(exc)) from None
+
+
+class FindingCostSerializer(serializers.Serializer):
+    gpu_hours_lost = serializers.FloatField(allow_null=True, help_text="null where it reports none")
+    gpu_hours_at_risk = serializers.FloatField(allow_null=True)
+    gpus_out_of_service = serializers.IntegerField()
+
+
 class FindingSerializer(serializers.ModelSerializer):
+    labels = LabelsField(required=False)
     cost = serializers.SerializerMethodField(
         help_text="Its own part of the incident's cost: GPU-hours lost it reports, at risk, GPUs out of service"
     )
@@ -51,14 +88,15 @@ class FindingSerializer(serializers.ModelSerializer):
             "cost",
         ]
 
+    @extend_schema_field(FindingCostSerializer)
     def get_cost(self, finding: Finding) -> dict[str, Any]:
         return finding_cost(finding)
 
 
 class IncidentSerializer(serializers.ModelSerializer):
-    commander = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    scribe = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    communications = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    commander = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    scribe = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    communications = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
     gpu_hours = serializers.SerializerMethodField(
         help_text="GPU-hours lost: gpu_hours_reported + gpu_hours_out_of_service"
     )
@@ -71,6 +109,7 @@ class IncidentSerializer(serializers.ModelSerializer):
     gpu_hours_at_risk = serializers.SerializerMethodField(help_text="Work not yet checkpointed: at risk, not lost")
     runbook_url = serializers.SerializerMethodField()
     findings = FindingSerializer(many=True, read_only=True)
+    labels = LabelsField(read_only=True, help_text="Affected resources: site, hostname, gpu, job, ...")
 
     class Meta:
         model = Incident
@@ -158,7 +197,7 @@ class SilenceFromIncidentSerializer(serializers.Serializer):
 
 
 class SilencePreviewSerializer(serializers.Serializer):
-    matchers = serializers.ListField(child=serializers.DictField())
+    matchers = MatchersField(read_only=True)
     findings = FindingSerializer(many=True)
 
 
@@ -192,14 +231,6 @@ class ActionItemSerializer(BoundedDatesSerializerMixin, serializers.ModelSeriali
         read_only_fields = ["created_at", "overdue"]
 
     overdue = serializers.BooleanField(source="is_overdue", read_only=True)
-
-
-class MatchersField(serializers.JSONField):
-    def to_internal_value(self, data: Any) -> Any:
-        try:
-            return validate_matchers(super().to_internal_value(data))
-        except MatcherError as exc:
-            raise serializers.ValidationError(str(exc)) from None
 
 
 class SilenceSerializer(BoundedDatesSerializerMixin, serializers.ModelSerializer):
