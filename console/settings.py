@@ -360,6 +360,9 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "SeverityEnum": "incidents.choices.Severity",
         "JobStateEnum": "fleet.choices.JobState",
+        # A job's choices, named as before its answer had a component of its own (JobAnswer).
+        "JobFrameworkEnum": "fleet.choices.TrainingFramework",
+        "JobSchedulerEnum": "fleet.choices.Scheduler",
         # Job.priority_tier and Reservation.tier share the capacity tiers: one enum, one name.
         "PriorityTierEnum": "fleet.choices.PriorityTier",
         # compliance: choices several serializers share (or whose field names collide elsewhere)

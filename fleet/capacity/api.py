@@ -168,8 +168,8 @@ class PoolViewSet(_NoDeleteViewSet):
 
 class _ApprovalFields(BoundedDatesSerializerMixin, serializers.ModelSerializer):
     requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    approved_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    rejected_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    approved_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    rejected_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
 
     def _refuse_approved_changes(self, attrs: dict[str, Any]) -> None:
         if self.instance is not None:
@@ -391,7 +391,7 @@ CHANGES_ASKED = (ReservationState.REQUESTED, ReservationState.APPROVED)
 class ReservationSerializer(BoundedDatesSerializerMixin, serializers.ModelSerializer):
     team = serializers.SlugRelatedField(slug_field="name", queryset=Team.objects.all())
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    approved_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    approved_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
 
     class Meta:
         model = Reservation

@@ -27,7 +27,7 @@ class GpuSerializer(serializers.ModelSerializer):
     site = serializers.CharField(source="node.site.name", read_only=True)
     state = GpuStateSerializer(read_only=True, allow_null=True)
     parent = serializers.SlugRelatedField(
-        slug_field="uuid", read_only=True, help_text="The physical GPU of a MIG instance"
+        slug_field="uuid", read_only=True, allow_null=True, help_text="The physical GPU of a MIG instance"
     )
     mig_instances = MigInstanceSerializer(many=True, read_only=True)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.db import transaction
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view, inline_serializer
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.request import Request
@@ -198,6 +198,29 @@ class JobSerializer(serializers.ModelSerializer):
         return data
 
 
+class JobAnswerSerializer(JobSerializer):
+    """A job as the API answers it: beside its fields, the hostnames of its nodes and the UUIDs of
+    its GPUs (JobSerializer.to_representation), and on registration the nodes it did not know."""
+
+    nodes = serializers.ListField(child=serializers.CharField(), help_text="Hostnames of the job's nodes")
+    gpus = serializers.ListField(child=serializers.CharField(), help_text="UUIDs of the job's GPUs")
+    unknown_nodes = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text="Hostnames sent that are not this site's nodes"
+    )
+
+    class Meta(JobSerializer.Meta):
+        fields = [*JobSerializer.Meta.fields, "unknown_nodes"]
+
+
+JOB_WRITE = extend_schema(request=JobSerializer, responses=JobAnswerSerializer)
+
+
+@extend_schema_view(
+    list=extend_schema(responses=JobAnswerSerializer),
+    retrieve=extend_schema(responses=JobAnswerSerializer),
+    update=JOB_WRITE,
+    partial_update=JOB_WRITE,
+)
 class JobViewSet(TrainingAPIMixin, mixins.UpdateModelMixin, mixins.DestroyModelMixin, viewsets.ReadOnlyModelViewSet):
     """Training jobs. POST registers a job, or updates the one with the same site, scheduler and
     scheduler_id (so a restarted trainer re-registering is safe): 201 when new, 200 when known."""
@@ -207,7 +230,7 @@ class JobViewSet(TrainingAPIMixin, mixins.UpdateModelMixin, mixins.DestroyModelM
     filterset_class = JobFilterSet
     ordering_fields = ["created_at", "name", "team", "gang_size", "last_event_at"]
 
-    @extend_schema(responses={200: JobSerializer, 201: JobSerializer})
+    @extend_schema(request=JobSerializer, responses={200: JobAnswerSerializer, 201: JobAnswerSerializer})
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)

@@ -115,7 +115,19 @@ def answer_errors(document: dict[str, Any], method: str, url_path: str, status: 
     assert response is not None, f"{method.upper()} {template}: status {status} is not in the schema"
     schema = response["content"]["application/json"]["schema"]
     validator = Draft7Validator(strict(document, schema))
-    return [
-        f"{method.upper()} {template} {status}: at {'/'.join(map(str, e.absolute_path)) or '$'}: {e.message[:300]}"
-        for e in sorted(validator.iter_errors(body), key=lambda e: list(map(str, e.absolute_path)))
-    ]
+    # One line per field at fault: the rows of a list break the same way ("results/*/parent").
+    found = {
+        f"{method.upper()} {template} {status}: at {where(e.absolute_path)}: {short(e.message)}"
+        for e in validator.iter_errors(body)
+    }
+    return sorted(found)
+
+
+def short(message: str) -> str:
+    """jsonschema's message without the offending value's whole text."""
+    return re.sub(r"{.*}", "{...}", message)[:240]
+
+
+def where(path: Any) -> str:
+    """An answer's JSON path, its list indexes as * (the rows of a list break alike)."""
+    return "/".join("*" if isinstance(part, int) else str(part) for part in path) or "$"
