@@ -151,6 +151,32 @@ def accepted_but_hosts_held(hosts: ScopeCheck, accepted: dict[str, Any], batch: 
     return Response({**accepted, "batch": batch, "held_back": [h.as_dict() for h in hosts.held]}, status=202)
 
 
+class IngestHeldValueSerializer(serializers.Serializer):
+    """One GPU or host held back by a claim (claims.Held.as_dict), in the schema."""
+
+    field = serializers.CharField(help_text="gpu_uuid or hostname")
+    value = serializers.CharField()
+    conflict = serializers.IntegerField(help_text="the claim's id")
+    state = serializers.ChoiceField(choices=["pending", "kept"])
+    detail = serializers.CharField()
+
+    class Meta:
+        ref_name = "IngestHeldValue"
+
+
+# accepted_but_hosts_held's answer at this door.
+REMOTE_WRITE_HELD = inline_serializer(
+    "RemoteWriteHostsHeld",
+    {
+        "gpu_samples": serializers.IntegerField(),
+        "serving_samples": serializers.IntegerField(),
+        "ignored": serializers.IntegerField(),
+        "batch": serializers.CharField(),
+        "held_back": IngestHeldValueSerializer(many=True),
+    },
+)
+
+
 NOTHING_ACCEPTED = {"gpu_samples": 0, "serving_samples": 0, "node_samples": 0, "scheduler_samples": 0}
 
 
@@ -216,13 +242,33 @@ class PrometheusIngestView(APIView):
             202: inline_serializer(
                 "PrometheusAccepted",
                 {
-                    "gpu_samples": serializers.IntegerField(),
-                    "serving_samples": serializers.IntegerField(),
-                    "node_samples": serializers.IntegerField(),
-                    "scheduler_samples": serializers.IntegerField(),
+                    # A push of only series another app maps (Velero's) answers {ignored, mapped}.
+                    "gpu_samples": serializers.IntegerField(required=False),
+                    "serving_samples": serializers.IntegerField(required=False),
+                    "node_samples": serializers.IntegerField(required=False),
+                    "scheduler_samples": serializers.IntegerField(required=False),
                     "ignored": serializers.IntegerField(),
-                    "ignored_metrics": serializers.DictField(child=serializers.IntegerField()),
-                    "batch": serializers.CharField(),
+                    "ignored_metrics": serializers.DictField(child=serializers.IntegerField(), required=False),
+                    # What the apps' hooks (fleet.ingest.hooks) took from the push, by hook.
+                    "mapped": inline_serializer(
+                        "PrometheusMapped",
+                        {
+                            "velero": inline_serializer(
+                                "VeleroMapped",
+                                {
+                                    "backup_reports": serializers.IntegerField(),
+                                    "schedules": serializers.IntegerField(),
+                                    "unmapped_schedules": serializers.ListField(child=serializers.CharField()),
+                                },
+                                required=False,
+                            )
+                        },
+                        required=False,
+                    ),
+                    "batch": serializers.CharField(required=False),
+                    "held_back": IngestHeldValueSerializer(
+                        many=True, required=False, help_text="Another site's hosts, not written"
+                    ),
                 },
             ),
             **COMMON_RESPONSES,
@@ -298,27 +344,6 @@ class PrometheusIngestView(APIView):
 
 
 REMOTE_WRITE_TYPE = "application/x-protobuf"
-HELD_VALUE = inline_serializer(
-    "IngestHeldValue",
-    {
-        "field": serializers.CharField(help_text="gpu_uuid or hostname"),
-        "value": serializers.CharField(),
-        "conflict": serializers.IntegerField(help_text="the claim's id"),
-        "state": serializers.ChoiceField(choices=["pending", "kept"]),
-        "detail": serializers.CharField(),
-    },
-)
-# accepted_but_hosts_held's answer at this door.
-REMOTE_WRITE_HELD = inline_serializer(
-    "RemoteWriteHostsHeld",
-    {
-        "gpu_samples": serializers.IntegerField(),
-        "serving_samples": serializers.IntegerField(),
-        "ignored": serializers.IntegerField(),
-        "batch": serializers.CharField(),
-        "held_back": serializers.ListField(child=HELD_VALUE),
-    },
-)
 
 
 def check_remote_write_headers(content_type: str, content_encoding: str) -> None:

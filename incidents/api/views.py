@@ -148,7 +148,7 @@ class IncidentViewSet(viewsets.ReadOnlyModelViewSet):
         responses=SilencePreviewSerializer,
         description="Matchers from the incident's labels, and the findings firing now that they would silence.",
     )
-    @extend_schema(methods=["POST"], request=SilenceFromIncidentSerializer, responses=SilenceSerializer)
+    @extend_schema(methods=["POST"], request=SilenceFromIncidentSerializer, responses={201: SilenceSerializer})
     # Creating a silence is what this POST does: it needs the silence permission, not the
     # incident one (DRF sets the action's extra keywords on the view, where RolePermission reads them).
     @action(
