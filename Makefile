@@ -24,10 +24,11 @@ $(DEV_STAMP): $(STAMP) requirements-dev.lock
 install: $(STAMP)
 install-dev: $(DEV_STAMP)
 
-# `make demo PORT=8001` serves on another port than 8000.
+# `make demo PORT=8001` serves on another port than 8000. Its output ends with the sign-in line;
+# INFO log lines only with LOG_LEVEL=INFO, each start-up step with DEMO_ARGS=-v2.
 PORT ?= 8000
 demo: $(STAMP)
-	$(BIN)/python manage.py demo --port $(PORT)
+	LOG_LEVEL=$${LOG_LEVEL:-WARNING} $(BIN)/python manage.py demo --port $(PORT) $(DEMO_ARGS)
 
 # Tests use real PostgreSQL and Redis: DATABASE_URL if set (else the embedded PostgreSQL), and
 # REDIS_URL (default: database 15 of the local Redis, which the suite flushes).

@@ -1,15 +1,25 @@
-"""`make demo` restarts: the admin keeps its password and the simulator keeps its tokens."""
+"""`make demo` restarts: the admin keeps its password and the simulator keeps its tokens; its
+start-up output ends with the sign-in line."""
 
 from __future__ import annotations
 
+import io
+import logging
+import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
+import uvicorn
 from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.core.management.base import OutputWrapper
 
+from console.management.commands import demo
 from console.management.commands.demo import Command as DemoCommand
+from console.management.commands.demo import StartupProgress
 from console.models import AgentToken
+from console.scheduler import EmbeddedBeat
 from fleet.management.commands.simulate import Command as SimulateCommand
 from fleet.telemetry.simulator import DEFAULT_SEED, DEFAULT_SITES, build_fleet
 
@@ -122,3 +132,74 @@ def test_restarts_of_the_demo_keep_one_lineage_row_per_dataset(data_dir: Path) -
     Job.objects.create(site=site, name="another", team="code", gang_size=8, scheduler_id="b")
     seed_compliance(today=today)
     assert rows.count() == 6 and dict(rows.values_list("dataset__name", "job_id")) == after
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_start_up_ends_with_the_sign_in_line_and_no_info_log(
+    data_dir: Path, settings: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 38 (item 6): partition INFO lines scrolled the password away. The start-up's INFO log
+    (here the beat's partitions, logged as the real beat does) is not shown, and the sign-in line
+    is printed once the server listens, last."""
+    monkeypatch.setenv("DEMO_PASSWORD", "demo-pass-38")
+    monkeypatch.delenv("LOG_LEVEL", raising=False)
+    settings.EAGER_TASKS = True
+
+    def beat_start(self: EmbeddedBeat) -> None:  # no thread to outlive the test
+        logging.getLogger("fleet.telemetry.partitions").info("created partitions fleet_gpusample_p20261207")
+
+    async def stop_once_listening(self: uvicorn.Server) -> None:
+        self.should_exit = True
+
+    commands: list[str] = []  # the test database is migrated: migrate as the owner cannot run inside its transaction
+    monkeypatch.setattr(demo, "call_command", lambda name, **options: commands.append(name))
+    monkeypatch.setattr(EmbeddedBeat, "start", beat_start)
+    monkeypatch.setattr(uvicorn.Server, "main_loop", stop_once_listening)
+    port = _free_port()
+    out = io.StringIO()
+    caplog.set_level(logging.INFO)  # what the console's log handler would print, INFO included
+
+    call_command("demo", "--no-simulator", "--port", str(port), stdout=out)
+
+    assert commands == ["migrate"]
+    lines = out.getvalue().splitlines()
+    # What follows the sign-in line is the Ctrl-C's: the server was stopped.
+    assert lines[-1].startswith("Stopped.")
+    assert lines[-2] == f"Goodput is ready: sign in at http://127.0.0.1:{port}/accounts/login/ as admin / demo-pass-38"
+    assert lines[0].startswith("Starting Goodput… migrations")
+    assert [r.getMessage() for r in caplog.records if r.levelno <= logging.INFO] == []
+    assert logging.getLogger("fleet").isEnabledFor(logging.INFO), "the demo left INFO logging off"
+
+
+def test_the_weeks_history_is_one_progress_line() -> None:
+    out = io.StringIO()
+    progress = StartupProgress(OutputWrapper(out), verbose=False)
+    progress.step("migrations")
+    progress.step("simulated fleet")
+    progress.history("Writing a week of history (first start)…")
+    for step in ("  history: 8 training jobs, 83551 events (10.6 s)", "  history: a week written (56.4 s)"):
+        progress.history(step)
+    progress.done()
+
+    text = out.getvalue()
+    assert text.count("\n") == 1 and text.endswith(" s\n")
+    assert text.startswith("Starting Goodput… migrations, simulated fleet, a week of history (first start) .. done in")
+
+
+def test_each_step_has_its_line_at_verbosity_2() -> None:
+    out = io.StringIO()
+    progress = StartupProgress(OutputWrapper(out), verbose=True)
+    progress.step("migrations")
+    progress.history("Writing a week of history (first start)…")
+    progress.history("  history: a week written (56.4 s)")
+    progress.done()
+    assert out.getvalue().splitlines()[:3] == [
+        "Starting: migrations",
+        "Writing a week of history (first start)…",
+        "  history: a week written (56.4 s)",
+    ]

@@ -1,22 +1,25 @@
 from __future__ import annotations
 
 import contextlib
+import io
+import logging
+import os
 import secrets
-import sys
+import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandParser, OutputWrapper
 from django.db import connections
 from django.utils import timezone
 
 from console.roles import ADMIN
-from console.runtime import describe_mode
 
 if TYPE_CHECKING:
     import uvicorn
@@ -42,6 +45,58 @@ def server_config(host: str, port: int) -> uvicorn.Config:
     )
 
 
+def ready_server(config: uvicorn.Config, *, on_ready: Callable[[], None]) -> uvicorn.Server:
+    """A uvicorn server that calls ``on_ready`` once it listens (never when the port is taken:
+    uvicorn exits first, and no sign-in line promises a console that is not there)."""
+    import uvicorn
+
+    class ReadyServer(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if self.started:
+                on_ready()
+
+    return ReadyServer(config)
+
+
+class StartupProgress:
+    """Start-up on one line, `Starting Goodput… migrations, simulated fleet, a week of history
+    (first start) ........ done in 58 s`; at -v 2 a line for each step and each history step."""
+
+    def __init__(self, stdout: OutputWrapper, *, verbose: bool) -> None:
+        self.stdout, self.verbose = stdout, verbose
+        self.started = time.monotonic()
+        self.steps = 0
+        self.in_history = False
+        if not verbose:
+            self._add("Starting Goodput…")
+
+    def _add(self, text: str) -> None:
+        self.stdout.write(text, ending="")
+        self.stdout.flush()
+
+    def step(self, label: str) -> None:
+        if self.verbose:
+            self.stdout.write(f"Starting: {label}")
+        else:
+            self._add(("," if self.steps else "") + f" {label}")
+        self.steps += 1
+
+    def history(self, message: str) -> None:
+        """The week's history: its first message names it, each later one is a step of it."""
+        if self.verbose:
+            self.stdout.write(message)
+        elif not self.in_history:
+            self._add(", a week of history (first start) ")
+        else:
+            self._add(".")
+        self.in_history = True
+
+    def done(self) -> None:
+        elapsed = time.monotonic() - self.started
+        self.stdout.write(f"Start-up done in {elapsed:.0f} s" if self.verbose else f" done in {elapsed:.0f} s")
+
+
 class Command(BaseCommand):
     help = (
         "Run the console with a simulated fleet: migrate, create an admin, write a week of history on the "
@@ -65,10 +120,25 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        import uvicorn
+        # INFO log lines (a partition created, an audit head kept) would scroll the sign-in line
+        # away: the demo shows them only when LOG_LEVEL asks for them.
+        if "LOG_LEVEL" not in os.environ:
+            logging.disable(logging.INFO)
+        try:
+            self._run(options)
+        finally:
+            logging.disable(logging.NOTSET)
 
-        self.stdout.write(describe_mode())
-        self.stdout.write("Applying migrations…")
+    def _run(self, options: dict[str, Any]) -> None:
+        """1. migrate and make the admin; 2. prepare the simulators and, on a first start, the
+        week of history; 3. start the beat and the simulator; 4. serve, and once the server
+        listens, print the sign-in line: the last line of start-up, so nothing scrolls it away.
+        At -v 2 each step, seed and simulated fault is printed too."""
+        verbose = options["verbosity"] >= 2
+        # Seeds, released jobs and the simulator's faults: on the pages already, on the terminal at -v 2.
+        details = self.stdout if verbose else OutputWrapper(io.StringIO())
+        progress = StartupProgress(self.stdout, verbose=verbose)
+        progress.step("migrations")
         call_command("migrate", interactive=False, verbosity=0)
         _, sign_in_as = self._ensure_admin()
         url = f"http://{options['host']}:{options['port']}"
@@ -80,18 +150,20 @@ class Command(BaseCommand):
             # with it, and would each raise a hang and an overdue checkpoint until re-registered.
             from fleet.training.simulator import release_simulated_jobs
 
-            release_simulated_jobs(run=f"demo-{int(time.time()):x}", log=self.stdout.write)
+            release_simulated_jobs(run=f"demo-{int(time.time()):x}", log=details.write)
             # Before the server answers: the inventory, the simulators and, on the first start, the
             # week of history, so the first page opened shows it.
-            session = self._prepare_simulator(url, options, stop)
+            progress.step("simulated fleet")
+            session = self._prepare_simulator(url, options, stop, details, progress.history)
             # A model, its datasets, records of processing, requests and holds for the compliance
             # pages (after the history: its lineage names a training job).
             from compliance.demo import seed_compliance
 
             added = seed_compliance(today=timezone.localdate())
             if any(added.values()):
-                self.stdout.write("  compliance: added " + ", ".join(f"{n} {kind}" for kind, n in added.items() if n))
+                details.write("  compliance: added " + ", ".join(f"{n} {kind}" for kind, n in added.items() if n))
             connections.close_all()
+        progress.done()
 
         if settings.EAGER_TASKS:
             from console.scheduler import EmbeddedBeat
@@ -100,18 +172,22 @@ class Command(BaseCommand):
         simulator = None
         if not options["no_simulator"]:
             simulator = threading.Thread(
-                target=self._run_simulator, args=(url, options, stop, session), name="simulator", daemon=True
+                target=self._run_simulator,
+                args=(url, options, stop, session, details),
+                name="simulator",
+                daemon=True,
             )
             simulator.start()
 
-        self.stdout.write(self.style.SUCCESS(f"\nGoodput is starting at {url}/"))
-        self.stdout.write(f"  Sign in at {url}/accounts/login/ {sign_in_as}")
-        self.stdout.write("  Ctrl-C stops the server, the simulator and the embedded database.\n")
-        sys.stdout.flush()
+        def ready() -> None:
+            self.stdout.write("Ctrl-C stops the server, the simulator and the embedded database.")
+            self.stdout.write(self.style.SUCCESS(f"Goodput is ready: sign in at {url}/accounts/login/ {sign_in_as}"))
+            self.stdout.flush()
+
         try:
             # uvicorn re-raises the Ctrl-C it handled; the shutdown below is the clean path.
             with contextlib.suppress(KeyboardInterrupt):
-                uvicorn.Server(server_config(options["host"], options["port"])).run()
+                ready_server(server_config(options["host"], options["port"]), on_ready=ready).run()
         finally:
             stop.set()
             if simulator is not None:
@@ -157,18 +233,27 @@ class Command(BaseCommand):
     def _simulate_options(self, url: str, options: dict[str, Any]) -> dict[str, Any]:
         return {"url": url, "gpus": options["gpus"], "interval": options["interval"], "jobs": options["jobs"]}
 
-    def _prepare_simulator(self, url: str, options: dict[str, Any], stop: threading.Event) -> Any:
+    def _prepare_simulator(
+        self,
+        url: str,
+        options: dict[str, Any],
+        stop: threading.Event,
+        details: OutputWrapper,
+        progress: Callable[[str], None],
+    ) -> Any:
         """The simulate command's session, prepared in this thread: its options as `simulate` would
         parse them, with the week of history on a first start."""
         from fleet.management.commands.simulate import Command as Simulate
 
-        simulate = Simulate(stdout=self.stdout, stderr=self.stderr)
+        simulate = Simulate(stdout=details, stderr=self.stderr)
         parser = simulate.create_parser("manage.py", "simulate")
         defaults = vars(parser.parse_args([]))
         prepared = {**defaults, **self._simulate_options(url, options), "history": options["history"]}
-        return simulate.prepare(prepared, stop_event=stop)
+        return simulate.prepare(prepared, stop_event=stop, progress=progress)
 
-    def _run_simulator(self, url: str, options: dict[str, Any], stop: threading.Event, session: Any = None) -> None:
+    def _run_simulator(
+        self, url: str, options: dict[str, Any], stop: threading.Event, session: Any, details: OutputWrapper
+    ) -> None:
         try:
             call_command(
                 "simulate",
@@ -176,7 +261,7 @@ class Command(BaseCommand):
                 quiet=True,
                 stop_event=stop,
                 session=session,
-                stdout=self.stdout,
+                stdout=details,
                 stderr=self.stderr,
             )
         except Exception as exc:  # the console keeps serving; say why the simulator stopped

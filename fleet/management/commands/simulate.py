@@ -5,6 +5,7 @@ import json
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -172,10 +173,18 @@ class Command(BaseCommand):
                 break
             self.stop_event.wait(max(0.0, options["interval"] - (time.monotonic() - tick_start)))
 
-    def prepare(self, options: dict[str, Any], *, stop_event: threading.Event) -> Session:
+    def prepare(
+        self,
+        options: dict[str, Any],
+        *,
+        stop_event: threading.Event,
+        progress: Callable[[str], None] | None = None,
+    ) -> Session:
         """Everything before the first tick that needs only the database: the inventory and tokens,
         the capacity seed, the previous session's jobs released, the simulators, and with
-        ``history`` on a first start the week before now. The console need not be up yet."""
+        ``history`` on a first start the week before now. The console need not be up yet.
+        ``progress`` hears the week's history, its start and each step (default: a line each on
+        stdout); `make demo` folds them into one line."""
         if options["interval"] <= 0:
             raise CommandError("--interval must be positive")
         if options["jobs"] < 0:
@@ -241,7 +250,8 @@ class Command(BaseCommand):
             from fleet.management.backfill import backfill, history_needed
 
             if history_needed():
-                self.stdout.write("Writing a week of history (first start)…")
+                say = progress or self.stdout.write
+                say("Writing a week of history (first start)…")
                 site_ids = dict(Site.objects.filter(name__in=tokens).values_list("name", "pk"))
                 session.history = backfill(
                     sim,
@@ -251,7 +261,7 @@ class Command(BaseCommand):
                     now=utcnow(),
                     nodes=nodes,
                     queues=queues,
-                    log=lambda m: self.stdout.write(f"  {m}"),
+                    log=lambda m: say(f"  {m}"),
                 )
         close_old_connections()
         return session
