@@ -377,7 +377,7 @@ class Soak:
             self.settle(5)
 
     def stop_agents(self) -> None:
-        """SIGTERM every agent: each finishes its tick and must exit 0 (the README's promise)."""
+        """SIGTERM every agent: each finishes its tick and must exit 0 (docs/fleet.md's promise)."""
         for name in self.agents:
             self.stack.stop(name, grace=20)
             code = self.stack.procs[name].returncode

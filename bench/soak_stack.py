@@ -28,7 +28,7 @@ from _common import ROOT, free_port, log
 from console.processes import uvicorn_command
 
 DATABASE = "goodput"
-WEB_GRACE_S = 10  # uvicorn's --timeout-graceful-shutdown, as the README's production command
+WEB_GRACE_S = 10  # uvicorn's --timeout-graceful-shutdown, as docs/production.md's command
 WEB_DRAIN_S = 10  # GOODPUT_WS_DRAIN_SECONDS: a stopping web process closes its sockets within this long first
 WORKER_GRACE_S = 30  # Celery's warm shutdown: the task in hand finishes (a drain hands over sooner)
 

@@ -26,7 +26,7 @@ logger = logging.getLogger(__name__)
 HINT = (
     "Run the console as an application role: `manage.py setup_database_roles` creates it and the owner, "
     "and takes CREATE on the schema from it; migrate with DATABASE_OWNER_URL, run with DATABASE_URL "
-    "(README, Production)."
+    "(docs/production.md)."
 )
 
 
@@ -52,7 +52,7 @@ def database_roles(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
         warnings.append(
             Warning(
                 runtime.privileged_urls_warning(names),
-                hint="Give the owner's URL to the migrate step only (README, Production).",
+                hint="Give the owner's URL to the migrate step only (docs/production.md).",
                 id="goodput.W101",
             )
         )
@@ -69,7 +69,7 @@ def outbound_networks_listed(app_configs: Any = None, **kwargs: Any) -> list[War
             "GOODPUT_OUTBOUND_ALLOWED_NETWORKS lists no network: scrape targets and notification channels "
             "cannot reach anything.",
             hint="List the exporters' networks and the chat and paging services' (e.g. 10.20.0.0/16,fd00:20::/48; "
-            "README, Security).",
+            "docs/security.md).",
             id="goodput.W104",
         )
     ]

@@ -2,7 +2,7 @@
 
 On SIGTERM (or Ctrl-C) uvicorn would stop listening and cut every socket at once; each page's
 client then reconnects, and a whole process's herd lands on the remaining processes in the same
-second, where its handshakes and snapshots queue (README, Reliability: 22 s at 100 sockets).
+second, where its handshakes and snapshots queue (docs/reliability.md: 22 s at 100 sockets).
 Instead, before uvicorn starts its own shutdown:
 
 1. the process says it is draining: ``/readyz`` answers 503, so a load balancer stops sending it

@@ -1,5 +1,5 @@
 """How the console's web process is started outside ``make demo``: the uvicorn command line the
-README's production section gives, and the readiness check on ``/healthz``. The benchmarks, the
+production command docs/production.md gives, and the readiness check on ``/healthz``. The benchmarks, the
 soak and the test stack start their web processes with these, so all of them run the console the
 way a deployment does."""
 

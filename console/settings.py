@@ -409,7 +409,7 @@ INGEST_MAX_AGE_SECONDS = envint("GOODPUT_INGEST_MAX_AGE_SECONDS", 7 * 86400, min
 REMOTE_WRITE_MAX_LABEL_BYTES = envint("GOODPUT_REMOTE_WRITE_MAX_LABEL_BYTES", 8192, minimum=256)
 # Request bodies: the ASGI door (console.limits) refuses a body past its route's limit with 413
 # before anything reads it; first matching path pattern wins, the rest get REQUEST_MAX_BYTES.
-# The proxy in front should refuse the same sizes (README, Production: client_max_body_size).
+# The proxy in front should refuse the same sizes (docs/production.md: client_max_body_size).
 REQUEST_MAX_BYTES = envint("GOODPUT_REQUEST_MAX_BYTES", 1024 * 1024, minimum=1024)
 CSV_IMPORT_MAX_BYTES = envint("GOODPUT_CSV_IMPORT_MAX_BYTES", 20 * 1024 * 1024, minimum=1024)
 REQUEST_BODY_LIMITS = [

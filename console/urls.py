@@ -55,5 +55,6 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     # The split view serves its script as a file: no inline script for the Content-Security-Policy to allow.
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),
+    path("docs/", include("console.docs")),
     path("admin/", admin.site.urls),
 ]

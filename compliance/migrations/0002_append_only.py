@@ -7,7 +7,7 @@ plain ORM call, a psql session as the app's role) can change what was written.
 - compliance_summaryversion: a published summary is frozen; UPDATE and DELETE are refused.
 
 TRUNCATE is not an ORM operation (only a test suite's flush issues it); a production deployment
-revokes it from the console's role (README, "Audit log").
+revokes it from the console's role (docs/compliance.md, audit log).
 """
 
 from django.db import migrations

@@ -23,7 +23,7 @@ their priority. Candidates are taken as Kueue orders them (lower priority first,
 recently admitted), skipping a team that no longer borrows, until the request fits; then those not
 needed after all are given back (Kueue's fill-back), newest choice first.
 
-Where the console differs from Kueue (README, capacity):
+Where the console differs from Kueue (docs/capacity.md):
 
 - Time: a reservation has a window, a Kueue workload runs from now. The decision holds at every
   moment of the window: the team's use at each moment is the sum of its committed reservations

@@ -4,7 +4,7 @@ For each level (raw samples, 1-minute rollups, 1-hour rollups) the tables of tha
 measured partition by partition: ``pg_total_relation_size`` (heap, indexes and TOAST) of every
 partition that holds rows, divided by the GPUs that report and by the days the data spans. With
 the retention settings that gives the steady-state size of a fleet:
-``bytes_per_gpu_day x GPUs x retention days`` per level (README, Scaling out).
+``bytes_per_gpu_day x GPUs x retention days`` per level (docs/scaling.md).
 
 The span is read from the rows themselves (the oldest row of the oldest partition holding data to
 the newest row of the newest one, plus one bucket), so a database that has run for an hour is

@@ -203,6 +203,7 @@ DEFAULT_VALUES = {
     "format": "json",  # DRF's format-suffix variants: same rule as their base route
     "version": "1",  # a published summary version (the summary_model target has one)
     "fmt": "md",  # a summary export
+    "page": "fleet",  # a page of the manual
 }
 _REGEX_GROUP = re.compile(r"\(\?P<(?P<name>\w+)>[^)]*\)")
 _ROUTE_PARAMETER = re.compile(r"<(?:(?P<converter>\w+):)?(?P<name>\w+)>")
@@ -452,6 +453,9 @@ RULES: dict[str, Rule] = {
     # the schema and its docs need a role, like the API they describe
     "schema": api(),
     "api-docs": api(),
+    # the manual (docs/), read by every role
+    "docs:index": page(),
+    "docs:page": page(),
     # the admin
     "admin:login": Rule(Kind.ADMIN_LOGIN, {"GET": ADMINS}),
     "admin:*": Rule(Kind.STAFF, {"GET": ADMINS}),

@@ -36,7 +36,7 @@ def _call(method: str, path: str, token: str, body: Any = None, client: Client |
 
 
 def _curl(url: str, token: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    """The real curl binary, as the README shows it: no cookie, no CSRF token."""
+    """The real curl binary, as docs/people.md shows it: no cookie, no CSRF token."""
     args = ["curl", "-sS", "-X", "POST", url, "-H", f"Authorization: Bearer {token}"]
     args += ["-H", "Content-Type: application/json", "-d", json.dumps(body), "-w", "\n%{http_code}"]
     done = subprocess.run(

@@ -1,6 +1,6 @@
-"""README's nginx block for request bodies refuses exactly what the console's door refuses
-(console.limits, settings.REQUEST_BODY_LIMITS): the same patterns in the same order, the same
-sizes, the same default. Read from the README, so the two cannot drift apart."""
+"""The manual's nginx block for request bodies (docs/production.md) refuses exactly what the
+console's door refuses (console.limits, settings.REQUEST_BODY_LIMITS): the same patterns in the
+same order, the same sizes, the same default. Read from the manual, so the two cannot drift apart."""
 
 from __future__ import annotations
 
@@ -11,16 +11,16 @@ from django.conf import settings
 
 from console import limits
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PRODUCTION = Path(__file__).resolve().parents[2] / "docs" / "production.md"
 LOCATION = re.compile(r"^location ~ (?P<pattern>\S+) \{ client_max_body_size (?P<size>\d+)m; proxy_pass \S+; \}$")
 DEFAULT = re.compile(r"^client_max_body_size (?P<size>\d+)m;")
 MiB = 1024 * 1024
 
 
 def _proxy_block() -> list[str]:
-    """The nginx block under README's **Request bodies.** paragraph, line by line."""
-    text = README.read_text()
-    section = text[text.index("**Request bodies.**") :]
+    """The nginx block under the manual's "Request bodies" heading, line by line."""
+    text = PRODUCTION.read_text()
+    section = text[text.index("## Request bodies") :]
     start = section.index("```nginx\n") + len("```nginx\n")
     return section[start : section.index("\n```", start)].splitlines()
 
@@ -37,7 +37,7 @@ def _proxy_limits() -> tuple[int, list[tuple[str, int]]]:
     return int(default["size"]) * MiB, locations
 
 
-def test_the_readme_proxy_block_has_the_consoles_routes_and_sizes_in_its_order() -> None:
+def test_the_manuals_proxy_block_has_the_consoles_routes_and_sizes_in_its_order() -> None:
     default, locations = _proxy_limits()
     assert default == settings.REQUEST_MAX_BYTES
     assert locations == [(pattern, limit) for pattern, limit in settings.REQUEST_BODY_LIMITS]

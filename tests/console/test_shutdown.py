@@ -28,7 +28,7 @@ from tests.stack import ROOT, free_port, stack_env
 GRACE_SECONDS = 2
 MARGIN_SECONDS = 5
 
-# The README's production command, on a test port (one process: --workers adds a supervisor that
+# docs/production.md's production command, on a test port (one process: --workers adds a supervisor that
 # forwards the signal to each worker, which then behaves the same).
 PRODUCTION = [
     sys.executable, "-m", "uvicorn", "console.asgi:application", "--host", "127.0.0.1", "--port", "{port}",

@@ -82,7 +82,7 @@ def test_sigterm_stops_a_web_process_with_five_sockets_open_in_under_two_seconds
     """The slot bookkeeping adds no task that shutdown waits for (an earlier per-socket renewal
     loop made every stop take the whole grace period). Typically the process is gone in about
     0.2 s, as before the caps; the 1 s grace period, as production sets one, bounds a rarer stall
-    that predates them (channels-redis cancelling a receive on the way out; README, Reliability)."""
+    that predates them (channels-redis cancelling a receive on the way out; docs/reliability.md)."""
     from console.processes import uvicorn_command
     from tests.stack import free_port
 

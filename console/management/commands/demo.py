@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 
 def server_config(host: str, port: int) -> uvicorn.Config:
-    """The demo's uvicorn server, as the production command in the README runs it.
+    """The demo's uvicorn server, as the production command in docs/production.md runs it.
 
     On SIGTERM or Ctrl-C uvicorn waits for open connections (a dashboard's websocket, a slow
     upload) and their tasks; after SHUTDOWN_GRACE_SECONDS it cancels what is left and exits.

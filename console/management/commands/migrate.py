@@ -17,7 +17,7 @@ from console import dbroles
 
 FALLBACK_WARNING = (
     "DATABASE_OWNER_URL is not set: migrating as DATABASE_URL's role, which then owns the tables the "
-    "console runs against (and may disable the audit log's triggers). See README, Production."
+    "console runs against (and may disable the audit log's triggers). See docs/production.md."
 )
 
 

@@ -216,7 +216,7 @@ def test_a_rerun_from_scratch_sends_restored_0_so_its_steps_are_stored(live_serv
     assert (second.job_state, second.stored_last_step) == ("failed", 3)  # from the jobs API's answer
     second.allocated()
     second.started()
-    second.begin_run(0)  # the README's plain loop: from scratch
+    second.begin_run(0)  # docs/training.md's plain loop: from scratch
     second.step(1, step_time_s=1.0)  # behind the stored step 3: accepted only after the restore
     second.step(2, step_time_s=1.0)
     second.completed(step=2)
