@@ -1,6 +1,7 @@
 """The manual (docs/) is held to the code, both ways:
 
-- every setting, route, management command, make target and metric name a page mentions exists;
+- every setting, route, management command, make target, metric name, file and dotted name (a
+  module, function or model) a page mentions exists;
 - every setting the code reads from the environment is documented;
 - every page renders at /docs/<page>/ for a signed-in user and for nobody else, and every link
   between pages (and from the README into docs/) reaches a page and a heading that exist.
@@ -12,6 +13,7 @@ no real setting (`FOLD_BATCHES` for `GOODPUT_INGEST_FOLD_BATCHES`) fails as a wr
 from __future__ import annotations
 
 import ast
+import importlib
 import itertools
 import re
 from collections.abc import Iterator
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.apps import apps
 from django.conf import settings
 from django.core.management import get_commands
 from django.test import Client
@@ -333,3 +336,46 @@ def test_html_in_a_page_is_shown_as_text(
     assert "<script>alert(1)</script>" not in body
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body
     assert 'href="javascript:' not in body
+
+
+# Where the manual points into the code: a file (`fleet/training/goodput.py`) or a dotted name
+# (`fleet.training.advisor.advise_job`, or Django's `fleet.ClaimConflict`) written as a code span.
+CODE_FILE = re.compile(
+    r"^(?:goodput|console|fleet|incidents|compliance|clients|bench|tests|templates|static)/[\w/-]*\.\w+$"
+)
+DOTTED = re.compile(r"^(?:goodput|console|fleet|incidents|compliance|clients)(?:\.\w+)+$")
+CHECK_OR_FILE_NAME = re.compile(r"\.(?:[WE]\d{3}|py)$")  # `goodput.W101`, `goodput.py`
+
+
+def _resolves(dotted: str) -> bool:
+    """A module, or an attribute of one, or an app's model (`fleet.ClaimConflict`)."""
+    parts = dotted.split(".")
+    for split in range(len(parts), 0, -1):
+        try:
+            found: Any = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        for name in parts[split:]:
+            if not hasattr(found, name):
+                break
+            found = getattr(found, name)
+        else:
+            return True
+        break
+    try:
+        apps.get_model(dotted)
+    except (LookupError, ValueError):
+        return False
+    return True
+
+
+def test_every_file_and_module_the_manual_points_to_exists() -> None:
+    """A file moved or a function renamed leaves the manual pointing at nothing: found here."""
+    wrong = []
+    for name, text in pages().items():
+        for span in sorted(set(inline_code(text))):
+            if CODE_FILE.match(span) and "..." not in span and not (ROOT / span).exists():
+                wrong.append(f"{name}.md: {span} (no such file)")
+            elif DOTTED.match(span) and not CHECK_OR_FILE_NAME.search(span) and not _resolves(span):
+                wrong.append(f"{name}.md: {span} (nothing of that name)")
+    assert wrong == [], "the manual points at code that is not there:\n" + "\n".join(wrong)
