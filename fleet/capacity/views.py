@@ -23,10 +23,10 @@ from django.views.generic import TemplateView
 from console import roles
 from console.permissions import DashboardRequiredMixin
 from fleet.capacity import approvals
-from fleet.capacity import pages as capacity_pages
 from fleet.capacity import services as capacity
 from fleet.capacity.forms import ReservationChangeForm, ReservationForm
 from fleet.capacity.models import Pool, PowerApproval, ProcurementOrder, Reservation, ReservationState, Team
+from fleet.capacity.read import tables as capacity_tables
 from fleet.choices import PriorityTier
 
 ADD_PERMISSION = "fleet.add_reservation"
@@ -78,24 +78,24 @@ class CapacityPlanView(DashboardRequiredMixin, TemplateView):
         context = super().get_context_data(**kwargs)
         now = timezone.now()
         today = timezone.localdate(now, UTC)
-        rows = capacity_pages.pool_rows(now=now)
+        rows = capacity_tables.pool_rows(now=now)
         context["pool_rows"] = rows
         context["has_pools"] = bool(rows)
         context["can_approve"] = approvals.may_approve_capacity(self.request.user)
         if not rows:
             return context
-        context["pool_sections"] = capacity_pages.pool_sections([r.pool for r in rows], self.request, rows=rows)
-        plan = capacity.plan(months=capacity_pages.PLAN_MONTHS, now=now)
-        late, upcoming = capacity_pages.open_orders(today)
+        context["pool_sections"] = capacity_tables.pool_sections([r.pool for r in rows], self.request, rows=rows)
+        plan = capacity.plan(months=capacity_tables.PLAN_MONTHS, now=now)
+        late, upcoming = capacity_tables.open_orders(today)
         context.update(
             plan=plan,
             tiers=[{"value": t.value, "label": t.label} for t in PriorityTier],
             month_rows=[{**m, "by_tier": [m["reserved"][t.value] for t in PriorityTier]} for m in plan["total"]],
-            conflicts=capacity_pages.conflict_months(plan),
-            curtailments=capacity_pages.curtailed_months(plan),
+            conflicts=capacity_tables.conflict_months(plan),
+            curtailments=capacity_tables.curtailed_months(plan),
             late_orders=[{"order": o, "days_late": (today - o.promised_on).days} for o in late],
             upcoming_orders=[{"order": o, "days_to_go": (o.promised_on - today).days} for o in upcoming],
-            approvals=capacity_pages.power_approvals(),
+            approvals=capacity_tables.power_approvals(),
             quota_rows=[r for r in rows if r.quotas],
             quota_queues=any("queue" in q for r in rows for q in r.quotas),
             totals={
@@ -119,13 +119,13 @@ class TeamView(DashboardRequiredMixin, TemplateView):
         context = super().get_context_data(**kwargs)
         team = get_object_or_404(Team, pk=kwargs["pk"])
         now = timezone.now()
-        quotas = capacity_pages.team_quotas(team, now=now)
+        quotas = capacity_tables.team_quotas(team, now=now)
         context.update(
             team=team,
             members=list(team.members.order_by("username")),
             quotas=quotas,
-            sections=capacity_pages.team_sections(team, quotas, self.request),
-            reservations=capacity_pages.team_reservations(team, now=now),
+            sections=capacity_tables.team_sections(team, quotas, self.request),
+            reservations=capacity_tables.team_reservations(team, now=now),
         )
         context["quota_queues"] = any("queue" in q for q in quotas)
         return context

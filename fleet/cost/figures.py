@@ -9,7 +9,7 @@ only prices it with fleet.cost.prices.cost_of, at the prices valid at the time.
   month start and every price change, so a month with a price change on the 16th prices its
   first 15 days at the old price and the rest at the new one, and each month's figure is its own.
 * Idle energised GPUs: GPU-hours whose hourly mean utilisation was under the power page's
-  IDLE_UTIL_PCT (fleet.power.services: an energised GPU reports; under 5 % it idles), from the
+  IDLE_UTIL_PCT (fleet.power.read: an energised GPU reports; under 5 % it idles), from the
   hour rollups, leaving out the hours a job held the GPU (those are the job's badput already).
 * Reserved but unused: committed reservations' GPU-hours less what the team used in the pool
   over the same segment, never below zero: the larger of its jobs' allocated GPU-hours (the

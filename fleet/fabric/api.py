@@ -11,7 +11,7 @@ from rest_framework.views import APIView
 
 from console import live
 from console.ranges import WINDOW_PARAMETERS, RangeError
-from fleet.fabric import services as fabric
+from fleet.fabric.read import health as fabric
 from fleet.fabric.serializers import FabricSnapshotAnswerSerializer
 from fleet.inventory.models import Rack
 

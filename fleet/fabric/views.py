@@ -9,7 +9,7 @@ from django.urls import reverse
 from django.views.generic import TemplateView
 
 from console.permissions import DashboardRequiredMixin
-from fleet.fabric import services
+from fleet.fabric.read import health
 
 
 class FabricDashboardView(DashboardRequiredMixin, TemplateView):
@@ -17,7 +17,7 @@ class FabricDashboardView(DashboardRequiredMixin, TemplateView):
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
-        context["ranges"] = list(services.PRESETS)
-        context["default_range"] = services.DEFAULT_RANGE
+        context["ranges"] = list(health.PRESETS)
+        context["default_range"] = health.DEFAULT_RANGE
         context["page_config"] = {"snapshot_url": reverse("api:fabric-api:snapshot"), "topic": "fabric"}
         return context

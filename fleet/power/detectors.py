@@ -1,4 +1,4 @@
-"""Power detectors: functions from the per-minute group rollups (fleet.power.services.minute_draws)
+"""Power detectors: functions from the per-minute group rollups (fleet.power.read.minute_draws)
 to the findings present now, registered with the incident engine like the GPU, training and
 serving detectors.
 
@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from fleet.inventory.models import Rack, Site
-from fleet.power import services as power
+from fleet.power import read as power
 from incidents.choices import Severity
 from incidents.detectors import FindingSpec, firing_since, register
 

@@ -4,7 +4,7 @@ capacity plan to the findings present now, registered with the incident engine l
 and storage detectors.
 
 * scheduler-admission-starvation: a Kueue ClusterQueue mapped to a pool whose p95 admission wait
-  over the last 30 min (fleet.scheduler.services.admission_waits) is above the limit (setting
+  over the last 30 min (fleet.scheduler.read.admission_waits) is above the limit (setting
   SCHEDULER_ADMISSION_WAIT_SECONDS, per pool SCHEDULER_ADMISSION_WAIT_BY_POOL), while workloads
   still wait and the pool has idle GPUs: the nominal quota of the pool's ClusterQueues
   (``nvidia.com/gpu``, every flavor) above their usage. The finding names the cause: *quota*
@@ -58,7 +58,7 @@ from fleet.capacity.models import Pool, Reservation
 from fleet.capacity.services import DEFAULT_GPUS_PER_NODE
 from fleet.choices import QueueScheduler
 from fleet.scheduler.models import SchedulerQueue, SchedulerRollup1m
-from fleet.scheduler.services import admission_waits
+from fleet.scheduler.read import admission_waits
 from fleet.telemetry.histograms import parse_series
 from incidents.choices import Severity
 from incidents.detectors import FindingSpec, register

@@ -34,7 +34,7 @@ QUOTA_QUANTITIES = ("nominal_quota", "borrowing_limit", "lending_limit")
 # queue silent for a day has no quota the console can trust.
 LOOKBACK = timedelta(days=1)
 # Where a reporting queue's newest quota minute is looked for first: Kueue is scraped every 15 to
-# 60 s, so ten minutes is many scrapes (fleet.scheduler.services.GAUGE_FRESH reads gauges so too).
+# 60 s, so ten minutes is many scrapes (fleet.scheduler.read.GAUGE_FRESH reads gauges so too).
 RECENT = timedelta(minutes=10)
 # TeamQuota's own bound (fleet.capacity.api.TeamQuotaSerializer).
 MAX_GPUS = 1_000_000

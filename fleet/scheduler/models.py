@@ -136,7 +136,7 @@ class SchedulerCounterHour(models.Model):
     """One queue counter's 1-minute increases added up over one settled clock hour, so the capacity
     page reads a day of Kueue's histogram as 23 rows a series rather than 1,380 (bench/scheduler.py).
 
-    Filled on read (fleet.scheduler.services.counter_windows) once the hour has been over for a few
+    Filled on read (fleet.scheduler.read.counter_windows) once the hour has been over for a few
     minutes, never by the ingest path; the writer drops a queue's hour when a late value lands in it
     (fleet.scheduler.store), and the next read sums it again. A row with a blank ``quantity`` marks
     the queue's hour as summed, counters or not."""

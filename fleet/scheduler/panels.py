@@ -1,6 +1,6 @@
 """The scheduler's side of the capacity page: the live queue panel beside the pools, the plan API's
 ``queues`` part and the ``scheduler`` live topic. Capacity sits below the scheduler and cannot
-import it, so each is handed to capacity's hooks (fleet.capacity.pages.register_pool_section,
+import it, so each is handed to capacity's hooks (fleet.capacity.read.tables.register_pool_section,
 fleet.capacity.api.register_capacity_part) from FleetConfig.ready."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 from fleet.capacity.models import Pool, Team
 from fleet.scheduler import drift
 from fleet.scheduler.models import SchedulerQueue
-from fleet.scheduler.services import pool_queues, team_queues
+from fleet.scheduler.read import pool_queues, team_queues
 from fleet.scheduler.store import TOPIC
 
 
@@ -49,7 +49,7 @@ def _with_wait_text(queues: list[dict[str, Any]]) -> None:
 def pool_section(pools: list[Pool]) -> dict[str, Any]:
     """The panel's context: the pools with a mapped queue, each with its figures, its waits as text
     and its queues whose quota drifts from the console's; and ``quota_notes``, each team's queue
-    wait to set beside its quota in capacity's quota table (fleet.capacity.pages.pool_sections)."""
+    wait to set beside its quota in capacity's quota table (fleet.capacity.read.tables.pool_sections)."""
     figures = pool_queues([p.pk for p in pools])
     drifts = _drifts_by_pool(pools)
     rows = []
@@ -177,7 +177,7 @@ def register() -> None:
     """Register the panel, the API part and the live topic (called from FleetConfig.ready)."""
     from console import live
     from fleet.capacity.api import register_capacity_part
-    from fleet.capacity.pages import register_pool_section, register_team_section
+    from fleet.capacity.read.tables import register_pool_section, register_team_section
     from fleet.scheduler.serializers import PoolQueuesSerializer, QuotaWaitSerializer
 
     register_pool_section("scheduler/_pool_queues.html", pool_section)

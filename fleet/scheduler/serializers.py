@@ -39,7 +39,7 @@ class TeamEventsSerializer(serializers.Serializer):
 
 
 class PoolQueuesSerializer(serializers.Serializer):
-    """The scheduler's side of a capacity pool (fleet.scheduler.services.pool_queues)."""
+    """The scheduler's side of a capacity pool (fleet.scheduler.read.pool_queues)."""
 
     pool = serializers.IntegerField()
     queues = PoolQueueSerializer(many=True)

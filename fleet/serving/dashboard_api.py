@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 
 from console import live
 from console.ranges import WINDOW_PARAMETERS, RangeError, window_from_query
-from fleet.serving import dashboard as serving_dashboard
+from fleet.serving import read as serving_read
 from fleet.serving.models import Endpoint
 from fleet.serving.serializers import EndpointSnapshotAnswerSerializer, ServingOverviewAnswerSerializer
 
@@ -29,7 +29,7 @@ class ServingOverviewView(APIView):
     @extend_schema(responses=ServingOverviewAnswerSerializer)
     def get(self, request: Request) -> Response:
         live.watch_topic("serving")
-        return Response(serving_dashboard.current_overview())
+        return Response(serving_read.current_overview())
 
 
 class EndpointSnapshotView(APIView):
@@ -44,8 +44,8 @@ class EndpointSnapshotView(APIView):
             OpenApiParameter(
                 "range",
                 OpenApiTypes.STR,
-                enum=list(serving_dashboard.RANGES),
-                default=serving_dashboard.DEFAULT_RANGE,
+                enum=list(serving_read.RANGES),
+                default=serving_read.DEFAULT_RANGE,
             ),
             *WINDOW_PARAMETERS,
         ],
@@ -54,11 +54,11 @@ class EndpointSnapshotView(APIView):
     def get(self, request: Request, pk: int) -> Response:
         try:
             window = window_from_query(
-                request.query_params, presets=serving_dashboard.RANGES, default=serving_dashboard.DEFAULT_RANGE
+                request.query_params, presets=serving_read.RANGES, default=serving_read.DEFAULT_RANGE
             )
         except RangeError as exc:
             return Response(exc.as_dict(), status=400)
         endpoint = get_object_or_404(Endpoint.objects.select_related("site"), pk=pk)
         live.watch_topic(f"endpoint.{endpoint.pk}")
-        range_key = window.preset or serving_dashboard.DEFAULT_RANGE
-        return Response(serving_dashboard.endpoint_snapshot(endpoint, range_key, window=window))
+        range_key = window.preset or serving_read.DEFAULT_RANGE
+        return Response(serving_read.endpoint_snapshot(endpoint, range_key, window=window))

@@ -12,7 +12,7 @@ from rest_framework.views import APIView
 from console import live
 from console.ranges import WINDOW_PARAMETERS, RangeError
 from fleet.inventory.models import Rack
-from fleet.storage import services as storage
+from fleet.storage import read as storage
 from fleet.storage.serializers import StorageSnapshotAnswerSerializer
 
 

@@ -9,7 +9,7 @@ from django.urls import reverse
 from django.views.generic import TemplateView
 
 from console.permissions import DashboardRequiredMixin
-from fleet.storage import services
+from fleet.storage import read
 
 
 class StorageDashboardView(DashboardRequiredMixin, TemplateView):
@@ -17,7 +17,7 @@ class StorageDashboardView(DashboardRequiredMixin, TemplateView):
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
-        context["ranges"] = list(services.PRESETS)
-        context["default_range"] = services.DEFAULT_RANGE
+        context["ranges"] = list(read.PRESETS)
+        context["default_range"] = read.DEFAULT_RANGE
         context["page_config"] = {"snapshot_url": reverse("api:storage-api:snapshot"), "topic": "storage"}
         return context

@@ -62,7 +62,7 @@ class SeriesTable:
     keys: tuple[str, ...]  # the columns naming one series, before (ts, quantity, value)
     key_types: tuple[str, ...]
     counters: frozenset[str]  # the quantities that are counters (the rest are gauges)
-    # Wraps the rollup upsert into the statement the writer runs (the ports: fleet.fabric.readmodel).
+    # Wraps the rollup upsert into the statement the writer runs (the ports: fleet.fabric.read.summaries).
     wrap_rollup: Callable[[str, str], str] | None = None
     # Tables the wrapped statement writes into, partitioned by minute like the rollup.
     also_partitions: tuple[partitions.PartitionedTable, ...] = ()

@@ -16,7 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from console.ranges import WINDOW_PARAMETERS, RangeError, window_from_query
-from fleet.training import dashboard as training_dashboard
+from fleet.training import read as training_read
 from fleet.training.models import Job
 from fleet.training.serializers import (
     JobSnapshotAnswerSerializer,
@@ -24,9 +24,9 @@ from fleet.training.serializers import (
     snapshot_part_serializers,
 )
 
-# Each preset in hours (whole clock hours: see fleet.training.dashboard); a custom window is both of
+# Each preset in hours (whole clock hours: see fleet.training.read); a custom window is both of
 # from / to, ISO 8601 (UTC without an offset), read in whole hours (console.ranges).
-PRESETS = {key: timedelta(hours=hours) for key, hours in training_dashboard.RANGES.items()}
+PRESETS = {key: timedelta(hours=hours) for key, hours in training_read.RANGES.items()}
 
 # Parts the rooms above training add to a job's snapshot (fleet.correlation's ``episodes``), by
 # key, registered from FleetConfig.ready (training cannot import them).
@@ -50,8 +50,8 @@ class TrainingOverviewView(APIView):
             OpenApiParameter(
                 "range",
                 OpenApiTypes.STR,
-                enum=list(training_dashboard.RANGES),
-                default=training_dashboard.DEFAULT_RANGE,
+                enum=list(training_read.RANGES),
+                default=training_read.DEFAULT_RANGE,
             ),
             *WINDOW_PARAMETERS,
         ],
@@ -59,13 +59,11 @@ class TrainingOverviewView(APIView):
     )
     def get(self, request: Request) -> Response:
         try:
-            window = window_from_query(request.query_params, presets=PRESETS, default=training_dashboard.DEFAULT_RANGE)
+            window = window_from_query(request.query_params, presets=PRESETS, default=training_read.DEFAULT_RANGE)
         except RangeError as exc:
             return Response(exc.as_dict(), status=400)
         return Response(
-            training_dashboard.overview_snapshot(
-                range_key=window.preset or training_dashboard.DEFAULT_RANGE, window=window
-            )
+            training_read.overview_snapshot(range_key=window.preset or training_read.DEFAULT_RANGE, window=window)
         )
 
 
@@ -86,7 +84,7 @@ class JobSnapshotView(APIView):
             except RangeError as exc:
                 return Response(exc.as_dict(), status=400)
         job = get_object_or_404(Job.objects.select_related("site"), pk=pk)
-        snapshot = training_dashboard.job_snapshot(job, window=window)
+        snapshot = training_read.job_snapshot(job, window=window)
         for key, part in _job_snapshot_parts.items():
             snapshot[key] = part(job)
         return Response(snapshot)

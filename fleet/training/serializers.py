@@ -1,4 +1,4 @@
-"""The training pages' read-model answers (fleet.training.dashboard), described for the API schema.
+"""The training pages' read-model answers (fleet.training.read), described for the API schema.
 The views answer with the read model's dicts; these classes only describe them. GPU-hours are
 rounded to 0.01, shares to 0.0001; a share of nothing allocated is null, not 0."""
 

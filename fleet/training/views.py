@@ -13,7 +13,7 @@ from django.utils.safestring import mark_safe
 from django.views.generic import TemplateView
 
 from console.permissions import DashboardRequiredMixin
-from fleet.training import dashboard as training_dashboard
+from fleet.training import read as training_read
 from fleet.training.models import Job
 
 
@@ -22,8 +22,8 @@ class TrainingDashboardView(DashboardRequiredMixin, TemplateView):
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
-        context["ranges"] = list(training_dashboard.RANGES)
-        context["default_range"] = training_dashboard.DEFAULT_RANGE
+        context["ranges"] = list(training_read.RANGES)
+        context["default_range"] = training_read.DEFAULT_RANGE
         context["has_jobs"] = Job.objects.exists()
         context["page_config"] = {
             "overview_url": reverse("api:training-api:overview"),

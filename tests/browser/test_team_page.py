@@ -15,7 +15,7 @@ from django.urls import reverse
 
 from fleet.models import GpuState, Pool, Site, Team
 from fleet.scheduler import panels
-from fleet.scheduler.services import pool_queues
+from fleet.scheduler.read import pool_queues
 from tests.browser.support import launch, wait_for, wait_until
 from tests.browser.test_every_page import (
     DESK,

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from fleet.models import Pool, SchedulerQueue, Site, Team
 from fleet.scheduler import panels
-from fleet.scheduler.services import pool_queues
+from fleet.scheduler.read import pool_queues
 from tests.fleet.capacity import make_pool, quota, reserve, team
 from tests.fleet.scheduler.support import KUEUE, minute_ago, push
 from tests.fleet.scheduler.test_pool_queues import earlier, scrape

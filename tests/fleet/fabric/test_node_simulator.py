@@ -171,7 +171,7 @@ def test_figures_stay_within_what_the_hardware_carries() -> None:
 
 
 def test_a_datasets_raid_peaks_above_a_training_servers_need_except_on_the_underprovisioned_site() -> None:
-    from fleet.storage.services import NEED_BYTES_PER_SECOND
+    from fleet.storage.read import NEED_BYTES_PER_SECOND
 
     sim = NodeExporterSimulator(_fleet(), seed=5, activity=lambda host, at: {"work": 1.0})
     start = _start()

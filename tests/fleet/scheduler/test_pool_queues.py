@@ -1,4 +1,4 @@
-"""The capacity page's scheduler queues (fleet.scheduler.services.pool_queues): each figure checked
+"""The capacity page's scheduler queues (fleet.scheduler.read.pool_queues): each figure checked
 against an independent reading of the expositions pushed through the Prometheus door (pending now,
 admission wait percentiles worked out by hand from the buckets, evictions and preemptions per team
 with a Kueue restart in between, GPUs allocated against reserved, Slurm's drained and down nodes),
@@ -20,7 +20,7 @@ from django.test.utils import CaptureQueriesContext
 from console import live
 from fleet.models import Pool, SchedulerCounterHour, SchedulerQueue, Site, TeamQuota
 from fleet.scheduler import panels
-from fleet.scheduler.services import pool_queues
+from fleet.scheduler.read import pool_queues
 from tests.fleet.capacity import days_ahead, make_pool, reserve, team
 from tests.fleet.scheduler.support import KUEUE, SLURM, minute_ago, ms, push, samples
 

@@ -1,7 +1,7 @@
 """Power against budget, per site and rack: the read model of the power page, its API, its live
 pushes and the power detectors.
 
-* Draw: the GPUs' draw (fleet.telemetry.dashboard.gpu_power_w: the latest power of each physical
+* Draw: the GPUs' draw (fleet.telemetry.read.figures.gpu_power_w: the latest power of each physical
   GPU with a fresh state, the fleet page's "GPU power") plus the node overhead. The overhead is an
   assumption, not a measurement: settings.NODE_OVERHEAD_W (CPUs, memory, NICs, fans) for each node
   with a fresh GPU state; the console has no node power series to take it from. A MIG instance's
@@ -31,7 +31,7 @@ from django.utils import timezone
 
 from fleet.capacity import power_budget
 from fleet.inventory.models import Gpu, Rack, Site
-from fleet.telemetry.dashboard import gpu_power_w
+from fleet.telemetry.read.figures import gpu_power_w
 
 IDLE_UTIL_PCT = 5.0
 SERIES_WINDOW = timedelta(hours=1)

@@ -7,7 +7,7 @@ parsing here, so a filter means one thing in both. A bad parameter is a TableQue
 
 A GPU's health, one definition for the site rows, the fleet totals, the table's ``state`` filter
 and the worst-GPUs list:
-- failed: an open XID or double-bit ECC finding (dashboard.gpus_with_open_xid_ecc);
+- failed: an open XID or double-bit ECC finding (figures.gpus_with_open_xid_ecc);
 - degraded: not failed, and not reporting (stale or never), clock-throttled, or at or above the
   thermal-slowdown temperature (detectors.THERMAL_TEMP_C);
 - healthy: the rest.
@@ -23,9 +23,9 @@ import django_filters
 from django import forms
 from django.db.models import Case, Count, F, IntegerField, Q, QuerySet, Value, When
 
-from fleet.telemetry import dashboard
 from fleet.telemetry.detectors import THERMAL_TEMP_C
 from fleet.telemetry.models import GpuState
+from fleet.telemetry.read import figures
 
 DEFAULT_SIZE = 50
 MAX_SIZE = 200
@@ -68,7 +68,7 @@ class IntegerFilter(django_filters.Filter):
 
 
 def _faulted_ids() -> list[str]:
-    return list(dashboard.gpus_with_open_xid_ecc())
+    return list(figures.gpus_with_open_xid_ecc())
 
 
 def degraded_q(cutoff: datetime) -> Q:
@@ -110,7 +110,7 @@ class GpuTableFilterSet(django_filters.FilterSet):
         )
 
     def filter_state(self, queryset: QuerySet[GpuState], name: str, value: str) -> QuerySet[GpuState]:
-        cutoff = dashboard.stale_cutoff()
+        cutoff = figures.stale_cutoff()
         if value == "errors":  # the same GPUs as the "GPUs with XID / ECC errors" figure
             return queryset.filter(gpu__uuid__in=_faulted_ids())
         if value == "throttled":
@@ -184,16 +184,16 @@ def _ordering(sort: str) -> list[Any]:
 
 def table_page(query: TableQuery) -> dict[str, Any]:
     """One page of the GPU table: ``count`` (GPUs matching the filters), the page's ``gpus`` rows
-    (dashboard.gpu_row, with ``health``), and the query that made it. Physical GPUs only."""
-    faulted = dashboard.gpus_with_open_xid_ecc()
+    (figures.gpu_row, with ``health``), and the query that made it. Physical GPUs only."""
+    faulted = figures.gpus_with_open_xid_ecc()
     states = with_health(
-        GpuState.objects.filter(gpu__parent__isnull=True), faulted=list(faulted), cutoff=dashboard.stale_cutoff()
+        GpuState.objects.filter(gpu__parent__isnull=True), faulted=list(faulted), cutoff=figures.stale_cutoff()
     )
     states = GpuTableFilterSet(query.filters, queryset=states).qs
     count = states.count()
     start = (query.page - 1) * query.size
     rows = list(
-        states.order_by(*_ordering(query.sort)).values(*dashboard.GPU_ROW_FIELDS, "health")[start : start + query.size]
+        states.order_by(*_ordering(query.sort)).values(*figures.GPU_ROW_FIELDS, "health")[start : start + query.size]
     )
     return {
         "count": count,
@@ -208,16 +208,16 @@ def table_page(query: TableQuery) -> dict[str, Any]:
 
 def rows_for_page(rows: list[dict[str, Any]], faulted: dict[str, int]) -> list[dict[str, Any]]:
     """The page's rows as the table draws them (MIG-mode memory from the instances, health named)."""
-    mig = dashboard.mig_memory(r["gpu_id"] for r in rows if r["fb_used_mib"] is None)
-    return [{**dashboard.gpu_row(r, faulted=faulted, mig=mig), "health": HEALTH_NAMES[r["health"]]} for r in rows]
+    mig = figures.mig_memory(r["gpu_id"] for r in rows if r["fb_used_mib"] is None)
+    return [{**figures.gpu_row(r, faulted=faulted, mig=mig), "health": HEALTH_NAMES[r["health"]]} for r in rows]
 
 
 def worst_gpus(*, site_id: int | None = None, limit: int = WORST) -> list[dict[str, Any]]:
     """The worst GPUs, at most ``limit``: failed first, then degraded, hottest first within each,
     then the most errors (double-bit ECC, then XID). One top-N sort, whatever the fleet's size."""
-    faulted = dashboard.gpus_with_open_xid_ecc()
+    faulted = figures.gpus_with_open_xid_ecc()
     states = with_health(
-        GpuState.objects.filter(gpu__parent__isnull=True), faulted=list(faulted), cutoff=dashboard.stale_cutoff()
+        GpuState.objects.filter(gpu__parent__isnull=True), faulted=list(faulted), cutoff=figures.stale_cutoff()
     )
     if site_id is not None:
         states = states.filter(gpu__node__site_id=site_id)
@@ -228,7 +228,7 @@ def worst_gpus(*, site_id: int | None = None, limit: int = WORST) -> list[dict[s
         F("xid").desc(nulls_last=True),
         F("gpu_id").asc(),
     ]
-    rows = list(states.order_by(*ordering).values(*dashboard.GPU_ROW_FIELDS, "health")[:limit])
+    rows = list(states.order_by(*ordering).values(*figures.GPU_ROW_FIELDS, "health")[:limit])
     return rows_for_page(rows, faulted)
 
 
@@ -237,7 +237,7 @@ def healthy_by_site() -> dict[int, int]:
     rows = (
         GpuState.objects.filter(gpu__parent__isnull=True)
         .exclude(gpu__uuid__in=_faulted_ids())
-        .exclude(degraded_q(dashboard.stale_cutoff()))
+        .exclude(degraded_q(figures.stale_cutoff()))
         .values("gpu__node__site_id")
         .annotate(n=Count("pk"))
         .values_list("gpu__node__site_id", "n")

@@ -413,7 +413,7 @@ def register() -> None:
     """Register the ``cost`` live topic, the overview tile and the sections on the job, incident
     and capacity pages (called from FleetConfig.ready)."""
     from console import live, overview
-    from fleet.capacity.pages import register_pool_section
+    from fleet.capacity.read.tables import register_pool_section
     from fleet.training.views import register_job_section
     from incidents.views import register_gpu_hours_cost
 

@@ -13,7 +13,7 @@ from raw samples.
   discards, link downs, carrier changes) per hour of the window.
 * Throughput per fabric: received plus transmitted bytes per second, per minute bucket.
 
-The page (``snapshot``) reads figures kept ahead of it (fleet.fabric.readmodel), never every
+The page (``snapshot``) reads figures kept ahead of it (fleet.fabric.read.summaries), never every
 port's minutes: errors and flaps from the partial index of the minutes whose error counters rose,
 throughput from the per-site, per-fabric minutes, and, for a window ending now (a preset), each
 port's latest state and rate from its status row. A custom window (``from``/``to``) reads the
@@ -40,8 +40,8 @@ from django.utils import timezone
 
 from console.ranges import Window, window_from_query
 from fleet.choices import Fabric, InterfaceKind
-from fleet.fabric import readmodel
 from fleet.fabric.detectors import degrading_limits, errors_over_limits
+from fleet.fabric.read import summaries
 
 PRESETS = {"1h": timedelta(hours=1), "6h": timedelta(hours=6), "24h": timedelta(hours=24)}
 DEFAULT_RANGE = "1h"
@@ -234,7 +234,7 @@ def _sparse_counters(start: datetime, end: datetime) -> list[tuple[int, str, flo
     window: the rollup's partial index of such minutes (migration 0015), whose predicate the
     query repeats word for word so the planner can use it. Never narrowed to some ports in SQL:
     the planner would seek every port's primary key instead."""
-    quantities = ", ".join(f"'{q}'" for q in readmodel.SPARSE)
+    quantities = ", ".join(f"'{q}'" for q in summaries.SPARSE)
     with _serial() as cursor:
         cursor.execute(
             f"""
@@ -294,11 +294,11 @@ def _port_bytes(start: datetime, end: datetime, ports: list[dict[str, Any]]) -> 
             WHERE interface_id = ANY(%s) AND quantity = ANY(%s) AND bucket >= %s AND bucket < %s
             GROUP BY interface_id, quantity
             """,
-            [[p["id"] for p in ports], list(readmodel.BYTES), start, end],
+            [[p["id"] for p in ports], list(summaries.BYTES), start, end],
         )
         found = {(i, q): v or 0.0 for i, q, v in cursor.fetchall()}
     for p in ports:
-        for q in readmodel.BYTES:
+        for q in summaries.BYTES:
             p[q] = found.get((p["id"], q), 0.0)
 
 
@@ -340,7 +340,7 @@ def _flaps(win: Window) -> list[dict[str, Any]]:
             FROM fleet_portrollup_1m r
             JOIN fleet_nodeinterface i ON i.id = r.interface_id
             JOIN fleet_node n ON n.id = i.node_id
-            WHERE r.increase > 0 AND r.quantity IN ({", ".join(f"'{q}'" for q in readmodel.SPARSE)})
+            WHERE r.increase > 0 AND r.quantity IN ({", ".join(f"'{q}'" for q in summaries.SPARSE)})
               AND r.quantity = ANY(%s) AND r.bucket >= %s AND r.bucket < %s
             GROUP BY r.bucket, n.hostname, i.name
             ORDER BY r.bucket, n.hostname, i.name
@@ -429,7 +429,7 @@ def _status_counts(win: Window) -> tuple[dict[str, dict[str, dict[str, int]]], l
     rows. The tests hold it to the rollups' answer."""
     limits = degrading_limits()
     per_hour = 3600 / win.span.total_seconds()
-    quantities = ", ".join(f"'{q}'" for q in readmodel.SPARSE)
+    quantities = ", ".join(f"'{q}'" for q in summaries.SPARSE)
     with _serial() as cursor:
         cursor.execute(
             f"""
@@ -598,12 +598,12 @@ def register() -> None:
     from django.db.models.signals import post_delete
 
     from console import live, overview
-    from fleet.fabric import readmodel
+    from fleet.fabric.read import summaries
     from fleet.inventory.models import NodeInterface, on_fabric_change
     from fleet.telemetry.views import register_node_section
 
-    on_fabric_change(readmodel.move_fabric)
-    post_delete.connect(readmodel.forget_port, sender=NodeInterface, dispatch_uid="fabric-forget-port")
+    on_fabric_change(summaries.move_fabric)
+    post_delete.connect(summaries.forget_port, sender=NodeInterface, dispatch_uid="fabric-forget-port")
     register_node_section("fabric/_node.html", node_section)
     live.register_topic_builder("fabric", build_fabric_delta)
     live.register_topic_watcher("fabric", live.watch_topic)

@@ -3,7 +3,7 @@
 No page holds the whole GPU table or receives every changed row. The page shows:
 - fleet aggregates and one row per site (GPUs, healthy / degraded / failed, utilisation,
   temperatures, errors), and the worst GPUs (a bounded list): the ``fleet`` topic pushes these;
-- one page of the GPU table, filtered and sorted on the server (gpu_table): its rows come from a
+- one page of the GPU table, filtered and sorted on the server (gpu_list): its rows come from a
   *view topic*, ``fleetview.<digest>``, whose push carries only that page's rows;
 - with a site chosen, the site's aggregates and worst GPUs: the ``site.<id>`` topic.
 
@@ -36,8 +36,8 @@ from redis.exceptions import RedisError
 from console import live
 from console.figures import fresh, keep
 from console.ranges import Window
-from fleet.telemetry import dashboard, gpu_table
-from fleet.telemetry.gpu_table import TableQuery
+from fleet.telemetry.read import figures, gpu_list
+from fleet.telemetry.read.gpu_list import TableQuery
 
 VIEW_PREFIX = "fleetview"
 SITE_PREFIX = "site"
@@ -57,7 +57,7 @@ def current_totals(sites: list[dict[str, Any]], site_id: int | None = None) -> d
 
 
 def current_worst(site_id: int | None = None) -> list[dict[str, Any]]:
-    return fresh(f"worst.{site_id}", lambda: gpu_table.worst_gpus(site_id=site_id))
+    return fresh(f"worst.{site_id}", lambda: gpu_list.worst_gpus(site_id=site_id))
 
 
 def current_series(range_key: str, site_id: int | None, window: Window | None) -> dict[str, Any]:
@@ -65,19 +65,19 @@ def current_series(range_key: str, site_id: int | None, window: Window | None) -
     point is a minute's rollup, or 10 s of raw samples over 15 minutes); a custom window's are
     read for its caller."""
     if window is not None and window.custom:
-        return dashboard.site_series(range_key=range_key, site_id=site_id, window=window)
-    return fresh(f"series.{range_key}.{site_id}", lambda: dashboard.site_series(range_key=range_key, site_id=site_id))
+        return figures.site_series(range_key=range_key, site_id=site_id, window=window)
+    return fresh(f"series.{range_key}.{site_id}", lambda: figures.site_series(range_key=range_key, site_id=site_id))
 
 
 def current_page(query: TableQuery) -> dict[str, Any]:
-    return fresh(view_topic(query), lambda: gpu_table.table_page(query))
+    return fresh(view_topic(query), lambda: gpu_list.table_page(query))
 
 
 def site_rows() -> list[dict[str, Any]]:
-    """One row per site: dashboard.site_summaries with healthy / degraded / failed GPUs (gpu_table
+    """One row per site: figures.site_summaries with healthy / degraded / failed GPUs (gpu_list
     defines them; failed is the site's "GPUs with XID / ECC errors", so the two always agree)."""
-    healthy = gpu_table.healthy_by_site()
-    rows = dashboard.site_summaries()
+    healthy = gpu_list.healthy_by_site()
+    rows = figures.site_summaries()
     for row in rows:
         row["healthy"] = healthy.get(row["id"], 0)
         row["failed"] = row["with_errors"]
@@ -87,7 +87,7 @@ def site_rows() -> list[dict[str, Any]]:
 
 def aggregates(sites: list[dict[str, Any]], *, site_id: int | None = None) -> dict[str, Any]:
     """The fleet's totals (or one site's), with its health counts summed from the site rows."""
-    totals = dashboard.fleet_totals(site_id=site_id)
+    totals = figures.fleet_totals(site_id=site_id)
     chosen = [s for s in sites if site_id is None or s["id"] == site_id]
     totals["healthy"] = sum(s["healthy"] for s in chosen)
     totals["failed"] = totals["with_errors"]
@@ -140,12 +140,12 @@ def watched_views() -> list[str]:
 def build_view_delta(topic: str, watermark: Any) -> tuple[dict[str, Any] | None, Any]:
     """A ``fleetview.<digest>`` push: that page of the table now, if it changed since the previous
     push (a digest of the rows and count is the watermark). The whole page, not a diff: at most
-    gpu_table.MAX_SIZE rows, and a page sorted by a live figure changes members, not just values."""
+    gpu_list.MAX_SIZE rows, and a page sorted by a live figure changes members, not just values."""
     params = cache.get(_VIEW_KEY.format(topic))
     if params is None:  # nobody watches it any more
         return None, watermark
-    query = gpu_table.query_from_params(params)
-    page = gpu_table.table_page(query)
+    query = gpu_list.query_from_params(params)
+    page = gpu_list.table_page(query)
     keep(view_topic(query), page)
     digest = zlib.crc32(repr((page["count"], [tuple(r.values()) for r in page["gpus"]])).encode())
     if digest == watermark:
@@ -204,7 +204,7 @@ def register() -> None:
 
 def overview_snapshot(
     *,
-    range_key: str = dashboard.DEFAULT_RANGE,
+    range_key: str = figures.DEFAULT_RANGE,
     site_id: int | None = None,
     window: Window | None = None,
     query: TableQuery | None = None,
