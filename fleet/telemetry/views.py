@@ -72,7 +72,7 @@ class FleetDashboardView(DashboardRequiredMixin, TemplateView):
     the query string through the same FilterSet as /api/v1/fleet/gpu-table/ (a bad filter: 400,
     named on the page)."""
 
-    template_name = "fleet/figures.html"
+    template_name = "fleet/dashboard.html"
 
     def get(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         context = self.get_context_data(**kwargs)
