@@ -146,6 +146,10 @@ def graph() -> dict[str, list[Arrow]]:
     return import_graph()
 
 
+def test_incidents_has_no_import_cycle(graph: dict[str, list[Arrow]]) -> None:
+    assert cycles_within("incidents", graph) == []
+
+
 def test_console_imports_none_of_the_apps_nor_the_shell(graph: dict[str, list[Arrow]]) -> None:
     assert upward_from_console(graph) == []
 
