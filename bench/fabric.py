@@ -732,7 +732,7 @@ def run_api(args: argparse.Namespace) -> dict[str, float]:
     client = viewer_client()
     from console.runtime import settle_heap
 
-    settle_heap()  # as the web process does once it is ready (console/asgi.py)
+    settle_heap()  # as the web process does once it is ready (goodput/asgi.py)
     out = {}
     for label, query in (("1h", ""), ("24h", "?range=24h")):
         times, body = time_api(client, query, args.requests, args.budget)

@@ -266,7 +266,7 @@ def main() -> None:
     from fleet.scheduler.read import pool_queues
 
     client = viewer_client()
-    settle_heap()  # as the web process does once it is ready (console/asgi.py)
+    settle_heap()  # as the web process does once it is ready (goodput/asgi.py)
     times, body = time_get(client, args.requests)
     p50, p95 = percentile(times, 50), percentile(times, 95)
     log(f"api {API_PATH}: p50 {p50:.1f} ms, p95 {p95:.1f} ms, max {max(times):.1f} ms over {len(times)}")

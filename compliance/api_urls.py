@@ -1,4 +1,4 @@
-"""The compliance API, under /api/v1/compliance/ (console.urls)."""
+"""The compliance API, under /api/v1/compliance/ (goodput.urls)."""
 
 from __future__ import annotations
 

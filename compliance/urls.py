@@ -1,4 +1,4 @@
-"""The compliance pages, under /compliance/ (console.urls). Each area keeps its routes in its own
+"""The compliance pages, under /compliance/ (goodput.urls). Each area keeps its routes in its own
 module; this one puts them together, with the compliance home page."""
 
 from __future__ import annotations

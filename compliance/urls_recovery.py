@@ -1,4 +1,4 @@
-"""The recovery API routes, under /api/v1/recovery/ (console.urls): the register's own prefix, as
+"""The recovery API routes, under /api/v1/recovery/ (goodput.urls): the register's own prefix, as
 backup jobs name it, not under /api/v1/compliance/ (officers only)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The recovery pages, under /recovery/ (console.urls); the API is compliance.urls_recovery."""
+"""The recovery pages, under /recovery/ (goodput.urls); the API is compliance.urls_recovery."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The recovery API, under /api/v1/recovery/ (console.urls).
+"""The recovery API, under /api/v1/recovery/ (goodput.urls).
 
 * ``POST backups/``: a backup or replication job reports a run, with an agent token of the item's
   source site; idempotent on the job's run id (``id``): a repeat with the same figures is 200 with

@@ -49,12 +49,12 @@ from compliance.models import (
 )
 from compliance.services import summary
 from console import roles
-from console.asgi import application
 from console.models import PersonalToken
-from console.routing import websocket_urlpatterns
 from fleet.capacity.models import Pool, PowerApproval, ProcurementOrder, Reservation, Team, TeamQuota
 from fleet.cost.models import PoolPrice
 from fleet.models import Endpoint, Gpu, Job, Node, NodeInterface, NodeMount, Rack, SchedulerQueue, ScrapeTarget, Site
+from goodput.asgi import application
+from goodput.routing import websocket_urlpatterns
 from incidents.models import ActionItem, Incident, MaintenanceWindow, NotificationChannel, Silence
 from incidents.services.engine import raise_finding
 from tests.conftest import _make_user

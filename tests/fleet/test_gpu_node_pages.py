@@ -14,12 +14,12 @@ from django.conf import settings
 from django.test import Client
 
 from console import live, sockets
-from console.asgi import application
 from fleet.ingest.batches import GpuSampleIn
 from fleet.models import Gpu, Node, Site
 from fleet.telemetry.read import figures
 from fleet.telemetry.rollups import update_rollups
 from fleet.telemetry.store import store_gpu_samples
+from goodput.asgi import application
 from incidents.services.engine import raise_finding
 from tests.conftest import make_sample
 

@@ -13,9 +13,9 @@ from django.test import Client
 from django.utils import timezone
 
 from console import live
-from console.asgi import application
 from fleet.telemetry.read import fleet_summary, gpu_list
 from fleet.telemetry.store import store_gpu_samples
+from goodput.asgi import application
 from tests.conftest import make_sample, post_batch
 from tests.fleet.telemetry.test_rollups_and_retention import sample
 

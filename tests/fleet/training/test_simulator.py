@@ -517,7 +517,7 @@ def test_demo_releases_the_simulated_jobs_before_its_beat_runs_the_detectors(
     import uvicorn
 
     import console.scheduler
-    from console.management.commands.demo import Command as DemoCommand
+    from goodput.management.commands.demo import Command as DemoCommand
 
     world = make_world(jobs=2, seed=6, scenarios=False, failure_rate=0.0)
     world.run(start_time(), 5, detectors=False)

@@ -1,6 +1,6 @@
-"""Notifications: route an incident event to the channels that want it, build each channel's
-payload (generic JSON webhook, Slack incoming webhook, PagerDuty Events API v2), and deliver it
-from Celery with retries. Every attempt goes on the incident's timeline with its outcome."""
+"""One notification's delivery: build its channel's payload (generic JSON webhook, Slack incoming
+webhook, PagerDuty Events API v2) and post it, one attempt per call, retried by
+``incidents.notifications.tasks``. Every attempt goes on the incident's timeline with its outcome."""
 
 from __future__ import annotations
 
@@ -9,13 +9,11 @@ from typing import Any
 
 import requests
 from django.conf import settings
-from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from console import outbound
-from incidents.choices import SEVERITY_RANK, ChannelKind, NotificationStatus, Severity, TimelineKind
-from incidents.models import Incident, Notification, NotificationChannel, TimelineEntry
-from incidents.services.matchers import matches_all
+from incidents.choices import ChannelKind, NotificationStatus, Severity, TimelineKind
+from incidents.models import Incident, Notification, TimelineEntry
 
 logger = logging.getLogger(__name__)
 
@@ -27,34 +25,6 @@ PAGERDUTY_SEVERITY = {
     Severity.SEV4: "info",
 }
 MAX_ATTEMPTS = 5
-
-
-def routed_channels(incident: Incident) -> list[NotificationChannel]:
-    rank = SEVERITY_RANK[Severity(incident.severity)]
-    return [
-        channel
-        for channel in NotificationChannel.objects.filter(enabled=True)
-        if rank <= SEVERITY_RANK[Severity(channel.min_severity)] and matches_all(channel.matchers, incident.labels)
-    ]
-
-
-def notify(incident_id: int, event: str) -> list[int]:
-    """Create one notification per routed channel for this event and queue its delivery."""
-    from incidents.tasks import send_notification
-
-    incident = Incident.objects.get(pk=incident_id)
-    created = []
-    for channel in routed_channels(incident):
-        try:
-            with transaction.atomic():
-                notification = Notification.objects.create(incident=incident, channel=channel, event=event)
-        except IntegrityError:
-            continue  # already announced on this channel
-        created.append(notification.pk)
-    for pk in created:
-        # Each channel is its own task: one failing channel never holds up another.
-        send_notification.delay(pk)
-    return created
 
 
 def incident_url(incident: Incident) -> str:

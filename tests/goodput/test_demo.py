@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
-from console.management.commands.demo import Command as DemoCommand
 from console.models import AgentToken
 from fleet.management.commands.simulate import Command as SimulateCommand
 from fleet.telemetry.simulator import DEFAULT_SEED, DEFAULT_SITES, build_fleet
+from goodput.management.commands.demo import Command as DemoCommand
 
 pytestmark = pytest.mark.django_db
 

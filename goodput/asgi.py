@@ -19,9 +19,9 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware  # noqa: E40
 
 from console import drain, limits, live  # noqa: E402
 from console.http import SyncDjango  # noqa: E402
-from console.routing import websocket_urlpatterns  # noqa: E402
 from console.runtime import announce_mode, settle_heap  # noqa: E402
 from console.sockets import SameOriginValidator  # noqa: E402
+from goodput.routing import websocket_urlpatterns  # noqa: E402
 
 announce_mode("web")
 

@@ -31,13 +31,13 @@ def server_config(host: str, port: int) -> uvicorn.Config:
     import uvicorn
 
     return uvicorn.Config(
-        "console.asgi:application",
+        "goodput.asgi:application",
         host=host,
         port=port,
         log_level="warning",
         lifespan="off",
         ws_ping_interval=20,
-        proxy_headers=False,  # the app applies forwarded headers, from trusted proxies only (console.asgi)
+        proxy_headers=False,  # the app applies forwarded headers, from trusted proxies only (goodput.asgi)
         timeout_graceful_shutdown=getattr(settings, "SHUTDOWN_GRACE_SECONDS", 10),
     )
 
