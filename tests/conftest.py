@@ -7,6 +7,7 @@ Celery worker process on Redis, channels-redis, and (for the browser) a real uvi
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import tempfile
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 from channels.layers import channel_layers
 from django.conf import settings
+from django.contrib.auth.hashers import make_password
 from django.contrib.auth.models import Group, User
 from django.core.cache import cache
 from django.test import Client
@@ -126,9 +128,17 @@ def _eager_unless_real_stack(request: pytest.FixtureRequest, settings: Any) -> I
 # --- personas --------------------------------------------------------------------------------
 
 
+@functools.cache
+def _password_hash() -> str:
+    """PASSWORD, hashed once per process: PBKDF2's million rounds take about a second, and personas
+    are made for most tests. Each persona stores the same real hash, so signing in checks it as
+    production does."""
+    return make_password(PASSWORD)
+
+
 def _make_user(username: str, role: str | None, **extra: Any) -> User:
     roles.sync_roles(__import__("django.apps", fromlist=["apps"]).apps)
-    user = User.objects.create_user(username=username, password=PASSWORD, **extra)
+    user = User.objects.create(username=username, password=_password_hash(), **extra)
     if role:
         user.groups.add(Group.objects.get(name=role))
     return user
