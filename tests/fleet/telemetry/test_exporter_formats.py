@@ -448,7 +448,8 @@ def _stamped_line(ms: float | str) -> str:
 @pytest.mark.parametrize(
     "ms",
     [
-        int((datetime.now(UTC) + timedelta(days=2)).timestamp() * 1000),  # two days ahead
+        # Named: an id made of the time would differ between parallel workers, which must collect alike.
+        pytest.param(int((datetime.now(UTC) + timedelta(days=2)).timestamp() * 1000), id="two-days-ahead"),
         "1e20",  # would overflow datetime
         "86400000",  # 1970
         "253402300799000",  # 9999-12-31
