@@ -14,7 +14,6 @@ from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
 from django.test import Client
 from django.utils import timezone
 
-from fleet.capacity import pages as capacity_pages
 from fleet.capacity import services as capacity
 from fleet.choices import PriorityTier
 from fleet.models import Pool, PowerApproval, ProcurementOrder, Reservation, ReservationState, Site
@@ -312,7 +311,6 @@ def test_the_list_filters_by_state_pool_and_team(viewer_client: Client, pool: Po
 def test_the_overview_tile_shows_supply_availability_conflicts_and_late_orders(
     viewer_client: Client, pool: Pool
 ) -> None:
-    capacity_pages.register()  # FleetConfig.ready() registers it in the running console
     html = viewer_client.get("/").content.decode()
     tile = _section(html, "capacity-tile")
     assert re.search(r"Energised GPUs</div><div class=\"stat-value\">16<small> of 16</small>", tile)
