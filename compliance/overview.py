@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from compliance.permissions import COMPLIANCE_PERMISSION, RECOVERY_VIEW
-
 
 def overview_tile(request: Any) -> dict[str, Any]:
     from django.conf import settings
@@ -24,26 +22,3 @@ def recovery_tile(request: Any) -> dict[str, Any]:
 
     now = timezone.now()
     return {"counts": recovery.summary(recovery.item_states(), now)}
-
-
-def register() -> None:
-    from console import overview
-
-    overview.register_section(
-        overview.Section(
-            name="compliance",
-            template="compliance/_overview.html",
-            context=overview_tile,
-            order=60,
-            permission=COMPLIANCE_PERMISSION,
-        )
-    )
-    overview.register_section(
-        overview.Section(
-            name="recovery",
-            template="recovery/_overview.html",
-            context=recovery_tile,
-            order=65,
-            permission=RECOVERY_VIEW,
-        )
-    )

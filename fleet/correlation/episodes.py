@@ -3,8 +3,8 @@
 
 Training may not import fabric or storage (siblings), so the join lives here, above all three, and
 reaches the training page through the hooks training offers (fleet.training.views.
-register_job_section, fleet.training.dashboard_api.register_job_snapshot_part), wired by
-``register`` from FleetConfig.ready.
+register_job_section, fleet.training.dashboard_api.register_job_snapshot_part), wired in
+fleet/correlation/plugins.py.
 
 An episode is one of the job's findings that the cause link reads (fleet.correlation.causes): a
 ``training-hang``, a ``training-data-stall``, or a ``training-job-failed`` whose failure class is a
@@ -215,13 +215,3 @@ def job_episodes(job: Job, *, now: datetime | None = None) -> list[dict[str, Any
 def job_section(job: Job) -> dict[str, Any]:
     """The job page's section context."""
     return {"episodes": job_episodes(job), "lead_minutes": int(LEAD.total_seconds() // 60)}
-
-
-def register() -> None:
-    """Add the section to the job page and ``episodes`` to its snapshot (FleetConfig.ready)."""
-    from fleet.correlation.serializers import JobEpisodeSerializer
-    from fleet.training.dashboard_api import register_job_snapshot_part
-    from fleet.training.views import register_job_section
-
-    register_job_section("correlation/_job_episodes.html", job_section)
-    register_job_snapshot_part("episodes", job_episodes, described_by=JobEpisodeSerializer(many=True))

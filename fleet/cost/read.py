@@ -407,21 +407,3 @@ def capacity_section(pools: list[Any]) -> dict[str, Any]:
     read_from = figures.own_or_rent_start(max(OWN_OR_RENT_DAYS), now=now)
     book = figures.price_book(figures.floor_hour(now - timedelta(days=1)), figures.ceil_hour(now), read_from=read_from)
     return {"own_or_rent": own_or_rent_rows(book, [p.pk for p in pools], now=now), "currency": settings.COST_CURRENCY}
-
-
-def register() -> None:
-    """Register the ``cost`` live topic, the overview tile and the sections on the job, incident
-    and capacity pages (called from FleetConfig.ready)."""
-    from console import live, overview
-    from fleet.capacity.read.tables import register_pool_section
-    from fleet.training.views import register_job_section
-    from incidents.views import register_gpu_hours_cost
-
-    live.register_topic_builder("cost", build_cost_delta)
-    live.register_topic_watcher("cost", live.watch_topic)
-    overview.register_section(
-        overview.Section(name="cost", template="cost/_overview.html", context=overview_tile, order=38)
-    )
-    register_job_section("cost/_job.html", job_section)
-    register_pool_section("cost/_capacity.html", capacity_section)
-    register_gpu_hours_cost(figures.incident_cost)

@@ -53,8 +53,8 @@ from fleet.correlation.causes import FABRIC_EFFECT
 from fleet.fabric import detectors as fabric_detectors
 from fleet.fabric.read import summaries as fabric_summaries
 from fleet.ingest.batches import parse_gpu_batch
-from fleet.ingest.scheduler_series import SCHEDULER_SERIES
 from fleet.inventory.models import DEFAULT_FABRIC, Gpu, Node, NodeInterface, NodeMount, purpose_of_mountpoint
+from fleet.scheduler.mappings import SCHEDULER_SERIES
 from fleet.scheduler.models import SchedulerQueue
 from fleet.scheduler.simulator import KueueSimulator, Sample
 from fleet.scheduler.store import QUEUE_COUNTERS
@@ -917,7 +917,7 @@ def _node_history(
 
 def queue_values(site: str, samples: list[Sample]) -> list[tuple[str, str, str, float]]:
     """(ClusterQueue, quantity, series, value) of each of a Kueue scrape's samples, as the
-    Prometheus door maps them (fleet.ingest.scheduler_series: the label naming the queue, the
+    Prometheus door maps them (fleet.scheduler.mappings: the label naming the queue, the
     labels kept, in canonical Prometheus label text); a name the door does not map is left out."""
     out = []
     for name, labels, value in samples:

@@ -350,15 +350,3 @@ def overview_tile(request: Any) -> dict[str, Any]:
         "idle_gpus": sum(s["idle_gpus"] for s in sites),
         "beyond_budget_gpus": sum(s["beyond_budget_gpus"] for s in sites),
     }
-
-
-def register() -> None:
-    """Register the ``power`` live topic and the overview tile (called from FleetConfig.ready)."""
-    from console import live, overview
-
-    live.register_topic_builder("power", build_power_delta)
-    # Pushed only while a page follows it: each push reads every site's and rack's figures.
-    live.register_topic_watcher("power", live.watch_topic)
-    overview.register_section(
-        overview.Section(name="power", template="power/_overview.html", context=overview_tile, order=30)
-    )

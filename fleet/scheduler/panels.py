@@ -1,7 +1,7 @@
 """The scheduler's side of the capacity page: the live queue panel beside the pools, the plan API's
 ``queues`` part and the ``scheduler`` live topic. Capacity sits below the scheduler and cannot
 import it, so each is handed to capacity's hooks (fleet.capacity.read.tables.register_pool_section,
-fleet.capacity.api.register_capacity_part) from FleetConfig.ready."""
+fleet.capacity.api.register_capacity_part) from fleet/scheduler/plugins.py."""
 
 from __future__ import annotations
 
@@ -171,18 +171,3 @@ def build_scheduler_delta(topic: str, watermark: Any) -> tuple[dict[str, Any] | 
         return None, watermark
     waits = quota_waits({f["pool"]: f for f in changed})  # the quota cells of the pools that changed
     return {"type": "scheduler.delta", "topic": topic, "pools": changed, "quota_waits": waits}, figures
-
-
-def register() -> None:
-    """Register the panel, the API part and the live topic (called from FleetConfig.ready)."""
-    from console import live
-    from fleet.capacity.api import register_capacity_part
-    from fleet.capacity.read.tables import register_pool_section, register_team_section
-    from fleet.scheduler.serializers import PoolQueuesSerializer, QuotaWaitSerializer
-
-    register_pool_section("scheduler/_pool_queues.html", pool_section)
-    register_team_section("scheduler/_team_queues.html", team_section)
-    register_capacity_part("queues", queues_part, described_by=PoolQueuesSerializer(many=True))
-    register_capacity_part("quota_waits", quota_waits_part, described_by=QuotaWaitSerializer(many=True))
-    live.register_topic_builder(TOPIC, build_scheduler_delta)
-    live.register_topic_watcher(TOPIC, live.watch_topic)

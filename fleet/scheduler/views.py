@@ -42,15 +42,6 @@ def overview_tile(request: HttpRequest) -> dict[str, Any]:
     }
 
 
-def register() -> None:
-    """Register the overview tile (called from FleetConfig.ready)."""
-    from console import overview
-
-    overview.register_section(
-        overview.Section(name="scheduler", template="scheduler/_overview.html", context=overview_tile, order=29)
-    )
-
-
 class SchedulerQueuesView(DashboardRequiredMixin, TemplateView):
     template_name = "scheduler/queues.html"
 

@@ -569,22 +569,3 @@ def _push_after_change(endpoint_id: int) -> None:
     from console import live
 
     live.request_push("serving", f"endpoint.{endpoint_id}")
-
-
-def register() -> None:
-    """Register the serving live topics and the overview tile (called from FleetConfig.ready)."""
-    from console import live, overview
-
-    # A serving push reads every endpoint's SLOs and minutes (at 125 endpoints, a push twice a
-    # second was a sixth of the workers' CPU): it moves the overview as often as its snapshot
-    # is recomputed (current_overview). One endpoint's own topic keeps the usual interval.
-    live.register_topic_builder(
-        "serving", build_serving_delta, min_interval=lambda: float(settings.SERVING_SUMMARY_SECONDS)
-    )
-    live.register_topic_builder("endpoint", build_endpoint_delta)
-    # Pushed only while a page follows them.
-    live.register_topic_watcher("serving", live.watch_topic)
-    live.register_topic_watcher("endpoint", live.watch_topic)
-    overview.register_section(
-        overview.Section(name="serving", template="serving/_overview.html", context=overview_tile, order=25)
-    )

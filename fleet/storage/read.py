@@ -266,24 +266,7 @@ def overview_tile(request: Any) -> dict[str, Any]:
     return {"has_mounts": bool(snap["mounts"]), **snap["totals"], "low": low[:3]}
 
 
-def register() -> None:
-    """Register the ``storage`` live topic and the overview tile (called from FleetConfig.ready)."""
-    from django.db.models.signals import post_delete
-
-    from console import live, overview
-    from fleet.inventory.models import NodeMount
-    from fleet.telemetry.views import register_node_section
-
-    post_delete.connect(_forget_mount, sender=NodeMount, dispatch_uid="storage-forget-mount")
-    register_node_section("storage/_node.html", node_section)
-    live.register_topic_builder("storage", build_storage_delta)
-    live.register_topic_watcher("storage", live.watch_topic)
-    overview.register_section(
-        overview.Section(name="storage", template="storage/_overview.html", context=overview_tile, order=36)
-    )
-
-
-def _forget_mount(sender: Any, instance: Any, **kwargs: Any) -> None:
+def forget_mount(sender: Any, instance: Any, **kwargs: Any) -> None:
     """A deleted mount leaves the writer's cache of its node (this process's; others' expire)."""
     from fleet.inventory import directory
 

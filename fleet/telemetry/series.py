@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 import msgspec
 from django.db import connection, transaction
@@ -35,6 +36,15 @@ logger = logging.getLogger(__name__)
 
 LOOKBACK = timedelta(minutes=10)  # how far back a minute's first sample looks for the one before it
 NODE_LOCK_KEY = 0x60_0D_9C_8  # advisory lock: one node rollup run at a time across workers
+
+
+class NodeSeries(NamedTuple):
+    """How one node_exporter series maps (the spec of a fleet.exporters NODE entry: fabric's and
+    storage's mappings.py)."""
+
+    collector: str  # infiniband, netdev, filesystem, mountstats, disk
+    quantity: str  # what it is stored as
+    counter: bool
 
 
 class NodePoint(msgspec.Struct, frozen=True):

@@ -144,14 +144,16 @@ class GpuDetailView(DashboardRequiredMixin, TemplateView):
 
 
 # Sections the rooms above telemetry add to the node page (fabric's ports, storage's mounts): a
-# template and its context from the node, registered from FleetConfig.ready (telemetry cannot
+# template and its context from the node, registered from the rooms' plugins.py (telemetry cannot
 # import them).
-_node_sections: list[tuple[str, Callable[[Node], dict[str, Any]]]] = []
+_node_sections: list[tuple[int, str, Callable[[Node], dict[str, Any]]]] = []  # (order, template, context)
 
 
-def register_node_section(template: str, context: Callable[[Node], dict[str, Any]]) -> None:
-    if (template, context) not in _node_sections:
-        _node_sections.append((template, context))
+def register_node_section(template: str, context: Callable[[Node], dict[str, Any]], *, order: int) -> None:
+    """Add a section; sections show by ``order``, whatever order the rooms' plugins load in."""
+    if (order, template, context) not in _node_sections:
+        _node_sections.append((order, template, context))
+        _node_sections.sort(key=lambda section: section[0])
 
 
 class NodeDetailView(DashboardRequiredMixin, TemplateView):
@@ -169,7 +171,7 @@ class NodeDetailView(DashboardRequiredMixin, TemplateView):
         context["incidents"] = figures.node_incidents(node)
         context["node_sections"] = [
             mark_safe(render_to_string(template, section(node), request=self.request))  # our templates, autoescaped
-            for template, section in _node_sections
+            for _, template, section in _node_sections
         ]
         context["ranges"] = list(figures.RANGES)
         context["default_range"] = figures.DEFAULT_RANGE

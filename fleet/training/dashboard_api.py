@@ -29,7 +29,7 @@ from fleet.training.serializers import (
 PRESETS = {key: timedelta(hours=hours) for key, hours in training_read.RANGES.items()}
 
 # Parts the rooms above training add to a job's snapshot (fleet.correlation's ``episodes``), by
-# key, registered from FleetConfig.ready (training cannot import them).
+# key, registered from their plugins.py (training cannot import them).
 _job_snapshot_parts: dict[str, Callable[[Job], Any]] = {}
 
 

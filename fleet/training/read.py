@@ -806,14 +806,3 @@ def build_job_delta(topic: str, watermark: Any) -> tuple[dict[str, Any] | None, 
     }
     minute = steps["ts"][-1] if steps["ts"] else since_minute.isoformat()
     return payload, {"seq": next_seq, "minute": minute}
-
-
-def register() -> None:
-    """Register the training live topics and the overview tile (called from FleetConfig.ready)."""
-    from console import live, overview
-
-    live.register_topic_builder("training", build_training_delta)
-    live.register_topic_builder("job", build_job_delta)
-    overview.register_section(
-        overview.Section(name="training", template="training/_overview.html", context=overview_tile, order=20)
-    )

@@ -34,13 +34,15 @@ class TrainingDashboardView(DashboardRequiredMixin, TemplateView):
 
 # Sections the rooms above training add to the job page (fleet.correlation's hangs and stalls with
 # its nodes' fabric and storage): a template and its context from the job, registered from
-# FleetConfig.ready (training cannot import them), as the node page's are.
-_job_sections: list[tuple[str, Callable[[Job], dict[str, Any]]]] = []
+# their plugins.py (training cannot import them), as the node page's are.
+_job_sections: list[tuple[int, str, Callable[[Job], dict[str, Any]]]] = []  # (order, template, context)
 
 
-def register_job_section(template: str, context: Callable[[Job], dict[str, Any]]) -> None:
-    if (template, context) not in _job_sections:
-        _job_sections.append((template, context))
+def register_job_section(template: str, context: Callable[[Job], dict[str, Any]], *, order: int) -> None:
+    """Add a section; sections show by ``order``, whatever order the rooms' plugins load in."""
+    if (order, template, context) not in _job_sections:
+        _job_sections.append((order, template, context))
+        _job_sections.sort(key=lambda section: section[0])
 
 
 class JobDetailView(DashboardRequiredMixin, TemplateView):
@@ -53,7 +55,7 @@ class JobDetailView(DashboardRequiredMixin, TemplateView):
         context["nodes"] = sorted(job.nodes.values_list("hostname", flat=True))
         context["job_sections"] = [
             mark_safe(render_to_string(template, section(job), request=self.request))  # our templates, autoescaped
-            for template, section in _job_sections
+            for _, template, section in _job_sections
         ]
         context["page_config"] = {
             "snapshot_url": reverse("api:training-api:job-snapshot", args=[job.pk]),

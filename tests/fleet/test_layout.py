@@ -44,7 +44,7 @@ BELOW: dict[str, set[str]] = {
         "cost",
     },
 }
-SHARED = {"fleet.choices", "fleet.validation"}
+SHARED = {"fleet.choices", "fleet.validation", "fleet.exporters"}
 DOMAIN_WORDS = ("training", "serving", "capacity", "power", "fabric", "storage", "scheduler", "cost")
 
 

@@ -65,14 +65,16 @@ def pool_rows(*, now: datetime | None = None) -> list[PoolRow]:
 
 
 # Sections the rooms above capacity add to the plan page beside the pools (fleet.scheduler's live
-# queues): a template and its context from the pools shown, registered from FleetConfig.ready
+# queues): a template and its context from the pools shown, registered from the rooms' plugins.py
 # (capacity cannot import them), as the job page's are (fleet.training.views.register_job_section).
-_pool_sections: list[tuple[str, Callable[[list[Pool]], dict[str, Any]]]] = []
+_pool_sections: list[tuple[int, str, Callable[[list[Pool]], dict[str, Any]]]] = []  # (order, template, context)
 
 
-def register_pool_section(template: str, context: Callable[[list[Pool]], dict[str, Any]]) -> None:
-    if (template, context) not in _pool_sections:
-        _pool_sections.append((template, context))
+def register_pool_section(template: str, context: Callable[[list[Pool]], dict[str, Any]], *, order: int) -> None:
+    """Add a section; sections show by ``order``, whatever order the rooms' plugins load in."""
+    if (order, template, context) not in _pool_sections:
+        _pool_sections.append((order, template, context))
+        _pool_sections.sort(key=lambda section: section[0])
 
 
 def pool_sections(pools: list[Pool], request: Any = None, *, rows: list[PoolRow] | None = None) -> list[SafeString]:
@@ -82,7 +84,7 @@ def pool_sections(pools: list[Pool], request: Any = None, *, rows: list[PoolRow]
     read from the same figures the section shows rather than a second time."""
     out = []
     quotas = {(row.pool.pk, q["team"]): q for row in rows or [] for q in row.quotas}
-    for template, context in _pool_sections:
+    for _, template, context in _pool_sections:
         data = context(pools)
         for key, note in data.get("quota_notes", {}).items():
             if key in quotas:
@@ -93,12 +95,14 @@ def pool_sections(pools: list[Pool], request: Any = None, *, rows: list[PoolRow]
 
 # The team page's sections from the rooms above (fleet.scheduler's queue figures for the team),
 # registered the same way: a template and its context from the team and the pools it holds quotas on.
-_team_sections: list[tuple[str, Callable[[Team, list[Pool]], dict[str, Any]]]] = []
+_team_sections: list[tuple[int, str, Callable[[Team, list[Pool]], dict[str, Any]]]] = []  # (order, template, context)
 
 
-def register_team_section(template: str, context: Callable[[Team, list[Pool]], dict[str, Any]]) -> None:
-    if (template, context) not in _team_sections:
-        _team_sections.append((template, context))
+def register_team_section(template: str, context: Callable[[Team, list[Pool]], dict[str, Any]], *, order: int) -> None:
+    """Add a section; sections show by ``order``, whatever order the rooms' plugins load in."""
+    if (order, template, context) not in _team_sections:
+        _team_sections.append((order, template, context))
+        _team_sections.sort(key=lambda section: section[0])
 
 
 def team_sections(team: Team, quotas: list[dict[str, Any]], request: Any = None) -> list[SafeString]:
@@ -108,7 +112,7 @@ def team_sections(team: Team, quotas: list[dict[str, Any]], request: Any = None)
     pools = [q["pool"] for q in quotas]
     by_pool = {q["pool"].pk: q for q in quotas}
     out = []
-    for template, context in _team_sections:
+    for _, template, context in _team_sections:
         data = context(team, pools)
         for (pool_id, name), note in data.get("quota_notes", {}).items():
             if name == team.name and pool_id in by_pool:
@@ -236,12 +240,3 @@ def overview_tile(request: Any) -> dict[str, Any]:
         "late_orders": len(late),
         "late_gpus": sum(o.count for o in late),
     }
-
-
-def register() -> None:
-    """Register the overview tile (called from FleetConfig.ready)."""
-    from console import overview
-
-    overview.register_section(
-        overview.Section(name="capacity", template="capacity/_overview.html", context=overview_tile, order=28)
-    )

@@ -593,25 +593,6 @@ def overview_tile(request: Any) -> dict[str, Any]:
     return {"has_ports": bool(snap["totals"]["ports"]), **snap["totals"], "worst": snap["worst_ports"][:3]}
 
 
-def register() -> None:
-    """Register the ``fabric`` live topic and the overview tile (called from FleetConfig.ready)."""
-    from django.db.models.signals import post_delete
-
-    from console import live, overview
-    from fleet.fabric.read import summaries
-    from fleet.inventory.models import NodeInterface, on_fabric_change
-    from fleet.telemetry.views import register_node_section
-
-    on_fabric_change(summaries.move_fabric)
-    post_delete.connect(summaries.forget_port, sender=NodeInterface, dispatch_uid="fabric-forget-port")
-    register_node_section("fabric/_node.html", node_section)
-    live.register_topic_builder("fabric", build_fabric_delta)
-    live.register_topic_watcher("fabric", live.watch_topic)
-    overview.register_section(
-        overview.Section(name="fabric", template="fabric/_overview.html", context=overview_tile, order=35)
-    )
-
-
 def node_section(node: Any) -> dict[str, Any]:
     """The node page's ports: each with its latest state and rate, and its figures over the last hour."""
     win = default_window()

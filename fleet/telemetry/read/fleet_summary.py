@@ -191,14 +191,6 @@ def build_site_delta(topic: str, watermark: Any) -> tuple[dict[str, Any] | None,
     }, None
 
 
-def register() -> None:
-    live.register_topic_builder("fleet", build_fleet_delta)
-    live.register_topic_builder(SITE_PREFIX, build_site_delta)
-    live.register_topic_watcher(SITE_PREFIX, live.watch_topic)
-    live.register_topic_builder(VIEW_PREFIX, build_view_delta)
-    live.register_topic_watcher(VIEW_PREFIX, renew_view)
-
-
 # --- The snapshot -----------------------------------------------------------------------------
 
 

@@ -15,7 +15,6 @@ from django.test import Client
 from django.utils import timezone
 
 from fleet.capacity import services as capacity
-from fleet.capacity.read import tables as capacity_tables
 from fleet.choices import PriorityTier
 from fleet.models import Pool, PowerApproval, ProcurementOrder, Reservation, ReservationState, Site
 from tests.fleet.capacity import add_nodes, days_ahead, make_pool, midnight, quota, reserve
@@ -312,7 +311,6 @@ def test_the_list_filters_by_state_pool_and_team(viewer_client: Client, pool: Po
 def test_the_overview_tile_shows_supply_availability_conflicts_and_late_orders(
     viewer_client: Client, pool: Pool
 ) -> None:
-    capacity_tables.register()  # FleetConfig.ready() registers it in the running console
     html = viewer_client.get("/").content.decode()
     tile = _section(html, "capacity-tile")
     assert re.search(r"Energised GPUs</div><div class=\"stat-value\">16<small> of 16</small>", tile)

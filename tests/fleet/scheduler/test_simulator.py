@@ -19,9 +19,9 @@ from django.utils import timezone
 from console.models import AgentToken
 from fleet.capacity.quotas import available
 from fleet.capacity.simulator import seed_capacity
-from fleet.ingest.scheduler_series import SCHEDULER_SERIES
 from fleet.management.backfill import queue_values
 from fleet.models import SchedulerQueue, SchedulerSample, Site
+from fleet.scheduler.mappings import SCHEDULER_SERIES
 from fleet.scheduler.read import admission_wait, wait_histogram
 from fleet.scheduler.simulator import (
     PODS_READY,

@@ -1,6 +1,7 @@
-"""The scheduler series the Prometheus door maps, by exposed name: Kueue's controller metrics,
-kube-state-metrics and a Slurm exporter. Names, labels and types as each project defines them
-(checked against Kueue v0.19.2, kube-state-metrics v2.20.0 and prometheus-slurm-exporter 0.20):
+"""The scheduler series the Prometheus door maps (this room's entries in fleet.exporters), by
+exposed name: Kueue's controller metrics, kube-state-metrics and a Slurm exporter. Names, labels and
+types as each project defines them (checked against Kueue v0.19.2, kube-state-metrics v2.20.0 and
+prometheus-slurm-exporter 0.20):
 
 - Kueue: site/content/en/docs/reference/metrics.md ("Prometheus Metrics") and
   pkg/metrics/metrics.go. Since v0.16 every series carries ``replica_role`` (leader, follower,
@@ -42,6 +43,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fleet.choices import QueueKind, QueueScheduler
+from fleet.exporters import QUEUE, ExporterMapping
+from fleet.scheduler.store import store_queue_points
 
 KUEUE, SLURM, KUBERNETES = QueueScheduler.KUEUE, QueueScheduler.SLURM, QueueScheduler.KUBERNETES
 
@@ -229,3 +232,7 @@ SCHEDULER_IDENTITY_LABELS = frozenset(
         "node",
     }
 )
+
+# The scheduler's entry in the exporter mapping table (fleet.exporters), registered from
+# fleet/scheduler/plugins.py: read only by an ``auto`` push (no ?kind= names a scheduler).
+MAPPINGS = (ExporterMapping("kueue, kube-state-metrics, slurm", QUEUE, store_queue_points, families=SCHEDULER_SERIES),)
