@@ -16,7 +16,7 @@ class FleetConfig(AppConfig):
         from fleet.power import detectors as power_detectors  # noqa: F401  (registers its detectors)
         from fleet.power import read as power
         from fleet.scheduler import detectors as scheduler_detectors  # noqa: F401  (registers its detectors)
-        from fleet.scheduler import panels as scheduler_panels
+        from fleet.scheduler import read as scheduler_read
         from fleet.scheduler import views as scheduler_views
         from fleet.serving import detectors as serving_detectors  # noqa: F401  (registers its detectors)
         from fleet.serving import read as serving_read
@@ -53,7 +53,7 @@ class FleetConfig(AppConfig):
         scheduler_views.register()
         # Capacity does not import the scheduler (it sits above): its queue panel, API part and
         # live topic are handed to capacity's hooks here.
-        scheduler_panels.register()
+        scheduler_read.register()
         # Cost prices the rooms below it: its page, tile, live topic and the money on the job,
         # incident and capacity pages.
         from fleet.cost import read as cost

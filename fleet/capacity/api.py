@@ -572,7 +572,7 @@ PLAN_PARAMETERS = [
 # Parts the rooms above capacity add to the plan's answer (fleet.scheduler's ``queues``), by key:
 # each is given the plan's pool ids and returns what the key holds. Registered from
 # FleetConfig.ready (capacity cannot import them), as the job snapshot's parts are
-# (fleet.training.dashboard_api.register_job_snapshot_part).
+# (fleet.training.api.register_job_snapshot_part).
 _capacity_parts: dict[str, Callable[[list[int]], Any]] = {}
 
 

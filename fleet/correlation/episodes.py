@@ -3,7 +3,7 @@
 
 Training may not import fabric or storage (siblings), so the join lives here, above all three, and
 reaches the training page through the hooks training offers (fleet.training.views.
-register_job_section, fleet.training.dashboard_api.register_job_snapshot_part), wired by
+register_job_section, fleet.training.api.register_job_snapshot_part), wired by
 ``register`` from FleetConfig.ready.
 
 An episode is one of the job's findings that the cause link reads (fleet.correlation.causes): a
@@ -220,7 +220,7 @@ def job_section(job: Job) -> dict[str, Any]:
 def register() -> None:
     """Add the section to the job page and ``episodes`` to its snapshot (FleetConfig.ready)."""
     from fleet.correlation.serializers import JobEpisodeSerializer
-    from fleet.training.dashboard_api import register_job_snapshot_part
+    from fleet.training.api import register_job_snapshot_part
     from fleet.training.views import register_job_section
 
     register_job_section("correlation/_job_episodes.html", job_section)
