@@ -18,7 +18,7 @@ Figures of a pool (all in GPUs):
 
 Future supply (supply_at): today's figures, plus
 
-1. procurement orders landing (approved ones only: fleet.capacity.approvals): an undelivered
+1. procurement orders landing (approved ones only: fleet.capacity.actions.approvals): an undelivered
    order that is not late counts from its promised
    date; a late order (promised date past, not delivered) counts nowhere until it is delivered (its
    new date is unknown; counting it would promise capacity nobody can name a day for); a
