@@ -67,7 +67,7 @@ EXTENSION_POINTS: tuple[ExtensionPoint, ...] = (
         "fleet.training.views.register_job_section", "a section on the job page (correlation, cost)", "job page"
     ),
     ExtensionPoint(
-        "fleet.training.dashboard_api.register_job_snapshot_part",
+        "fleet.training.api.register_job_snapshot_part",
         "a part of the job snapshot API answer (correlation's episodes)",
         "the job snapshot API",
     ),

@@ -3,7 +3,7 @@
 
 Training may not import fabric or storage (siblings), so the join lives here, above all three, and
 reaches the training page through the hooks training offers (fleet.training.views.
-register_job_section, fleet.training.dashboard_api.register_job_snapshot_part), wired in
+register_job_section, fleet.training.api.register_job_snapshot_part), wired in
 fleet/correlation/plugins.py.
 
 An episode is one of the job's findings that the cause link reads (fleet.correlation.causes): a

@@ -8,7 +8,7 @@ from fleet.fabric import detectors as fabric_detectors
 from fleet.fabric.read import health as fabric
 from fleet.storage import read as storage
 from fleet.training import detectors as training_detectors
-from fleet.training.dashboard_api import register_job_snapshot_part
+from fleet.training.api import register_job_snapshot_part
 from fleet.training.views import register_job_section
 
 fabric_detectors.register_gang_lookup(causes.gang_hosts)

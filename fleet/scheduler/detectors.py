@@ -55,7 +55,7 @@ from django.db.models import Count, Max, Min, Q, Sum
 from django.db.models.functions import Coalesce
 
 from fleet.capacity.models import Pool, Reservation
-from fleet.capacity.services import DEFAULT_GPUS_PER_NODE
+from fleet.capacity.read.supply import DEFAULT_GPUS_PER_NODE
 from fleet.choices import QueueScheduler
 from fleet.scheduler.models import SchedulerQueue, SchedulerRollup1m
 from fleet.scheduler.read import admission_waits

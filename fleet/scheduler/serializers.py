@@ -1,5 +1,5 @@
 """The scheduler's read-model answers, described for the API schema: the capacity plan's
-``queues`` and ``quota_waits`` parts (fleet.scheduler.panels) and the quota drift
+``queues`` and ``quota_waits`` parts (fleet.scheduler.read) and the quota drift
 (fleet.scheduler.drift). The views answer with the read models' dicts."""
 
 from __future__ import annotations

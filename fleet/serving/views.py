@@ -1,5 +1,5 @@
 """The serving pages: the SLO overview and one endpoint. Server-rendered shells whose numbers come
-from the snapshot APIs (fleet.serving.dashboard_api) and the live pushes; the endpoint page also
+from the snapshot APIs (fleet.serving.api) and the live pushes; the endpoint page also
 carries the form that sets the endpoint's SLOs (Operators; fleet.change_endpoint)."""
 
 from __future__ import annotations

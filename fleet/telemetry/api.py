@@ -1,5 +1,5 @@
 """The fleet API's telemetry side: nodes and GPUs with their series, scrape targets, and the fleet
-page's snapshot (sites and racks are in fleet.inventory.api, endpoints in fleet.serving.endpoint_api)."""
+page's snapshot (sites and racks are in fleet.inventory.api, endpoints in fleet.serving.api)."""
 
 from __future__ import annotations
 

@@ -282,7 +282,7 @@ class CheckpointAdviceSerializer(serializers.Serializer):
 
 
 # Parts the rooms above training add to a job's snapshot: key -> the serializer describing it
-# (fleet.training.dashboard_api.register_job_snapshot_part).
+# (fleet.training.api.register_job_snapshot_part).
 snapshot_part_serializers: dict[str, serializers.Field] = {}
 
 

@@ -1,5 +1,5 @@
 """The training pages: the goodput dashboard and one job. Server-rendered shells; their numbers
-come from the snapshot APIs (fleet.training.dashboard_api) and the live pushes."""
+come from the snapshot APIs (fleet.training.api) and the live pushes."""
 
 from __future__ import annotations
 

@@ -361,7 +361,7 @@ RULES: dict[str, Rule] = {
     # a node's ports and mounts: found by ingest (no POST, no DELETE); operators set the fabric,
     # kind and purpose
     # scheduler queues: found by ingest; operators map them to a pool and team. Importing the
-    # scheduler's quota into TeamQuota follows the quota rule (fleet.capacity.approvals).
+    # scheduler's quota into TeamQuota follows the quota rule (fleet.capacity.actions.approvals).
     "api:scheduler-api:api-root": api(),
     "api:scheduler-api:schedulerqueue-list": api(),
     "api:scheduler-api:schedulerqueue-detail": api(patch=OPERATORS, target="scheduler_queue"),
@@ -424,7 +424,7 @@ RULES: dict[str, Rule] = {
     "api:training-api:overview": api(),
     "api:training-api:job-snapshot": api(target="job"),
     # REST API, capacity: any role reads pools, supply, quotas, reservations and the plan; operators
-    # write them and approve or cancel reservations (not their own: fleet.capacity.approvals). Orders
+    # write them and approve or cancel reservations (not their own: fleet.capacity.actions.approvals). Orders
     # and power approvals are requested by operators and approved by an Admin or a Capacity approver,
     # who alone change team quotas. An agent token (a scheduler hook) may only request a reservation
     # on its own site's pools: the list POST (an empty body: 400) is let through.

@@ -2,8 +2,8 @@
 figures and preemptible reservations at risk, each team's use against its quota, late and upcoming
 orders, power approvals, the months a site's power curtails pools) and the tile's figures.
 
-Everything is computed by fleet.capacity.services; this module only gathers it for a page, in a
-number of queries that grows with the pools, not with the reservations.
+Everything is computed by fleet.capacity.read.supply and .planning; this module only gathers it
+for a page, in a number of queries that grows with the pools, not with the reservations.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
-from fleet.capacity import services as capacity
 from fleet.capacity.models import (
     OrderStatus,
     Pool,
@@ -28,6 +27,7 @@ from fleet.capacity.models import (
     Team,
     TeamQuota,
 )
+from fleet.capacity.read import planning, supply
 
 PLAN_MONTHS = 12
 
@@ -37,7 +37,7 @@ class PoolRow:
     """One row of the pools table."""
 
     pool: Pool
-    figures: capacity.PoolNow
+    figures: supply.PoolNow
     at_risk: list[Reservation]
     quotas: list[dict[str, Any]]
 
@@ -51,15 +51,15 @@ def pool_rows(*, now: datetime | None = None) -> list[PoolRow]:
     today's healthy supply, and each team's committed GPUs against its quota."""
     now = now or timezone.now()
     pools = list(Pool.objects.select_related("site").order_by("site__name", "name"))
-    figures = capacity.pool_figures(pools, now=now)
+    figures = supply.pool_figures(pools, now=now)
     team_ids = dict(Team.objects.values_list("name", "pk"))  # each quota's team links to its page
     rows = []
     for pool in pools:
         f = figures[pool.pk]
         # preemptible_at_risk recomputes the pool's figures: only ask when preemptible GPUs held now
         # exceed what healthy supply leaves after firm reservations (otherwise none is at risk).
-        at_risk = capacity.preemptible_at_risk(pool, now=now) if f.reserved_preemptible > f.healthy - f.reserved else []
-        quotas = [_with_share(q) | {"team_id": team_ids.get(q["team"])} for q in capacity.quota_use(pool, now=now)]
+        at_risk = supply.preemptible_at_risk(pool, now=now) if f.reserved_preemptible > f.healthy - f.reserved else []
+        quotas = [_with_share(q) | {"team_id": team_ids.get(q["team"])} for q in supply.quota_use(pool, now=now)]
         rows.append(PoolRow(pool=pool, figures=f, at_risk=at_risk, quotas=quotas))
     return rows
 
@@ -127,7 +127,7 @@ TEAM_RESERVATION_STATES = (ReservationState.REQUESTED, ReservationState.APPROVED
 
 def team_quotas(team: Team, *, now: datetime | None = None) -> list[dict[str, Any]]:
     """The team's quota on each pool with its use now: the plan page's quota row for the team
-    (capacity.quota_use, the same figures), with its pool."""
+    (supply.quota_use, the same figures), with its pool."""
     now = now or timezone.now()
     pools = [
         q.pool
@@ -137,7 +137,7 @@ def team_quotas(team: Team, *, now: datetime | None = None) -> list[dict[str, An
     ]
     rows = []
     for pool in pools:
-        mine = [q for q in capacity.quota_use(pool, now=now) if q["team"] == team.name]
+        mine = [q for q in supply.quota_use(pool, now=now) if q["team"] == team.name]
         rows += [{"pool": pool, **_with_share(q)} for q in mine]
     return rows
 
@@ -227,9 +227,9 @@ def overview_tile(request: Any) -> dict[str, Any]:
     pools = list(Pool.objects.select_related("site"))
     if not pools:
         return {"has_pools": False}
-    figures = capacity.pool_figures(pools, now=now).values()
+    figures = supply.pool_figures(pools, now=now).values()
     late, _ = open_orders(timezone.localdate(now, UTC))
-    conflicts = conflict_months(capacity.plan(months=PLAN_MONTHS, now=now))
+    conflicts = conflict_months(planning.plan(months=PLAN_MONTHS, now=now))
     return {
         "has_pools": True,
         "installed": sum(f.installed for f in figures),

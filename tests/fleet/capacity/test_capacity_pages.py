@@ -14,7 +14,7 @@ from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
 from django.test import Client
 from django.utils import timezone
 
-from fleet.capacity import services as capacity
+from fleet.capacity.read import planning
 from fleet.choices import PriorityTier
 from fleet.models import Pool, PowerApproval, ProcurementOrder, Reservation, ReservationState, Site
 from tests.fleet.capacity import add_nodes, days_ahead, make_pool, midnight, quota, reserve
@@ -87,7 +87,7 @@ def test_the_plan_page_draws_the_plan_the_api_serves_and_the_pools_figures(viewe
     assert response.status_code == 200
     html = response.content.decode()
     config = _page_config(html)
-    assert config["plan"] == json.loads(json.dumps(capacity.plan()))
+    assert config["plan"] == json.loads(json.dumps(planning.plan()))
     assert config["plan"]["total"][2]["energised"] == 21  # the fixture's plan, not an empty one
     assert config["tiers"] == ["reserved", "on-demand", "preemptible"]
     assert "/static/vendor/plotly.min." in html and "/static/js/capacity." in html and 'id="chart-plan"' in html

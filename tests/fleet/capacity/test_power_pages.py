@@ -154,7 +154,7 @@ def test_a_silent_gpu_is_not_beyond_the_budget(site_a: Site, rack: Rack) -> None
 def test_gpus_beyond_the_budget_agree_with_capacitys_energised_supply(site_a: Site, rack: Rack) -> None:
     """One rule for both pages: the capacity tile's installed less energised is the power tile's
     GPUs beyond the budget (a contract that binds nothing here)."""
-    from fleet.capacity.services import pool_figures
+    from fleet.capacity.read.supply import pool_figures
     from fleet.models import Pool
 
     now = datetime.now(UTC)

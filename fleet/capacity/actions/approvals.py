@@ -3,7 +3,7 @@
 The rules (issue 23, item 7), used by the API, the pages and the admin alike:
 
 1. **Reservations** are approved by someone with ``fleet.change_reservation`` (an Operator or an
-   Admin) who did not request them (fleet.capacity.services.approve asks ``check_approver``).
+   Admin) who did not request them (fleet.capacity.actions.reservations.approve asks ``check_approver``).
 2. **Procurement orders and power approvals** are approved or rejected by someone with
    ``fleet.approve_capacity`` (an Admin or a Capacity approver) who did not request them. Anyone
    who may add one creates it *requested*; asking for it to be created already approved is an
@@ -19,7 +19,7 @@ The rules (issue 23, item 7), used by the API, the pages and the admin alike:
    whatever its state (``check_editor``): an approver who could rewrite someone else's request
    could then approve what nobody else asked for, and anyone could reorder an approved one. Once
    approved, a change of what it asks for sends it back to requested, to be approved again
-   (fleet.capacity.services.update_reservation); its note changes without that.
+   (fleet.capacity.actions.reservations.update_reservation); its note changes without that.
 7. Once approved, what makes the supply is fixed: an order's pool and count, a power approval's
    site and kW. Its date may move later (a slip), never earlier: more supply, or supply sooner,
    is a new request.
@@ -39,7 +39,6 @@ from django.utils import timezone
 from console import roles
 from console.signals import row_changed
 from fleet.capacity.models import ApprovalStatus, OrderApproval, OrderStatus, PowerApproval, ProcurementOrder
-from fleet.capacity.services import ConflictError
 
 APPROVE_CAPACITY = roles.APPROVE_CAPACITY
 APPROVE_RESERVATION = "fleet.change_reservation"
@@ -59,6 +58,14 @@ DECISION_FIELDS = ("approved_by", "approved_at", "self_approved", "rejected_by",
 # Once approved: fields fixed, and dates that may only move later.
 FIXED_ONCE_APPROVED = {ProcurementOrder: ("pool", "count"), PowerApproval: ("site", "added_kw")}
 LATER_ONLY_ONCE_APPROVED = {ProcurementOrder: "promised_on", PowerApproval: "expected_on"}
+
+
+class ConflictError(Exception):
+    """A state change refused by the current state (HTTP 409). ``detail`` is the response body."""
+
+    def __init__(self, message: str, **detail: Any) -> None:
+        super().__init__(message)
+        self.detail = {"detail": message, **detail}
 
 
 class ApprovalRefused(Exception):
