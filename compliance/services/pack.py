@@ -8,7 +8,7 @@ moment it is built; the audit extract covers the requested period (first to last
 in the console's time zone).
 
 ``request_pack`` creates the row and queues the build after commit; the Celery task
-(compliance.tasks_pack) builds one pack at a time and stores the zip as the pack's chunks.
+(compliance.pack.tasks) builds one pack at a time and stores the zip as the pack's chunks.
 
 A year's audit extract runs to a million entries, so nothing holds the pack whole (``write_pack``):
 
@@ -235,7 +235,7 @@ def request_pack(*, period_start: date, period_end: date, actor: Any = None) -> 
     """Create a queued pack and queue its build once the row is committed (the worker must find
     it). In eager mode (embedded) the build runs in this process when the transaction commits.
     Packs are built one at a time: behind another, its step says what it waits for."""
-    from compliance.tasks_pack import build_compliance_pack
+    from compliance.pack.tasks import build_compliance_pack
 
     with transaction.atomic():
         pack = CompliancePack.objects.create(
