@@ -24,7 +24,7 @@ api_v1 = [
     path("scheduler/", include("fleet.scheduler.api_urls")),
     path("cost/", include("fleet.cost.api_urls")),
     path("compliance/", include("compliance.api_urls")),
-    path("recovery/", include("compliance.urls_recovery")),
+    path("recovery/", include("compliance.recovery.api_urls")),
     path("alertmanager", AlertmanagerWebhookView.as_view(), name="alertmanager"),
     path("", include("incidents.api.urls")),
 ]
@@ -50,7 +50,7 @@ urlpatterns = [
     path("cost/", include("fleet.cost.urls")),
     path("incidents/", include("incidents.urls")),
     path("compliance/", include("compliance.urls")),
-    path("recovery/", include("compliance.urls_recovery_pages")),
+    path("recovery/", include("compliance.recovery.urls")),
     path("api/v1/", include((api_v1, "api"))),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     # The split view serves its script as a file: no inline script for the Content-Security-Policy to allow.

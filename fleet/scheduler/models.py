@@ -10,6 +10,7 @@ from django.db import models
 
 from fleet.choices import TEAM_ONLY_KINDS, QueueKind, QueueScheduler
 from fleet.inventory.models import Site
+from fleet.telemetry.models import CounterRollupColumns
 
 # What a scheduler's queue is when its exporter does not say otherwise (``kind`` left blank).
 PRIMARY_KIND = {
@@ -110,20 +111,12 @@ class SchedulerSample(models.Model):
         return f"queue {self.queue_id} {self.quantity}{{{self.series}}} {self.ts:%Y-%m-%d %H:%M:%S} {self.value}"
 
 
-class SchedulerRollup1m(models.Model):
-    """One queue series over one minute: ``increase`` for a counter (resets counted as Prometheus
-    ``increase()`` does), ``min``/``max``/``last`` for every quantity."""
+class SchedulerRollup1m(CounterRollupColumns):
+    """One queue series over one minute (the columns: CounterRollupColumns)."""
 
     pk = models.CompositePrimaryKey("queue", "series", "quantity", "bucket")
     queue = models.ForeignKey(SchedulerQueue, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+")
     series = models.CharField(max_length=1024)
-    quantity = models.CharField(max_length=32)
-    bucket = models.DateTimeField()
-    samples = models.IntegerField()
-    increase = models.FloatField(null=True)
-    min = models.FloatField()
-    max = models.FloatField()
-    last = models.FloatField()
 
     class Meta:
         db_table = "fleet_schedulerrollup_1m"

@@ -15,8 +15,8 @@ from django.shortcuts import redirect
 from django.views.generic import TemplateView
 
 from compliance.choices import PackStatus
-from compliance.forms_pack import PackForm
 from compliance.models import CompliancePack
+from compliance.pack.forms import PackForm
 from compliance.permissions import ComplianceRequiredMixin
 from compliance.services.pack import MAX_PERIOD_DAYS, request_pack
 
@@ -31,7 +31,7 @@ class PackListView(ComplianceRequiredMixin, TemplateView):
         context.setdefault("form", PackForm(initial=PackForm.default_period()))
         context["packs"] = CompliancePack.objects.select_related("created_by")[:LIST_LIMIT]
         context["max_period_days"] = MAX_PERIOD_DAYS
-        # Packs are built one at a time (compliance.tasks_pack): say how many wait behind the one building.
+        # Packs are built one at a time (compliance.pack.tasks): say how many wait behind the one building.
         context["waiting"] = CompliancePack.objects.filter(status=PackStatus.QUEUED).count()
         return context
 

@@ -13,9 +13,9 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.generic import TemplateView
 
-from compliance.forms_retention import LegalHoldForm, RetentionPolicyForm
 from compliance.models import LegalHold
 from compliance.permissions import ComplianceRequiredMixin
+from compliance.retention.forms import LegalHoldForm, RetentionPolicyForm
 from compliance.services import retention
 
 

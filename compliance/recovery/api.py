@@ -27,10 +27,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from compliance.api.strict import KnownFieldsOnly
 from compliance.choices import BackupOutcome
 from compliance.models import BackupReport, RecoveryItem, RestoreTest
 from compliance.permissions import RECOVERY_VIEW, RESTORE_TEST_ADD
+from compliance.serializers import KnownFieldsOnly
 from compliance.services import recovery
 from console.authentication import AgentOrPersonalTokenAuthentication, AgentTokenAuthentication
 from console.models import AgentToken

@@ -17,9 +17,9 @@ from django.utils import timezone
 from django.views.generic import TemplateView
 
 from compliance.choices import Modality, SourceCategory
-from compliance.forms_register import DatasetForm, DomainCsvForm, GpaiModelForm, LineageForm
 from compliance.models.register import CrawledDomain, Dataset, GpaiModel, Lineage
 from compliance.permissions import ComplianceRequiredMixin
+from compliance.register.forms import DatasetForm, DomainCsvForm, GpaiModelForm, LineageForm
 from compliance.services import register
 
 TOP_DOMAINS = 50

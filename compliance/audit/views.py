@@ -13,7 +13,7 @@ from django.utils import timezone
 from django.views import View
 from django.views.generic import TemplateView
 
-from compliance.api.audit import AuditEntryFilterSet
+from compliance.audit.api import AuditEntryFilterSet
 from compliance.choices import AuditAction
 from compliance.models import AuditEntry
 from compliance.permissions import ComplianceRequiredMixin

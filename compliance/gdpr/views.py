@@ -15,7 +15,7 @@ from django.utils import timezone
 from django.views.generic import TemplateView
 
 from compliance.choices import RequestKind
-from compliance.forms_gdpr import (
+from compliance.gdpr.forms import (
     SETTABLE_STATUSES,
     DataAssetForm,
     ProcessorRecordForm,

@@ -98,7 +98,7 @@ class _RowProgress:
             self._thread.join(timeout=30)
 
 
-@shared_task(ignore_result=True)
+@shared_task(name="compliance.tasks_pack.build_compliance_pack", ignore_result=True)
 def build_compliance_pack(pack_id: int) -> str:
     """Build pack ``pack_id`` and store its zip, then start the oldest queued pack; returns the
     pack's status, "waiting" when another build holds the slot, or "skipped".

@@ -5,14 +5,13 @@ from __future__ import annotations
 from django.urls import URLPattern, URLResolver, path
 from rest_framework.routers import SimpleRouter
 
-from compliance import views_register
-from compliance.api import register as api
+from compliance.register import api, views
 
 urlpatterns: list[URLPattern | URLResolver] = [
-    path("models/", views_register.ModelListView.as_view(), name="model-list"),
-    path("models/<int:pk>/", views_register.ModelDetailView.as_view(), name="model-detail"),
-    path("datasets/", views_register.DatasetListView.as_view(), name="dataset-list"),
-    path("datasets/<int:pk>/", views_register.DatasetDetailView.as_view(), name="dataset-detail"),
+    path("models/", views.ModelListView.as_view(), name="model-list"),
+    path("models/<int:pk>/", views.ModelDetailView.as_view(), name="model-detail"),
+    path("datasets/", views.DatasetListView.as_view(), name="dataset-list"),
+    path("datasets/<int:pk>/", views.DatasetDetailView.as_view(), name="dataset-detail"),
 ]
 
 # SimpleRouter: the other areas share /api/v1/compliance/, so no area claims its root view.

@@ -5,12 +5,11 @@ from __future__ import annotations
 from django.urls import URLPattern, URLResolver, path
 from rest_framework.routers import SimpleRouter
 
-from compliance import views_audit
-from compliance.api import audit as api
+from compliance.audit import api, views
 
 urlpatterns: list[URLPattern | URLResolver] = [
-    path("audit/", views_audit.AuditLogView.as_view(), name="audit-list"),
-    path("audit.csv", views_audit.AuditExportView.as_view(), name="audit-export"),
+    path("audit/", views.AuditLogView.as_view(), name="audit-list"),
+    path("audit.csv", views.AuditExportView.as_view(), name="audit-export"),
 ]
 
 router = SimpleRouter()

@@ -3,7 +3,7 @@ and the data-subject request log (Arts. 12(3), 15-22).
 
 Compliance officers and admins only, reads included (CompliancePermission). A request is never
 deleted through the API: it is part of the record of how the controller answered. A body naming a
-field the endpoint does not take is a 400 naming it (compliance.api.strict). A request's ``kind``
+field the endpoint does not take is a 400 naming it (compliance.serializers). A request's ``kind``
 and ``received_on`` are fixed once logged: a PATCH that would change them is a 400 naming them
 (not silently dropped, as DRF drops read-only fields: the caller must learn nothing changed); a
 mistake is corrected by a new request that ``corrects`` it.
@@ -16,11 +16,11 @@ from typing import Any
 from django.utils import timezone
 from rest_framework import mixins, serializers, viewsets
 
-from compliance.api.strict import KnownFieldsOnly
 from compliance.choices import RequestStatus
 from compliance.models import DataAsset, ProcessorRecord, SubjectRequest
 from compliance.models.gdpr import PROCESSOR_FIELDS, RECORD_FIELDS
 from compliance.permissions import CompliancePermission
+from compliance.serializers import KnownFieldsOnly
 from compliance.services import gdpr
 from console.timebounds import BoundedDatesSerializerMixin
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, path
 
-from compliance.api import recovery
+from compliance.recovery import api
 
 app_name = "recovery-api"
 
 urlpatterns: list[URLPattern | URLResolver] = [
-    path("backups/", recovery.BackupReportView.as_view(), name="backup-report"),
-    path("items/", recovery.RecoveryItemListView.as_view(), name="item-list"),
-    path("restore-tests/", recovery.RestoreTestView.as_view(), name="restore-test"),
+    path("backups/", api.BackupReportView.as_view(), name="backup-report"),
+    path("items/", api.RecoveryItemListView.as_view(), name="item-list"),
+    path("restore-tests/", api.RestoreTestView.as_view(), name="restore-test"),
 ]

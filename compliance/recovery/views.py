@@ -15,9 +15,9 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.generic import TemplateView
 
-from compliance.forms_recovery import RecoveryItemForm, RegisterFilterForm, RestoreTestForm, defaults_text
 from compliance.models import RecoveryItem
 from compliance.permissions import RECOVERY_ADD, RECOVERY_CHANGE, RESTORE_TEST_ADD, RecoveryRequiredMixin
+from compliance.recovery.forms import RecoveryItemForm, RegisterFilterForm, RestoreTestForm, defaults_text
 from compliance.services import recovery
 
 BACKUPS_SHOWN = 50

@@ -5,14 +5,13 @@ from __future__ import annotations
 from django.urls import URLPattern, URLResolver, path
 from rest_framework.routers import DefaultRouter
 
-from compliance import views_pack
-from compliance.api import pack
+from compliance.pack import api, views
 
 router = DefaultRouter()
 router.include_root_view = False
-router.register("packs", pack.CompliancePackViewSet, basename="pack")
+router.register("packs", api.CompliancePackViewSet, basename="pack")
 
 urlpatterns: list[URLPattern | URLResolver] = [
-    path("packs/", views_pack.PackListView.as_view(), name="pack-list"),
+    path("packs/", views.PackListView.as_view(), name="pack-list"),
 ]
 api_urlpatterns: list[URLPattern | URLResolver] = [*router.urls]

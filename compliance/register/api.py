@@ -19,9 +19,9 @@ from rest_framework.parsers import BaseParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from compliance.api.strict import KnownFieldsOnly
 from compliance.models.register import CrawledDomain, Dataset, GpaiModel, Lineage
 from compliance.permissions import CompliancePermission
+from compliance.serializers import KnownFieldsOnly
 from compliance.services import register
 from console.parsers import StrictJSONParser
 from console.timebounds import BoundedDatesSerializerMixin
