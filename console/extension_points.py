@@ -31,11 +31,17 @@ EXTENSION_POINTS: tuple[ExtensionPoint, ...] = (
     # console: the shell every app shares
     ExtensionPoint("console.live.register_topic_builder", "a live topic's delta builder", "console.live's broadcast"),
     ExtensionPoint(
-        "console.live.register_topic_watcher", "a topic pushed only while a page follows it", "console.sockets"
+        "console.live.register_topic_watcher",
+        "a topic pushed only while a page follows it",
+        "console.consumers (a socket renews its watches)",
     ),
     ExtensionPoint("console.overview.register_section", "a tile on the overview page", "console's overview view"),
     ExtensionPoint("console.metrics.register_collector", "series on the console's /metrics", "console.metrics"),
-    ExtensionPoint("console.queues.register_stream", "a Redis stream whose backlog /readyz reports", "console.queues"),
+    ExtensionPoint(
+        "console.queues.register_stream",
+        "a Redis stream of queued work (an ingest lane)",
+        "queue_depth: the ingest doors' 429 bound and /metrics",
+    ),
     # incidents: findings in, incidents out
     ExtensionPoint("incidents.detectors.register_detectors", "a module's @detector functions", "run_detectors"),
     ExtensionPoint(
