@@ -250,7 +250,7 @@ class PrometheusIngestView(APIView):
                     "scheduler_samples": serializers.IntegerField(required=False),
                     "ignored": serializers.IntegerField(),
                     "ignored_metrics": serializers.DictField(child=serializers.IntegerField(), required=False),
-                    # What the apps' hooks (fleet.ingest.hooks) took from the push, by hook.
+                    # What the table's PUSH entries (fleet.exporters.map_pushes) took from the push, by exporter.
                     "mapped": inline_serializer(
                         "PrometheusMapped",
                         {
