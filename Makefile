@@ -31,7 +31,8 @@ demo: $(STAMP)
 	LOG_LEVEL=$${LOG_LEVEL:-WARNING} $(BIN)/python manage.py demo --port $(PORT) $(DEMO_ARGS)
 
 # Tests use real PostgreSQL and Redis: DATABASE_URL if set (else the embedded PostgreSQL), and
-# REDIS_URL (default: database 15 of the local Redis, which the suite flushes).
+# REDIS_URL (default: database 15 of the local Redis, which the suite flushes). They run on 4
+# parallel workers, worker N on Redis database 15 - N (tests/parallel.py); PYTEST_ARGS="-n 0" runs serially.
 test: $(DEV_STAMP)
 	REDIS_URL=$${REDIS_URL:-redis://127.0.0.1:6379/15} \
 	ALLOWED_HOSTS=$${ALLOWED_HOSTS:-127.0.0.1,localhost} \

@@ -111,7 +111,7 @@ def build_plan_data(pools: list[Any], requested: int, rng: random.Random) -> lis
     """Orders, approvals, quotas and reservations (module docstring); returns the requested ids."""
     from django.db import connection
 
-    from fleet.capacity.services import pool_figures
+    from fleet.capacity.read.supply import pool_figures
     from fleet.choices import PriorityTier
     from fleet.models import PowerApproval, ProcurementOrder, Reservation, Team, TeamQuota
 
@@ -258,7 +258,9 @@ def main() -> None:
     setup_django()
     # Each refused approval is a 409 that django.request logs as a warning: expected here.
     logging.getLogger("django.request").setLevel(logging.ERROR)
-    from fleet.capacity import services as capacity
+    from fleet.capacity.actions import reservations
+    from fleet.capacity.actions.approvals import ConflictError
+    from fleet.capacity.read import planning
     from fleet.models import Reservation
 
     rng = random.Random(5)
@@ -277,7 +279,7 @@ def main() -> None:
     plan_p95 = percentile(plan_times, 95)
     log(f"plan: p50 {percentile(plan_times, 50):.1f} ms, p95 {plan_p95:.1f} ms over {len(plan_times)} requests")
     if args.profile or plan_p95 > TARGET_P95_MS:
-        profile("plan()", capacity.plan)
+        profile("plan()", planning.plan)
 
     # Two warm-ups (approved like the rest; the timed ones follow them).
     time_approvals(client, ids[:2])
@@ -298,8 +300,8 @@ def main() -> None:
 
         def approve_once() -> None:
             # Refused in the timed run too where the site's power curtails the pool: the same checks.
-            with contextlib.suppress(capacity.ConflictError):
-                capacity.approve(pending, actor=actor)
+            with contextlib.suppress(ConflictError):
+                reservations.approve(pending, actor=actor)
 
         profile("approve()", approve_once)
 

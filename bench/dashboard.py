@@ -19,7 +19,7 @@ loads again.
 
 Timing: GET /api/v1/fleet/overview/?range=1h|24h|7d through Django's test client (the whole stack:
 middleware, session auth of a Viewer, DRF, JSON rendering) ``--requests`` times each after two
-warm-up requests; then fleet.telemetry.dashboard.site_series_from_raw(seconds=86400), the 24 h
+warm-up requests; then fleet.telemetry.read.figures.site_series_from_raw(seconds=86400), the 24 h
 series computed from raw samples, three times. A breakdown of the overview's parts is printed.
 
 Ends with RESULT p95_ms_1h=... p95_ms_24h=... p95_ms_7d=... raw_24h_ms=... speedup_24h=... where
@@ -365,22 +365,22 @@ def describe(body: dict[str, Any]) -> str:
 
 def breakdown(requests: int) -> None:
     """Median ms of each part of the overview, called directly."""
-    from fleet.telemetry import dashboard, fleet_page, gpu_table
+    from fleet.telemetry.read import figures, fleet_summary, gpu_list
 
     parts = {
-        "fleet_totals": lambda: dashboard.fleet_totals(),
-        "site_rows (with health)": lambda: fleet_page.site_rows(),
-        "worst_gpus (50)": lambda: gpu_table.worst_gpus(),
-        "table_page (50 rows)": lambda: gpu_table.table_page(gpu_table.TableQuery()),
-        "site_series 1h (1m rollups)": lambda: dashboard.site_series(range_key="1h"),
-        "site_series 24h (1m rollups)": lambda: dashboard.site_series(range_key="24h"),
-        "site_series 7d (1h rollups)": lambda: dashboard.site_series(range_key="7d"),
+        "fleet_totals": lambda: figures.fleet_totals(),
+        "site_rows (with health)": lambda: fleet_summary.site_rows(),
+        "worst_gpus (50)": lambda: gpu_list.worst_gpus(),
+        "table_page (50 rows)": lambda: gpu_list.table_page(gpu_list.TableQuery()),
+        "site_series 1h (1m rollups)": lambda: figures.site_series(range_key="1h"),
+        "site_series 24h (1m rollups)": lambda: figures.site_series(range_key="24h"),
+        "site_series 7d (1h rollups)": lambda: figures.site_series(range_key="7d"),
     }
     log("overview parts, called directly (median ms):")
     for label, fn in parts.items():
         fn()
         log(f"    {statistics.median(timed(fn)[0] for _ in range(max(5, requests // 3))):8.1f}  {label}")
-    snapshot = fleet_page.overview_snapshot(range_key="24h")
+    snapshot = fleet_summary.overview_snapshot(range_key="24h")
     from rest_framework.renderers import JSONRenderer
 
     ms = statistics.median(timed(JSONRenderer().render, snapshot)[0] for _ in range(5))
@@ -400,7 +400,7 @@ def main() -> None:
     sites, fleet = bench_fleet(1024)
     _, gpu_ids = ensure_inventory(sites, fleet)
     stats = prepare(fleet, gpu_ids, reload=args.reload)
-    from fleet.telemetry import dashboard
+    from fleet.telemetry.read import figures
 
     (samples,) = sql("SELECT count(*) FROM fleet_gpusample WHERE ts >= now() - interval '24 hours'")[0]
     log(f"data ready in {stats['prepare_s']:.0f} s: {samples:,} raw samples in the last 24 h")
@@ -417,10 +417,10 @@ def main() -> None:
     breakdown(args.requests)
 
     log(f"raw 24 h aggregate (site_series_from_raw(seconds=86400)), {args.raw_runs} runs after one warm-up…")
-    dashboard.site_series_from_raw(seconds=86400)
+    figures.site_series_from_raw(seconds=86400)
     raw_times = []
     for _ in range(args.raw_runs):
-        ms, raw = timed(dashboard.site_series_from_raw, seconds=86400)
+        ms, raw = timed(figures.site_series_from_raw, seconds=86400)
         raw_times.append(ms)
     raw_ms = statistics.median(raw_times)
     points = [len(s["ts"]) for s in raw["sites"].values()]

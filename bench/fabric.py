@@ -651,7 +651,7 @@ def seeded_span(ids: list[int]) -> tuple[datetime | None, int]:
 def prepare_api(args: argparse.Namespace) -> list[int]:
     """Inventory and 24 h of rollups for the API's ports: kept when intact and recent enough,
     topped up to the present minute; loaded afresh otherwise."""
-    from fleet.fabric import readmodel
+    from fleet.fabric.read import summaries
     from fleet.telemetry import partitions
 
     ids = api_inventory(args.nodes)
@@ -681,7 +681,7 @@ def prepare_api(args: argparse.Namespace) -> list[int]:
     # The seed writes rollups without the port writer: the page's read model (per-fabric minutes,
     # the ports' status) is read from them as the demo's history and migration 0015 do.
     started = time.perf_counter()
-    readmodel.rebuild(start, now + timedelta(minutes=1))
+    summaries.rebuild(start, now + timedelta(minutes=1))
     log(f"api: read model rebuilt from {start:%H:%M} in {time.perf_counter() - started:.1f} s")
     sql("ANALYZE fleet_portrollup_1m")
     sql("ANALYZE fleet_portstatus")
@@ -732,7 +732,7 @@ def run_api(args: argparse.Namespace) -> dict[str, float]:
     client = viewer_client()
     from console.runtime import settle_heap
 
-    settle_heap()  # as the web process does once it is ready (console/asgi.py)
+    settle_heap()  # as the web process does once it is ready (goodput/asgi.py)
     out = {}
     for label, query in (("1h", ""), ("24h", "?range=24h")):
         times, body = time_api(client, query, args.requests, args.budget)

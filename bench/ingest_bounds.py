@@ -196,7 +196,7 @@ def text_dcgm_gpus(ctx: Context) -> Request:
 
 def text_dcgm_fields(ctx: Context) -> Request:
     """Every field of as many GPUs (one family a field, as dcgm-exporter writes them)."""
-    from fleet.ingest.prometheus import DCGM_FIELDS
+    from fleet.telemetry.mappings import DCGM_FIELDS
 
     lim = limits()
     names = list(DCGM_FIELDS)

@@ -17,7 +17,7 @@ On the bench's own database (``bench_scheduler`` unless BENCH_DATABASE_URL says 
   against reserved) through Django's test client with a Viewer's session (middleware, auth, DRF,
   JSON), ``--requests`` timed after 2 warm-ups (which sum the day's settled hours, read-through,
   as a page's first read of the hour does; the table is then analysed): p50 and p95. The queue part alone
-  (fleet.scheduler.services.pool_queues), quota drift (fleet.scheduler.drift.quota_drift, which the
+  (fleet.scheduler.read.pool_queues), quota drift (fleet.scheduler.drift.quota_drift, which the
   capacity page's panel reads too) and the plan without the queues are timed too, on stderr.
 
 Prints progress on stderr and ends with
@@ -210,7 +210,7 @@ def time_get(client: Any, requests: int) -> tuple[list[float], dict[str, Any]]:
 
     get()
     get()
-    # The warm-ups summed the day's settled hours (fleet.scheduler.services.counter_windows) into a
+    # The warm-ups summed the day's settled hours (fleet.scheduler.read.counter_windows) into a
     # table that was empty: its statistics as autovacuum leaves them after such a fill.
     sql("ANALYZE fleet_schedulercounterhour")
     times, body = [], {}
@@ -263,10 +263,10 @@ def main() -> None:
     from console.runtime import settle_heap
     from fleet.capacity import api as capacity_api
     from fleet.scheduler.drift import quota_drift
-    from fleet.scheduler.services import pool_queues
+    from fleet.scheduler.read import pool_queues
 
     client = viewer_client()
-    settle_heap()  # as the web process does once it is ready (console/asgi.py)
+    settle_heap()  # as the web process does once it is ready (goodput/asgi.py)
     times, body = time_get(client, args.requests)
     p50, p95 = percentile(times, 50), percentile(times, 95)
     log(f"api {API_PATH}: p50 {p50:.1f} ms, p95 {p95:.1f} ms, max {max(times):.1f} ms over {len(times)}")

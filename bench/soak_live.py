@@ -673,7 +673,8 @@ from datetime import timedelta
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.utils import timezone
-from fleet.telemetry import dashboard, fleet_page
+from fleet.telemetry.read import figures
+from fleet.telemetry.read import fleet_summary
 
 def median_ms(fn, runs=5):
     took = []
@@ -684,14 +685,14 @@ def median_ms(fn, runs=5):
     return round(sorted(took)[runs // 2] * 1000, 1), value
 
 # A push's watermark: the previous push's (its rows are left out when unchanged), as live pushes run.
-_, previous = fleet_page.build_fleet_delta("fleet", None)
+_, previous = fleet_summary.build_fleet_delta("fleet", None)
 time.sleep(0.5)
 out = {}
-out["build_ms"], (payload, _) = median_ms(lambda: fleet_page.build_fleet_delta("fleet", previous))
+out["build_ms"], (payload, _) = median_ms(lambda: fleet_summary.build_fleet_delta("fleet", previous))
 since = timezone.now() - timedelta(seconds=3)
-out["gpu_rows_ms"], rows = median_ms(lambda: dashboard.gpu_rows(updated_since=since))
-out["totals_ms"], _ = median_ms(dashboard.fleet_totals)
-out["sites_ms"], _ = median_ms(dashboard.site_summaries)
+out["gpu_rows_ms"], rows = median_ms(lambda: figures.gpu_rows(updated_since=since))
+out["totals_ms"], _ = median_ms(figures.fleet_totals)
+out["sites_ms"], _ = median_ms(figures.site_summaries)
 out["rows"] = len(payload.get("gpus", payload["worst"]))  # the fleet topic carries the worst GPUs, no table rows
 out["payload_kib"] = round(len(json.dumps(payload)) / 1024, 1)
 # channels-redis: the same message to CLIENTS sockets on two processes, as a real push fans out.

@@ -491,11 +491,11 @@ def time_get(client: Any, url: str, requests: int) -> tuple[list[float], Any]:
 
 
 def profile_overview() -> None:
-    from fleet.training import dashboard as training_dashboard
+    from fleet.training import read as training_read
 
     profiler = cProfile.Profile()
     profiler.enable()
-    training_dashboard.overview_snapshot(range_key="7d")
+    training_read.overview_snapshot(range_key="7d")
     profiler.disable()
     out = io.StringIO()
     pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(r"fleet/|django/db/backends", 18)

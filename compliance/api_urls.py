@@ -1,16 +1,21 @@
-"""The compliance API, under /api/v1/compliance/ (console.urls)."""
+"""The compliance API, under /api/v1/compliance/ (goodput.urls)."""
 
 from __future__ import annotations
 
-from compliance import urls_audit, urls_gdpr, urls_pack, urls_register, urls_retention, urls_summary
+from compliance.audit import urls as audit
+from compliance.gdpr import urls as gdpr
+from compliance.pack import urls as pack
+from compliance.register import urls as register
+from compliance.retention import urls as retention
+from compliance.summary import urls as summary
 
 app_name = "compliance-api"
 
 urlpatterns = [
-    *urls_register.api_urlpatterns,
-    *urls_summary.api_urlpatterns,
-    *urls_gdpr.api_urlpatterns,
-    *urls_retention.api_urlpatterns,
-    *urls_audit.api_urlpatterns,
-    *urls_pack.api_urlpatterns,
+    *register.api_urlpatterns,
+    *summary.api_urlpatterns,
+    *gdpr.api_urlpatterns,
+    *retention.api_urlpatterns,
+    *audit.api_urlpatterns,
+    *pack.api_urlpatterns,
 ]

@@ -28,7 +28,7 @@ from compliance.services.recovery import (
     same_site_copy,
 )
 from incidents.choices import Severity
-from incidents.detectors import FindingSpec, register
+from incidents.detectors import FindingSpec, detector
 
 CATEGORY = "recovery"
 
@@ -59,7 +59,7 @@ def _spec(detector: str, state: ItemState, severity: str, summary: str, descript
     )
 
 
-@register("recovery-rpo-breached")
+@detector("recovery-rpo-breached")
 def recovery_rpo_breached(now: datetime) -> list[FindingSpec]:
     """An item whose last successful backup is older than its RPO (SEV3), or that never had one
     (SEV3): losing the source now loses more than the RPO allows."""
@@ -87,7 +87,7 @@ def recovery_rpo_breached(now: datetime) -> list[FindingSpec]:
     return specs
 
 
-@register("recovery-rto-unproven")
+@detector("recovery-rto-unproven")
 def recovery_rto_unproven(now: datetime) -> list[FindingSpec]:
     """An item without a verified restore test within its ``restore_test_every`` (SEV4)."""
     specs = []
@@ -117,7 +117,7 @@ def recovery_rto_unproven(now: datetime) -> list[FindingSpec]:
     return specs
 
 
-@register("recovery-backup-failing")
+@detector("recovery-backup-failing")
 def recovery_backup_failing(now: datetime) -> list[FindingSpec]:
     """An item whose last three backup reports failed (SEV3)."""
     specs = []
@@ -138,7 +138,7 @@ def recovery_backup_failing(now: datetime) -> list[FindingSpec]:
     return specs
 
 
-@register("recovery-same-site-copy")
+@detector("recovery-same-site-copy")
 def recovery_same_site_copy(now: datetime) -> list[FindingSpec]:
     """An item whose last good copy is on its source's own site and tier (SEV4): no second site."""
     specs = []

@@ -5,45 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from compliance.permissions import COMPLIANCE_PERMISSION, RECOVERY_VIEW
+from django.conf import settings
+from django.utils import timezone
+
+from compliance.services import recovery
+from compliance.services.status import compliance_status
 
 
 def overview_tile(request: Any) -> dict[str, Any]:
-    from django.conf import settings
-
-    from compliance.services.status import compliance_status
-
     return {"status": compliance_status(), "review_days": settings.EXPORT_CONTROL_REVIEW_DAYS}
 
 
 def recovery_tile(request: Any) -> dict[str, Any]:
     """The recovery register at a glance: the same counts as the /recovery/ page's header."""
-    from django.utils import timezone
-
-    from compliance.services import recovery
-
     now = timezone.now()
     return {"counts": recovery.summary(recovery.item_states(), now)}
-
-
-def register() -> None:
-    from console import overview
-
-    overview.register_section(
-        overview.Section(
-            name="compliance",
-            template="compliance/_overview.html",
-            context=overview_tile,
-            order=60,
-            permission=COMPLIANCE_PERMISSION,
-        )
-    )
-    overview.register_section(
-        overview.Section(
-            name="recovery",
-            template="recovery/_overview.html",
-            context=recovery_tile,
-            order=65,
-            permission=RECOVERY_VIEW,
-        )
-    )

@@ -1,8 +1,8 @@
 """Compliance background work: the daily retention run (CELERY_BEAT_SCHEDULE "apply-retention"),
 the daily walk of the audit log's hash chain ("verify-audit-log"), the hourly head kept outside
-the database ("keep-audit-head") and, from tasks_pack and
-tasks_summary (imported here so a worker registers them), building a compliance pack and
-rendering a published summary's PDF."""
+the database ("keep-audit-head") and, from compliance.pack.tasks and compliance.summary.tasks
+(imported here so a worker registers them, under the names they had as compliance.tasks_pack and
+compliance.tasks_summary), building a compliance pack and rendering a published summary's PDF."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import logging
 
 from celery import shared_task
 
+from compliance.pack.tasks import build_compliance_pack  # noqa: F401  (registered with the worker)
 from compliance.services import audit_chain, audit_heads, retention
-from compliance.tasks_pack import build_compliance_pack  # noqa: F401  (registered with the worker)
-from compliance.tasks_summary import render_summary_pdf  # noqa: F401  (registered with the worker)
+from compliance.summary.tasks import render_summary_pdf  # noqa: F401  (registered with the worker)
 
 
 @shared_task(ignore_result=True, acks_late=False)

@@ -1,20 +1,26 @@
-"""The compliance pages, under /compliance/ (console.urls). Each area keeps its routes in its own
+"""The compliance pages, under /compliance/ (goodput.urls). Each area keeps its routes in its own
 module; this one puts them together, with the compliance home page."""
 
 from __future__ import annotations
 
 from django.urls import path
 
-from compliance import urls_audit, urls_gdpr, urls_pack, urls_register, urls_retention, urls_summary, views
+from compliance import views
+from compliance.audit import urls as audit
+from compliance.gdpr import urls as gdpr
+from compliance.pack import urls as pack
+from compliance.register import urls as register
+from compliance.retention import urls as retention
+from compliance.summary import urls as summary
 
 app_name = "compliance"
 
 urlpatterns = [
     path("", views.ComplianceHomeView.as_view(), name="home"),
-    *urls_register.urlpatterns,
-    *urls_summary.urlpatterns,
-    *urls_gdpr.urlpatterns,
-    *urls_retention.urlpatterns,
-    *urls_audit.urlpatterns,
-    *urls_pack.urlpatterns,
+    *register.urlpatterns,
+    *summary.urlpatterns,
+    *gdpr.urlpatterns,
+    *retention.urlpatterns,
+    *audit.urlpatterns,
+    *pack.urlpatterns,
 ]

@@ -10,6 +10,7 @@ class ConsoleConfig(AppConfig):
         import console.checks  # (registers check --deploy on the database role)
         import console.schema  # noqa: F401  (registers the OpenAPI auth extension)
         from console import sockets
+        from console.extension_points import discover_plugins
         from console.models import AgentToken, agent_token_saved_or_deleted
         from console.roles import sync_roles_after_migrate
 
@@ -22,3 +23,5 @@ class ConsoleConfig(AppConfig):
         # reaches every process's verified-token cache at once (console.models.AgentToken.authenticate).
         post_save.connect(agent_token_saved_or_deleted, sender=AgentToken, dispatch_uid="console.tokens.saved")
         post_delete.connect(agent_token_saved_or_deleted, sender=AgentToken, dispatch_uid="console.tokens.deleted")
+        # Every app's and room's plugins.py, once every model is loaded (console.extension_points).
+        discover_plugins()

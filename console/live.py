@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 # Topics clients may subscribe to. Group names are built from these by code, never from raw input.
 TOPIC_PATTERN = re.compile(
     r"^(fleet|incidents|power|fabric|storage|training|serving|scheduler|cost|(site|job|endpoint|gpu|node)\.\d{1,12}"
-    # A page of the fleet's GPU table: the digest of its query, made by the server (fleet_page).
+    # A page of the fleet's GPU table: the digest of its query, made by the server (fleet.telemetry.read.fleet_summary).
     r"|fleetview\.[0-9a-f]{16})$"
 )
 MESSAGE_TYPE = "live.message"

@@ -1,7 +1,7 @@
 """The console's own /metrics, in Prometheus text format (a session with a role, or an agent token).
 
-Apps register collectors (functions yielding prometheus_client metric families) in
-AppConfig.ready(); counters shared across processes come from console.counters.
+Apps register collectors (functions yielding prometheus_client metric families) in their
+plugins.py; counters shared across processes come from console.counters.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Sections of the overview page. Apps register theirs in AppConfig.ready(), so the console shows
+"""Sections of the overview page. Apps register theirs in their plugins.py, so the console shows
 fleet, incidents or goodput at a glance without importing those apps."""
 
 from __future__ import annotations

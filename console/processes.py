@@ -8,7 +8,7 @@ from __future__ import annotations
 import http.client
 import sys
 
-ASGI_APP = "console.asgi:application"
+ASGI_APP = "goodput.asgi:application"
 
 
 def uvicorn_command(
@@ -25,7 +25,7 @@ def uvicorn_command(
     if workers is not None:
         command += ["--workers", str(workers)]
     # --no-proxy-headers: uvicorn would otherwise take X-Forwarded-For from any loopback peer; the
-    # app applies it itself, from GOODPUT_TRUSTED_PROXIES only (console.asgi).
+    # app applies it itself, from GOODPUT_TRUSTED_PROXIES only (goodput.asgi).
     command += ["--lifespan", "off", "--log-level", "warning", "--no-proxy-headers"]
     if not access_log:
         command.append("--no-access-log")

@@ -26,7 +26,7 @@ from drf_spectacular.utils import OpenApiParameter
 RAW, MINUTE, HOUR = "raw", "1m", "1h"
 RESOLUTIONS = (RAW, MINUTE, HOUR)  # finest first
 RETENTION_SETTINGS = {RAW: "RAW_RETENTION_DAYS", MINUTE: "ROLLUP_1M_RETENTION_DAYS", HOUR: "ROLLUP_1H_RETENTION_DAYS"}
-# The presets' rule (fleet.telemetry.dashboard.RESOLUTION): the 15-minute view reads raw samples,
+# The presets' rule (fleet.telemetry.read.figures.RESOLUTION): the 15-minute view reads raw samples,
 # 1 h to 24 h the minute rollups, 7 d the hour rollups.
 RAW_MAX_SPAN = timedelta(minutes=15)
 MINUTE_MAX_SPAN = timedelta(hours=24)

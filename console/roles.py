@@ -136,17 +136,22 @@ def sync_roles(apps: Any) -> None:
     """Create the role groups and set their permissions exactly (idempotent)."""
     Group = apps.get_model("auth", "Group")
     Permission = apps.get_model("auth", "Permission")
+    named = {code.split(".")[0] for codes in ROLE_PERMISSIONS.values() for code in codes if code != "*"}
+    # One query for every permission a role may hold, not one per code: each test persona syncs.
+    candidates = (
+        Permission.objects.filter(content_type__app_label__in={*ADMIN_APPS, *named})
+        .select_related("content_type")
+        .order_by("content_type__app_label", "content_type__model", "codename")
+    )
+    by_code: dict[str, Any] = {}
+    for perm in candidates:
+        # A codename on two models of one app: the first in Permission's ordering, as .first() gave.
+        by_code.setdefault(f"{perm.content_type.app_label}.{perm.codename}", perm)
+    every = [perm for perm in candidates if perm.content_type.app_label in ADMIN_APPS]
     for role, codes in ROLE_PERMISSIONS.items():
         group, _ = Group.objects.get_or_create(name=role)
-        if codes == ["*"]:
-            perms = list(Permission.objects.filter(content_type__app_label__in=ADMIN_APPS))
-        else:
-            perms = []
-            for code in codes:
-                app_label, codename = code.split(".")
-                perm = Permission.objects.filter(content_type__app_label=app_label, codename=codename).first()
-                if perm is not None:  # a permission of an app not migrated yet appears on a later sync
-                    perms.append(perm)
+        # A permission of an app not migrated yet is missing here and appears on a later sync.
+        perms = every if codes == ["*"] else [by_code[code] for code in codes if code in by_code]
         group.permissions.set(perms)
 
 

@@ -69,7 +69,7 @@ CSRF_COOKIE_SECURE = SECURE_COOKIES
 SESSION_COOKIE_HTTPONLY = True
 # X-Forwarded-For and X-Forwarded-Proto count only behind a proxy, and only from the proxies listed
 # (addresses or networks; default: a proxy on this host). The ASGI app applies them to the
-# request's client and scheme (console.asgi) and uvicorn is started with --no-proxy-headers, so
+# request's client and scheme (goodput.asgi) and uvicorn is started with --no-proxy-headers, so
 # REMOTE_ADDR and the scheme are already the client's: nothing below reads those headers itself.
 BEHIND_PROXY = envbool("GOODPUT_BEHIND_PROXY", False)
 SECURE_PROXY_SSL_HEADER = None
@@ -128,6 +128,7 @@ INSTALLED_APPS = [
     "incidents",
     "fleet",
     "compliance",
+    "goodput",  # the shell, above the apps: their URLs, the ASGI entry point, the demo command
 ]
 
 MIDDLEWARE = [
@@ -149,8 +150,8 @@ MIDDLEWARE = [
     "axes.middleware.AxesMiddleware",
 ]
 
-ROOT_URLCONF = "console.urls"
-ASGI_APPLICATION = "console.asgi.application"
+ROOT_URLCONF = "goodput.urls"
+ASGI_APPLICATION = "goodput.asgi.application"
 
 TEMPLATES = [
     {

@@ -82,7 +82,7 @@ def _header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> str | None:
 
 def is_same_origin(headers: Iterable[tuple[bytes, bytes]], scheme: str = "ws") -> bool:
     """True when the Origin is the scheme, host and port the socket was opened to: ``scheme``
-    (the ASGI scope's, which console.asgi sets from X-Forwarded-Proto behind a trusted proxy)
+    (the ASGI scope's, which goodput.asgi sets from X-Forwarded-Proto behind a trusted proxy)
     and the Host header. An http:// page may not open a socket to an https console.
 
     A port the Origin leaves out is its scheme's default, and so is one the Host leaves out: a

@@ -3,7 +3,8 @@ from typing import Any
 from django.contrib import admin, messages
 from django.http import HttpRequest
 
-from fleet.capacity import approvals
+from fleet.capacity.actions import approvals
+from fleet.capacity.actions.approvals import ConflictError
 from fleet.capacity.models import (
     OrderApproval,
     Pool,
@@ -13,7 +14,6 @@ from fleet.capacity.models import (
     Team,
     TeamQuota,
 )
-from fleet.capacity.services import ConflictError
 from fleet.choices import ClaimResolution
 from fleet.cost.models import PoolPrice
 from fleet.inventory import claims
@@ -229,7 +229,7 @@ class PoolPriceAdmin(admin.ModelAdmin):
 
 class _ApprovalAdmin(admin.ModelAdmin):
     """Orders and power approvals: created requested by whoever adds them, approved or rejected
-    with the actions, through fleet.capacity.approvals (separation of duties). Once approved, an
+    with the actions, through fleet.capacity.actions.approvals (separation of duties). Once approved, an
     edit may not add supply (approvals.refused_changes)."""
 
     decision_field: str
@@ -337,7 +337,7 @@ class TeamAdmin(admin.ModelAdmin):
 
 @admin.register(TeamQuota)
 class TeamQuotaAdmin(admin.ModelAdmin):
-    """Quotas are set by an Admin or a Capacity approver (fleet.capacity.approvals)."""
+    """Quotas are set by an Admin or a Capacity approver (fleet.capacity.actions.approvals)."""
 
     list_display = ["team", "pool", "nominal_gpus", "borrowing_limit_gpus", "lending_limit_gpus"]
     list_filter = ["pool"]
@@ -356,7 +356,7 @@ class TeamQuotaAdmin(admin.ModelAdmin):
 @admin.register(Reservation)
 class ReservationAdmin(admin.ModelAdmin):
     """Read-mostly: approving and changing what a reservation asks for go through the API or the
-    page, where supply, quota and who may change it (its requester, fleet.capacity.approvals) are
+    page, where supply, quota and who may change it (its requester, fleet.capacity.actions.approvals) are
     checked; here only its note."""
 
     list_display = ["team", "pool", "gpus", "start", "end", "tier", "priority", "state"]

@@ -2,67 +2,8 @@ from django.apps import AppConfig
 
 
 class FleetConfig(AppConfig):
+    """The fleet app. Its rooms plug into each other and into console and incidents from their own
+    plugins.py (console.extension_points), not from here."""
+
     name = "fleet"
     verbose_name = "Fleet"
-
-    def ready(self) -> None:
-        from console import live, metrics, overview, queues
-        from fleet import metrics as fleet_metrics
-        from fleet.capacity import pages as capacity_pages
-        from fleet.correlation import causes  # noqa: F401  (registers the fabric detectors' lookups and cause hooks)
-        from fleet.correlation import episodes as correlation_episodes
-        from fleet.fabric import services as fabric
-        from fleet.ingest import stream as ingest_stream
-        from fleet.power import detectors as power_detectors  # noqa: F401  (registers its detectors)
-        from fleet.power import services as power
-        from fleet.scheduler import detectors as scheduler_detectors  # noqa: F401  (registers its detectors)
-        from fleet.scheduler import panels as scheduler_panels
-        from fleet.scheduler import views as scheduler_views
-        from fleet.serving import dashboard as serving_dashboard
-        from fleet.serving import detectors as serving_detectors  # noqa: F401  (registers its detectors)
-        from fleet.storage import detectors as storage_detectors  # noqa: F401  (registers its detectors)
-        from fleet.storage import services as storage
-        from fleet.telemetry import dashboard, fleet_page, silent_sources
-        from fleet.telemetry import detectors as gpu_health_detectors  # noqa: F401  (registers its detectors)
-        from fleet.training import dashboard as training_dashboard
-        from fleet.training import detectors as training_detectors  # noqa: F401  (registers its detectors and hook)
-
-        metrics.register_collector(fleet_metrics.collect)
-        from fleet.ingest import push_queue  # noqa: F401  (registers the Prometheus pushes' lane)
-
-        for lane in ingest_stream.LANES:
-            queues.register_stream(lane.stream)
-        silent_sources.register_backlog_probe(lambda: ingest_stream.oldest_waiting_seconds())
-        fleet_page.register()  # the fleet, site.<id> and fleetview.<digest> topics
-        live.register_topic_builder("gpu", dashboard.build_gpu_delta)
-        live.register_topic_builder("node", dashboard.build_node_delta)
-        live.register_topic_watcher("gpu", live.watch_topic)
-        live.register_topic_watcher("node", live.watch_topic)
-        training_dashboard.register()
-        serving_dashboard.register()
-        power.register()
-        fabric.register()
-        storage.register()
-        # Storage does not import fabric (siblings): the join is wired here.
-        storage.register_fabric_reads(fabric.storage_reads)
-        # Training imports neither: the job page's hangs and stalls with its nodes' ports and
-        # mounts come from the room above all three.
-        correlation_episodes.register()
-        capacity_pages.register()
-        scheduler_views.register()
-        # Capacity does not import the scheduler (it sits above): its queue panel, API part and
-        # live topic are handed to capacity's hooks here.
-        scheduler_panels.register()
-        # Cost prices the rooms below it: its page, tile, live topic and the money on the job,
-        # incident and capacity pages.
-        from fleet.cost import services as cost
-
-        cost.register()
-        overview.register_section(
-            overview.Section(
-                name="fleet",
-                template="fleet/_overview.html",
-                context=lambda request: {"totals": dashboard.fleet_totals(), "sites": dashboard.site_summaries()},
-                order=10,
-            )
-        )

@@ -83,6 +83,6 @@ def refresh_training_accounts() -> int:
 @shared_task(ignore_result=True, acks_late=False)
 def advance_reservations() -> dict[str, int]:
     """Move reservations along: approved -> active at start, -> expired at end."""
-    from fleet.capacity import services as capacity
+    from fleet.capacity.actions import reservations
 
-    return capacity.advance_states()
+    return reservations.advance_states()

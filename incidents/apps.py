@@ -2,19 +2,7 @@ from django.apps import AppConfig
 
 
 class IncidentsConfig(AppConfig):
+    """The incidents app; what it plugs into the console is in incidents/plugins.py."""
+
     name = "incidents"
     verbose_name = "Incidents"
-
-    def ready(self) -> None:
-        from console import live, overview
-        from incidents.services import views_data
-
-        live.register_topic_builder("incidents", views_data.build_incidents_delta)
-        overview.register_section(
-            overview.Section(
-                name="incidents",
-                template="incidents/_overview.html",
-                context=lambda request: views_data.overview_context(),
-                order=5,
-            )
-        )

@@ -1,6 +1,7 @@
-"""The detector registry. Apps register detectors: functions from recent state to the findings
-present now. A beat task runs them all; each run is reconciled with what that detector reported
-before (new fingerprints raise, vanished ones clear), so a detector only says what is wrong now.
+"""The detector registry. Rooms register detectors (register_detectors, from their plugins.py):
+functions from recent state to the findings present now. A beat task runs them all; each run is
+reconciled with what that detector reported before (new fingerprints raise, vanished ones clear), so
+a detector only says what is wrong now.
 A detector that fails is logged and reported as its own finding while the others run.
 
 A finding clears only on evidence of health. A fingerprint can vanish from a detector's answer
@@ -15,6 +16,7 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from types import ModuleType
 from typing import Any
 
 from django.utils import timezone
@@ -48,20 +50,30 @@ _detectors: dict[str, Detector] = {}
 _judged: dict[str, Judged] = {}
 
 
-def register(name: str, *, judged: Judged | None = None) -> Callable[[Detector], Detector]:
-    """Register a detector. ``judged`` (optional) tells whether a finding that vanished from the
-    detector's answer was judged healthy (it clears) or could not be judged (it stays firing);
-    without it, a vanished finding clears."""
+def detector(name: str, *, judged: Judged | None = None) -> Callable[[Detector], Detector]:
+    """Mark a function as the detector ``name``; its room's plugins.py registers the module's marked
+    functions (register_detectors), so a new detector module needs one line there and nothing else.
+    ``judged`` (optional) tells whether a finding that vanished from the detector's answer was judged
+    healthy (it clears) or could not be judged (it stays firing); without it, a vanished finding clears."""
 
-    def decorate(fn: Detector) -> Detector:
-        _detectors[name] = fn
-        if judged is not None:
-            _judged[name] = judged
-        else:
-            _judged.pop(name, None)
+    def mark(fn: Detector) -> Detector:
+        fn.detector = (name, judged)  # type: ignore[attr-defined]
         return fn
 
-    return decorate
+    return mark
+
+
+def register_detectors(module: ModuleType) -> None:
+    """Register every function ``module`` defines with @detector, in the order it defines them."""
+    for fn in vars(module).values():
+        marked = getattr(fn, "detector", None)
+        if callable(fn) and isinstance(marked, tuple) and getattr(fn, "__module__", None) == module.__name__:
+            name, judged = marked
+            _detectors[name] = fn
+            if judged is not None:
+                _judged[name] = judged
+            else:
+                _judged.pop(name, None)
 
 
 def registered() -> dict[str, Detector]:

@@ -40,7 +40,7 @@ _COST_PARTS = (
 )
 
 
-# What an incident's GPU-hours lost cost: fleet.cost registers it from FleetConfig.ready (incidents
+# What an incident's GPU-hours lost cost: fleet.cost registers it from its plugins.py (incidents
 # imports no fleet module), returning {"currency", "gpu_hours", "amount"} or None where unpriced.
 _gpu_hours_cost: Callable[[int], dict[str, Any] | None] = lambda incident_id: None  # noqa: E731
 

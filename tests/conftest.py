@@ -7,6 +7,7 @@ Celery worker process on Redis, channels-redis, and (for the browser) a real uvi
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import tempfile
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 from channels.layers import channel_layers
 from django.conf import settings
+from django.contrib.auth.hashers import make_password
 from django.contrib.auth.models import Group, User
 from django.core.cache import cache
 from django.test import Client
@@ -45,14 +47,59 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: N
 
 
 @pytest.fixture(scope="session")
-def django_db_setup(django_db_setup: None) -> Iterator[None]:
+def django_db_setup(
+    request: pytest.FixtureRequest,
+    django_test_environment: None,
+    django_db_blocker: Any,
+    django_db_modify_db_settings: None,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[None]:
     """...and the tests run as the console's own role, which may not rewrite the audit log; the
-    owner drops the database at the end."""
+    owner drops the database at the end.
+
+    A serial run migrates its database. In a parallel run (pytest-xdist) the first worker migrates
+    one template and every worker clones its own database from it (CREATE DATABASE ... TEMPLATE, a
+    file copy): the migrations run once, not once per worker."""
+    from django.db import connection
+
     from console import dbroles
 
+    configured_name = settings.DATABASES["default"]["NAME"]
+    with django_db_blocker.unblock():
+        if worker := os.environ.get("PYTEST_XDIST_WORKER"):
+            _clone_worker_database(connection, worker, tmp_path_factory.getbasetemp().parent)
+        else:
+            connection.creation.create_test_db(
+                verbosity=request.config.option.verbose, autoclobber=True, serialize=False
+            )
     dbroles.use(dbroles.app_credentials())
     yield
     dbroles.use(dbroles.owner_credentials())
+    with django_db_blocker.unblock():
+        connection.creation.destroy_test_db(configured_name, verbosity=0)
+
+
+def _clone_worker_database(connection: Any, worker: str, run_dir: Path) -> None:
+    """Make this worker's database (pytest-django named it ``<test name>_gwN``) from the template
+    ``<test name>``, which the first worker to take the lock migrates (``run_dir`` is shared by the
+    run's workers). The template outlives the run, as a kept database would; the next run's first
+    worker makes it anew."""
+    import fcntl
+
+    test = connection.settings_dict["TEST"]
+    worker_name = test["NAME"]
+    template = test["NAME"] = worker_name.removesuffix(f"_{worker}")
+    made = run_dir / "template-migrated"
+    with open(run_dir / "template.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the others wait until the template is whole
+        if made.exists():
+            connection.settings_dict["NAME"] = template
+        else:
+            connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
+            made.touch()
+        connection.creation.clone_test_db(suffix=worker, verbosity=0, autoclobber=True)
+    test["NAME"] = connection.settings_dict["NAME"] = settings.DATABASES["default"]["NAME"] = worker_name
+    connection.close()
 
 
 @pytest.fixture(autouse=True)
@@ -81,9 +128,17 @@ def _eager_unless_real_stack(request: pytest.FixtureRequest, settings: Any) -> I
 # --- personas --------------------------------------------------------------------------------
 
 
+@functools.cache
+def _password_hash() -> str:
+    """PASSWORD, hashed once per process: PBKDF2's million rounds take about a second, and personas
+    are made for most tests. Each persona stores the same real hash, so signing in checks it as
+    production does."""
+    return make_password(PASSWORD)
+
+
 def _make_user(username: str, role: str | None, **extra: Any) -> User:
     roles.sync_roles(__import__("django.apps", fromlist=["apps"]).apps)
-    user = User.objects.create_user(username=username, password=PASSWORD, **extra)
+    user = User.objects.create(username=username, password=_password_hash(), **extra)
     if role:
         user.groups.add(Group.objects.get(name=role))
     return user

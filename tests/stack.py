@@ -19,6 +19,7 @@ import requests
 from django.db import connection
 
 from console.processes import healthy, uvicorn_command
+from tests.parallel import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -132,12 +133,6 @@ def proxied_database_url(proxy: TcpProxy) -> str:
 def database_address() -> tuple[str, int]:
     s = connection.settings_dict
     return s["HOST"] or "127.0.0.1", int(s.get("PORT") or 5432)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Stack:

@@ -2,7 +2,7 @@
 
 A summary over a large crawl runs to hundreds of pages and takes half a minute to render, so the
 PDF is not rendered per download on the web process: publishing queues its rendering
-(compliance.tasks_summary), and the export serves these bytes. Like the version it renders, the
+(compliance.summary.tasks), and the export serves these bytes. Like the version it renders, the
 row is frozen: the trigger of migration 0002 refuses UPDATE and DELETE on the table, so the PDF a
 reader downloads is the one rendered when the version was published, with its SHA-256.
 """

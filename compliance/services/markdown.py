@@ -6,7 +6,7 @@ it stands in a line, so nothing an officer or an API client types can become mar
 published text or in whatever renders it: no raw HTML (``<img src=x onerror=…>``), no link or
 image (``[x](javascript:…)``), no emphasis, code span or table cell boundary. CommonMark reads
 ``\\X`` as the character X for any ASCII punctuation X; the PDF renderer and the summary page
-(compliance.services.pdf, compliance.views_summary) undo the escapes the same way. Line breaks are
+(compliance.services.pdf, compliance.summary.views) undo the escapes the same way. Line breaks are
 folded, so free text cannot start a heading or a bullet either.
 """
 

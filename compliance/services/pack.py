@@ -8,7 +8,7 @@ moment it is built; the audit extract covers the requested period (first to last
 in the console's time zone).
 
 ``request_pack`` creates the row and queues the build after commit; the Celery task
-(compliance.tasks_pack) builds one pack at a time and stores the zip as the pack's chunks.
+(compliance.pack.tasks) builds one pack at a time and stores the zip as the pack's chunks.
 
 A year's audit extract runs to a million entries, so nothing holds the pack whole (``write_pack``):
 
@@ -235,7 +235,7 @@ def request_pack(*, period_start: date, period_end: date, actor: Any = None) -> 
     """Create a queued pack and queue its build once the row is committed (the worker must find
     it). In eager mode (embedded) the build runs in this process when the transaction commits.
     Packs are built one at a time: behind another, its step says what it waits for."""
-    from compliance.tasks_pack import build_compliance_pack
+    from compliance.pack.tasks import build_compliance_pack
 
     with transaction.atomic():
         pack = CompliancePack.objects.create(
@@ -649,10 +649,29 @@ def _correction_cell(r: dict[str, Any]) -> str:
 
 
 def _markdown(doc: dict[str, Any]) -> str:
-    """The pack as the Markdown subset compliance.services.pdf renders; the published summaries'
-    texts go in verbatim, so the PDF says the very words their hashes were taken of."""
+    """The pack as the Markdown subset compliance.services.pdf renders, one section after another;
+    the published summaries' texts go in verbatim, so the PDF says the very words their hashes
+    were taken of."""
+    sections = (
+        _md_heading,
+        _md_models,
+        _md_datasets,
+        _md_records_of_processing,
+        _md_processor_records,
+        _md_retention,
+        _md_legal_holds,
+        _md_subject_requests,
+        _md_audit,
+    )
+    lines = [line for section in sections for line in section(doc)]
+    lines += recovery_pack.markdown(doc, _table)
+    return "\n".join(lines) + "\n"
+
+
+def _md_heading(doc: dict[str, Any]) -> list[str]:
+    """The title, the period and what the zip holds, up to the heading of section 1."""
     period = doc["period"]
-    lines = [
+    return [
         "# Compliance pack",
         f"Period: **{period['start']} to {period['end']}** (audit extract, both days included). "
         f"Generated {doc['generated_at']}.",
@@ -660,6 +679,11 @@ def _markdown(doc: dict[str, Any]) -> str:
         "",
         "## 1. General-purpose models",
     ]
+
+
+def _md_models(doc: dict[str, Any]) -> list[str]:
+    """Section 1: each general-purpose model, its summaries' hashes and the latest one verbatim."""
+    lines: list[str] = []
     if not doc["models"]:
         lines.append("No models registered.")
     for m in doc["models"]:
@@ -686,8 +710,12 @@ def _markdown(doc: dict[str, Any]) -> str:
             lines.append(f"  - {s['sha256']}")
         latest = m["summaries"][0]
         lines += ["", f"Published summary v{latest['version']}, verbatim:", "", *latest["text"].splitlines(), ""]
+    return lines
 
-    lines += ["", "## 2. Datasets"]
+
+def _md_datasets(doc: dict[str, Any]) -> list[str]:
+    """Section 2: the datasets, a table row each."""
+    lines = ["", "## 2. Datasets"]
     lines += _table(
         ("Name", "Source", "Modality", "Size", "Personal data", "Lawful basis", "Models"),
         (
@@ -703,8 +731,12 @@ def _markdown(doc: dict[str, Any]) -> str:
             for d in doc["datasets"]
         ),
     )
+    return lines
 
-    lines += ["", "## 3. Records of processing (GDPR Art. 30)"]
+
+def _md_records_of_processing(doc: dict[str, Any]) -> list[str]:
+    """Section 3: the records of processing as controller (Art. 30(1))."""
+    lines = ["", "## 3. Records of processing (GDPR Art. 30)"]
     if not doc["records_of_processing"]:
         lines.append("No records of processing.")
     for r in doc["records_of_processing"]:
@@ -728,8 +760,12 @@ def _markdown(doc: dict[str, Any]) -> str:
         ]
         if r["balancing_note"]:
             lines.append(f"- Balancing note: {_md(r['balancing_note'])}")
+    return lines
 
-    lines += ["", "### Records as processor (Art. 30(2))"]
+
+def _md_processor_records(doc: dict[str, Any]) -> list[str]:
+    """Section 3, continued: the records as processor (Art. 30(2))."""
+    lines = ["", "### Records as processor (Art. 30(2))"]
     if not doc["processor_records"]:
         lines.append("No records as processor.")
     for r in doc["processor_records"]:
@@ -744,8 +780,12 @@ def _markdown(doc: dict[str, Any]) -> str:
             f"- Third-country transfers: {_md(r['third_country_transfers'])}",
             f"- Security measures: {_md(r['security_measures'])}",
         ]
+    return lines
 
-    lines += ["", "## 4. Retention policies and their last runs"]
+
+def _md_retention(doc: dict[str, Any]) -> list[str]:
+    """Section 4: the retention policies with their last runs."""
+    lines = ["", "## 4. Retention policies and their last runs"]
     lines += _table(
         ("Data class", "Tenant", "Days", "Action", "Enforced", "Owner / review", "Last run", "Affected", "Held"),
         (
@@ -766,8 +806,12 @@ def _markdown(doc: dict[str, Any]) -> str:
         ),
     )
     lines.append(f"{len(doc['retention_runs'])} retention runs started in the period: retention_runs.csv.")
+    return lines
 
-    lines += ["", "## 5. Legal holds"]
+
+def _md_legal_holds(doc: dict[str, Any]) -> list[str]:
+    """Section 5: the legal holds."""
+    lines = ["", "## 5. Legal holds"]
     lines += _table(
         ("Name", "Data class", "Tenant", "Placed", "Released", "Reason"),
         (
@@ -782,8 +826,12 @@ def _markdown(doc: dict[str, Any]) -> str:
             for h in doc["legal_holds"]
         ),
     )
+    return lines
 
-    lines += ["", "## 6. Data-subject requests of the period (open, and closed in the period)"]
+
+def _md_subject_requests(doc: dict[str, Any]) -> list[str]:
+    """Section 6: the data-subject requests open in the period or closed in it."""
+    lines = ["", "## 6. Data-subject requests of the period (open, and closed in the period)"]
     lines += _table(
         ("#", "Kind", "Reference", "Received", "Due", "Status", "Closed", "Correction"),
         (
@@ -800,11 +848,15 @@ def _markdown(doc: dict[str, Any]) -> str:
             for r in doc["subject_requests"]
         ),
     )
+    return lines
 
+
+def _md_audit(doc: dict[str, Any]) -> list[str]:
+    """Section 7: the audit extract (the first PDF_AUDIT_ROWS entries; audit.csv holds them all)."""
+    period = doc["period"]
     # doc["audit"] holds the first PDF_AUDIT_ROWS entries only; doc["audit_count"] counts them all.
     audit, count = doc["audit"], doc["audit_count"]
-    lines += ["", "## 7. Audit extract"]
-    lines.append(f"{count} entries from {period['start']} to {period['end']}.")
+    lines = ["", "## 7. Audit extract", f"{count} entries from {period['start']} to {period['end']}."]
     if count > PDF_AUDIT_ROWS:
         lines.append(f"The first {PDF_AUDIT_ROWS} are shown here; audit.csv holds all {count}.")
     lines += _table(
@@ -820,8 +872,7 @@ def _markdown(doc: dict[str, Any]) -> str:
             for e in audit[:PDF_AUDIT_ROWS]
         ),
     )
-    lines += recovery_pack.markdown(doc, _table)
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 @contextlib.contextmanager

@@ -786,7 +786,7 @@ def store_pdf(summary_id: int) -> SummaryPdf | None:
 
 def queue_pdf(summary_id: int) -> None:
     """Queue the rendering of a version's PDF (in eager mode, the embedded runtime, it runs now)."""
-    from compliance.tasks_summary import render_summary_pdf as task
+    from compliance.summary.tasks import render_summary_pdf as task
 
     task.delay(summary_id)
 

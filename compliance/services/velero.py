@@ -182,10 +182,3 @@ def map_scrape(text: str, *, site_id: int, received: datetime, openmetrics: bool
         "schedules": len(schedules),
         "unmapped_schedules": sorted(s for s in schedules if s not in items),
     }
-
-
-def register_hook() -> None:
-    """Hand the mapping to the Prometheus door (fleet.ingest.hooks): called from ComplianceConfig.ready."""
-    from fleet.ingest import hooks
-
-    hooks.register(hooks.ExpositionHook(name="velero", prefix=PREFIX, handle=map_scrape))

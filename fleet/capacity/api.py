@@ -3,7 +3,7 @@ quotas, reservations (approve and cancel as actions), the 12-month plan and CSV 
 
 People read with any role and write with the Operator's. An agent token (a scheduler hook at a
 site) may only request a reservation on one of its own site's pools: anything else is 403.
-Separation of duties (fleet.capacity.approvals): orders and power approvals are created requested
+Separation of duties (fleet.capacity.actions.approvals): orders and power approvals are created requested
 and approved by someone else with the approving permission, team quotas need it too, and nobody
 but an Admin approves their own request (403 naming the rule).
 """
@@ -36,8 +36,7 @@ from console.authentication import AgentOrPersonalTokenAuthentication
 from console.models import AgentToken
 from console.permissions import RolePermission
 from console.timebounds import BoundedDatesSerializerMixin, moment_problem
-from fleet.capacity import approvals
-from fleet.capacity import services as capacity
+from fleet.capacity.actions import approvals, reservations
 from fleet.capacity.models import (
     ApprovalStatus,
     OrderApproval,
@@ -49,6 +48,7 @@ from fleet.capacity.models import (
     Team,
     TeamQuota,
 )
+from fleet.capacity.read import exports, planning, supply
 from fleet.capacity.serializers import PlanAnswerSerializer, plan_part_serializers
 from fleet.inventory.models import Site
 
@@ -67,7 +67,7 @@ class CapacityPermission(RolePermission):
 
 class CapacityApproverPermission(permissions.BasePermission):
     """The approve and reject actions of orders and power approvals: any signed-in person (never an
-    agent token); fleet.capacity.approvals then decides, with a 403 that names the rule."""
+    agent token); fleet.capacity.actions.approvals then decides, with a 403 that names the rule."""
 
     def has_permission(self, request: Request, view: Any) -> bool:
         user = request.user
@@ -126,7 +126,7 @@ class PoolSerializer(serializers.ModelSerializer):
     def _figures(self, pool: Pool) -> dict[str, int]:
         figures = self.context.get("figures")
         if figures is None or pool.pk not in figures:
-            figures = capacity.pool_figures([pool])
+            figures = supply.pool_figures([pool])
         return figures[pool.pk].as_dict()
 
     def get_installed(self, pool: Pool) -> int:
@@ -158,7 +158,7 @@ class PoolViewSet(_NoDeleteViewSet):
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
         pools = list(page) if page is not None else list(self.filter_queryset(self.get_queryset()))
-        context = {**self.get_serializer_context(), "figures": capacity.pool_figures(pools)}
+        context = {**self.get_serializer_context(), "figures": supply.pool_figures(pools)}
         data = PoolSerializer(pools, many=True, context=context).data
         return self.get_paginated_response(data) if page is not None else Response(data)
 
@@ -245,7 +245,7 @@ STATE_CONFLICT = OpenApiResponse(description="Refused by the current state")
 
 class _DecisionActions:
     """``approve`` and ``reject`` actions of orders and power approvals, through
-    fleet.capacity.approvals: 403 naming the rule, 409 on the row's state."""
+    fleet.capacity.actions.approvals: 403 naming the rule, 409 on the row's state."""
 
     decide: dict[str, Any]  # "approve" / "reject" -> the approvals function
 
@@ -268,7 +268,7 @@ class _DecisionActions:
             obj = self.decide[verb](obj, actor=self.request.user)  # type: ignore[attr-defined]
         except approvals.ApprovalRefused as exc:
             return _refused(exc)
-        except capacity.ConflictError as exc:
+        except approvals.ConflictError as exc:
             return Response(exc.detail, status=status.HTTP_409_CONFLICT)
         return Response(self.get_serializer(obj).data)  # type: ignore[attr-defined]
 
@@ -383,8 +383,8 @@ class TeamQuotaViewSet(_NoDeleteViewSet):
 
 # Fields a reservation keeps once approved: changing its size or window needs a new approval.
 # What a reservation asks for: changed while requested, or approved (it goes back to requested,
-# capacity.update_reservation); fixed once active or ended.
-ASKED_FIELDS = set(capacity.ASKED_FIELDS)
+# reservations.update_reservation); fixed once active or ended.
+ASKED_FIELDS = set(reservations.ASKED_FIELDS)
 CHANGES_ASKED = (ReservationState.REQUESTED, ReservationState.APPROVED)
 
 
@@ -485,13 +485,13 @@ class ReservationViewSet(_NoDeleteViewSet):
             if values["pool"].site_id != request.auth.site_id:
                 raise PermissionDenied({"pool": "Is at another site than this agent token's."})
             actor, via = None, str(request.user)
-            scope = capacity.client_id_scope(site_id=request.auth.site_id)
+            scope = reservations.client_id_scope(site_id=request.auth.site_id)
         else:
             actor, via = request.user, request.user.get_username()
-            scope = capacity.client_id_scope(user_id=request.user.pk)
+            scope = reservations.client_id_scope(user_id=request.user.pk)
         try:
-            reservation, created = capacity.create_reservation(actor=actor, via=via, scope=scope, **values)
-        except capacity.ConflictError as exc:
+            reservation, created = reservations.create_reservation(actor=actor, via=via, scope=scope, **values)
+        except approvals.ConflictError as exc:
             return Response(exc.detail, status=status.HTTP_409_CONFLICT)
         return Response(
             ReservationSerializer(reservation, context=self.get_serializer_context()).data,
@@ -510,12 +510,12 @@ class ReservationViewSet(_NoDeleteViewSet):
             approvals.check_editor(request.user, requester_id=reservation.created_by_id)
             serializer = self.get_serializer(reservation, data=request.data, partial=True)
             serializer.is_valid(raise_exception=True)
-            reservation = capacity.update_reservation(
+            reservation = reservations.update_reservation(
                 reservation, actor=request.user, changes=dict(serializer.validated_data)
             )
         except approvals.ApprovalRefused as exc:
             return _refused(exc)
-        except capacity.ConflictError as exc:
+        except approvals.ConflictError as exc:
             return Response(exc.detail, status=status.HTTP_409_CONFLICT)
         return Response(ReservationSerializer(reservation, context=self.get_serializer_context()).data)
 
@@ -525,10 +525,10 @@ class ReservationViewSet(_NoDeleteViewSet):
         """Approve a requested reservation (409 with the first over-committed window, or `gpus`)."""
         reservation = self.get_object()
         try:
-            reservation = capacity.approve(reservation, actor=request.user)
+            reservation = reservations.approve(reservation, actor=request.user)
         except approvals.ApprovalRefused as exc:
             return _refused(exc)
-        except capacity.ConflictError as exc:
+        except approvals.ConflictError as exc:
             return Response(exc.detail, status=status.HTTP_409_CONFLICT)
         return Response(ReservationSerializer(reservation, context=self.get_serializer_context()).data)
 
@@ -538,8 +538,8 @@ class ReservationViewSet(_NoDeleteViewSet):
         """Cancel a reservation not yet expired."""
         reservation = self.get_object()
         try:
-            reservation = capacity.cancel(reservation, actor=request.user)
-        except capacity.ConflictError as exc:
+            reservation = reservations.cancel(reservation, actor=request.user)
+        except approvals.ConflictError as exc:
             return Response(exc.detail, status=status.HTTP_409_CONFLICT)
         return Response(ReservationSerializer(reservation, context=self.get_serializer_context()).data)
 
@@ -571,8 +571,8 @@ PLAN_PARAMETERS = [
 
 # Parts the rooms above capacity add to the plan's answer (fleet.scheduler's ``queues``), by key:
 # each is given the plan's pool ids and returns what the key holds. Registered from
-# FleetConfig.ready (capacity cannot import them), as the job snapshot's parts are
-# (fleet.training.dashboard_api.register_job_snapshot_part).
+# their plugins.py (capacity cannot import them), as the job snapshot's parts are
+# (fleet.training.api.register_job_snapshot_part).
 _capacity_parts: dict[str, Callable[[list[int]], Any]] = {}
 
 
@@ -592,7 +592,7 @@ class PlanView(CapacityAPIMixin, APIView):
         if isinstance(args, Response):
             return args
         months, start = args
-        data = capacity.plan(months=months, start=start)
+        data = planning.plan(months=months, start=start)
         pool_ids = [p["id"] for p in data["pools"]]
         data.update({key: part(pool_ids) for key, part in _capacity_parts.items()})
         return Response(data)
@@ -610,7 +610,7 @@ class PlanCsvView(CapacityAPIMixin, APIView):
         if isinstance(args, Response):
             return args
         months, start = args
-        response = HttpResponse(capacity.plan_csv(capacity.plan(months=months, start=start)), content_type="text/csv")
+        response = HttpResponse(exports.plan_csv(planning.plan(months=months, start=start)), content_type="text/csv")
         response["Content-Disposition"] = 'attachment; filename="capacity-plan.csv"'
         return response
 
@@ -621,6 +621,6 @@ class ReservationsCsvView(CapacityAPIMixin, APIView):
     @extend_schema(responses={(200, "text/csv"): OpenApiTypes.STR})
     def get(self, request: Request) -> HttpResponse:
         rows = Reservation.objects.select_related("pool__site").order_by("start", "pk")
-        response = HttpResponse(capacity.reservations_csv(rows.iterator(chunk_size=2000)), content_type="text/csv")
+        response = HttpResponse(exports.reservations_csv(rows.iterator(chunk_size=2000)), content_type="text/csv")
         response["Content-Disposition"] = 'attachment; filename="reservations.csv"'
         return response

@@ -2,7 +2,7 @@
 approvals), teams and their quotas (Kueue's nominal quota, borrowing and lending limits; a pool is
 a cohort) and reservations.
 
-The figures (installed, energised, healthy, reserved) are computed by fleet.capacity.services,
+The figures (installed, energised, healthy, reserved) are computed by fleet.capacity.read.supply,
 never stored: they follow the inventory, the rack budgets and the open incidents as they change.
 """
 
@@ -94,7 +94,7 @@ class ProcurementOrder(models.Model):
 
     ``approval_status`` defaults to approved for code that creates orders directly (the simulator,
     data imports, tests): the doors people use (API, admin) create them requested, and
-    fleet.capacity.approvals approves them."""
+    fleet.capacity.actions.approvals approves them."""
 
     pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="orders")
     count = models.PositiveIntegerField(validators=[MinValueValidator(1)])
@@ -105,7 +105,7 @@ class ProcurementOrder(models.Model):
     vendor = models.CharField(max_length=100, blank=True)
     reference = models.CharField(max_length=100, blank=True)
     approval_status = models.CharField(max_length=16, choices=OrderApproval.choices, default=OrderApproval.APPROVED)
-    # Who asked and who approved (fleet.capacity.approvals records them).
+    # Who asked and who approved (fleet.capacity.actions.approvals records them).
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -157,7 +157,7 @@ class PowerApproval(models.Model):
     expected_on = models.DateField()
     status = models.CharField(max_length=16, choices=ApprovalStatus.choices, default=ApprovalStatus.REQUESTED)
     reference = models.CharField(max_length=100, blank=True)
-    # Who asked and who approved (fleet.capacity.approvals records them).
+    # Who asked and who approved (fleet.capacity.actions.approvals records them).
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

@@ -1,4 +1,4 @@
-"""The capacity plan's answer (fleet.capacity.services.plan, with the parts the rooms above add),
+"""The capacity plan's answer (fleet.capacity.read.planning.plan, with the parts the rooms above add),
 described for the API schema; the view answers with the read model's dict."""
 
 from __future__ import annotations

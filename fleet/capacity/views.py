@@ -1,7 +1,7 @@
 """The capacity pages: the 12-month plan (supply against reserved demand by tier, the pools, team
 quotas, orders and power approvals) and the reservations list with the Operator's forms.
 
-Both are server-rendered from fleet.capacity.services (no live topic: the plan moves on dates, not
+Both are server-rendered from fleet.capacity.read (no live topic: the plan moves on dates, not
 on telemetry). Every state change goes through that service, which refuses an over-commit and
 writes the audit entry; these views only turn its answers into a page.
 """
@@ -22,18 +22,18 @@ from django.views.generic import TemplateView
 
 from console import roles
 from console.permissions import DashboardRequiredMixin
-from fleet.capacity import approvals
-from fleet.capacity import pages as capacity_pages
-from fleet.capacity import services as capacity
+from fleet.capacity.actions import approvals, reservations
 from fleet.capacity.forms import ReservationChangeForm, ReservationForm
 from fleet.capacity.models import Pool, PowerApproval, ProcurementOrder, Reservation, ReservationState, Team
+from fleet.capacity.read import planning
+from fleet.capacity.read import tables as capacity_tables
 from fleet.choices import PriorityTier
 
 ADD_PERMISSION = "fleet.add_reservation"
 CHANGE_PERMISSION = "fleet.change_reservation"
-# States a reservation can still be cancelled from (capacity.cancel refuses the others with 409).
+# States a reservation can still be cancelled from (reservations.cancel refuses the others with 409).
 CANCELLABLE = {ReservationState.REQUESTED, ReservationState.APPROVED, ReservationState.ACTIVE}
-# States the page offers a change from (capacity.update_reservation decides what it does).
+# States the page offers a change from (reservations.update_reservation decides what it does).
 CHANGEABLE = CANCELLABLE
 LIST_LIMIT = 500
 
@@ -43,7 +43,7 @@ class CapacityPlanView(DashboardRequiredMixin, TemplateView):
 
     POST (an Admin or a Capacity approver, 403 for anyone else): the ``action`` approve-order,
     reject-order, approve-power or reject-power of the order or power approval ``id``, through
-    fleet.capacity.approvals; a refusal is shown on the page (403 naming the rule, 409 on state).
+    fleet.capacity.actions.approvals; a refusal is shown on the page (403 naming the rule, 409 on state).
     """
 
     template_name = "capacity/plan.html"
@@ -68,7 +68,7 @@ class CapacityPlanView(DashboardRequiredMixin, TemplateView):
         except approvals.ApprovalRefused as exc:
             refusal = {"verb": verb, "what": str(obj), **exc.detail}
             return self.render_to_response(self.get_context_data(refusal=refusal), status=403)
-        except capacity.ConflictError as exc:
+        except approvals.ConflictError as exc:
             refusal = {"verb": verb, "what": str(obj), **exc.detail}
             return self.render_to_response(self.get_context_data(refusal=refusal), status=409)
         messages.success(request, f"{verb.title()}: {obj}.")
@@ -78,24 +78,24 @@ class CapacityPlanView(DashboardRequiredMixin, TemplateView):
         context = super().get_context_data(**kwargs)
         now = timezone.now()
         today = timezone.localdate(now, UTC)
-        rows = capacity_pages.pool_rows(now=now)
+        rows = capacity_tables.pool_rows(now=now)
         context["pool_rows"] = rows
         context["has_pools"] = bool(rows)
         context["can_approve"] = approvals.may_approve_capacity(self.request.user)
         if not rows:
             return context
-        context["pool_sections"] = capacity_pages.pool_sections([r.pool for r in rows], self.request, rows=rows)
-        plan = capacity.plan(months=capacity_pages.PLAN_MONTHS, now=now)
-        late, upcoming = capacity_pages.open_orders(today)
+        context["pool_sections"] = capacity_tables.pool_sections([r.pool for r in rows], self.request, rows=rows)
+        plan = planning.plan(months=capacity_tables.PLAN_MONTHS, now=now)
+        late, upcoming = capacity_tables.open_orders(today)
         context.update(
             plan=plan,
             tiers=[{"value": t.value, "label": t.label} for t in PriorityTier],
             month_rows=[{**m, "by_tier": [m["reserved"][t.value] for t in PriorityTier]} for m in plan["total"]],
-            conflicts=capacity_pages.conflict_months(plan),
-            curtailments=capacity_pages.curtailed_months(plan),
+            conflicts=capacity_tables.conflict_months(plan),
+            curtailments=capacity_tables.curtailed_months(plan),
             late_orders=[{"order": o, "days_late": (today - o.promised_on).days} for o in late],
             upcoming_orders=[{"order": o, "days_to_go": (o.promised_on - today).days} for o in upcoming],
-            approvals=capacity_pages.power_approvals(),
+            approvals=capacity_tables.power_approvals(),
             quota_rows=[r for r in rows if r.quotas],
             quota_queues=any("queue" in q for r in rows for q in r.quotas),
             totals={
@@ -119,13 +119,13 @@ class TeamView(DashboardRequiredMixin, TemplateView):
         context = super().get_context_data(**kwargs)
         team = get_object_or_404(Team, pk=kwargs["pk"])
         now = timezone.now()
-        quotas = capacity_pages.team_quotas(team, now=now)
+        quotas = capacity_tables.team_quotas(team, now=now)
         context.update(
             team=team,
             members=list(team.members.order_by("username")),
             quotas=quotas,
-            sections=capacity_pages.team_sections(team, quotas, self.request),
-            reservations=capacity_pages.team_reservations(team, now=now),
+            sections=capacity_tables.team_sections(team, quotas, self.request),
+            reservations=capacity_tables.team_reservations(team, now=now),
         )
         context["quota_queues"] = any("queue" in q for q in quotas)
         return context
@@ -138,10 +138,10 @@ class ReservationListView(DashboardRequiredMixin, TemplateView):
       the form with the error on the field, nothing written;
     - ``approve`` / ``cancel`` a reservation (fleet.change_reservation); a refusal (an over-commit,
       a quota, a state moved meanwhile) is shown on the page with status 409, nothing changed;
-      approving one's own request is refused the same way with 403 (fleet.capacity.approvals);
+      approving one's own request is refused the same way with 403 (fleet.capacity.actions.approvals);
     - ``change`` a reservation (fleet.change_reservation, and only its requester or an Admin:
       403 otherwise, before the form is read); GET ``?change=<id>`` shows its form. Once
-      approved, a change of what it asks for sends it back to requested (capacity.update_reservation).
+      approved, a change of what it asks for sends it back to requested (reservations.update_reservation).
 
     A user without the permission gets 403 whatever the page showed.
     """
@@ -162,13 +162,13 @@ class ReservationListView(DashboardRequiredMixin, TemplateView):
         reservation = get_object_or_404(Reservation.objects.select_related("pool__site"), pk=request.POST.get("id"))
         try:
             if action == "approve":
-                capacity.approve(reservation, actor=request.user)
+                reservations.approve(reservation, actor=request.user)
             else:
-                capacity.cancel(reservation, actor=request.user)
+                reservations.cancel(reservation, actor=request.user)
         except approvals.ApprovalRefused as exc:  # separation of duties: shown on the page, 403
             refusal = {"reservation": reservation, "action": action, **exc.detail}
             return self.render_to_response(self.get_context_data(refusal=refusal), status=403)
-        except capacity.ConflictError as exc:
+        except approvals.ConflictError as exc:
             refusal = {"reservation": reservation, "action": action, **exc.detail}
             if "conflict" in exc.detail:  # the first over-committed window, as dates to show
                 window = exc.detail["conflict"]
@@ -183,10 +183,10 @@ class ReservationListView(DashboardRequiredMixin, TemplateView):
         if not form.is_valid():
             return self.render_to_response(self.get_context_data(form=form), status=400)
         try:
-            reservation, _ = capacity.create_reservation(
+            reservation, _ = reservations.create_reservation(
                 actor=request.user, via=request.user.get_username(), **form.cleaned_data
             )
-        except capacity.ConflictError as exc:  # the team's quota refuses it: say what would fit
+        except approvals.ConflictError as exc:  # the team's quota refuses it: say what would fit
             form.add_error("gpus", exc.detail.get("gpus") or exc.detail["detail"])
             return self.render_to_response(self.get_context_data(form=form), status=409)
         messages.success(request, f"Requested #{reservation.pk}: {reservation}. An Operator approves it below.")
@@ -202,11 +202,11 @@ class ReservationListView(DashboardRequiredMixin, TemplateView):
             status = 400
             if form.is_valid():
                 status = 409
-                changed = capacity.update_reservation(reservation, actor=request.user, changes=form.cleaned_data)
+                changed = reservations.update_reservation(reservation, actor=request.user, changes=form.cleaned_data)
         except approvals.ApprovalRefused as exc:
             refusal = {"reservation": reservation, "action": "change", **exc.detail}
             return self.render_to_response(self.get_context_data(refusal=refusal), status=403)
-        except capacity.ConflictError as exc:  # the quota, or a field fixed in its state: on the field
+        except approvals.ConflictError as exc:  # the quota, or a field fixed in its state: on the field
             named = [k for k in exc.detail if k in form.fields]
             form.add_error(named[0] if named else None, exc.detail[named[0] if named else "detail"])
         if form.errors:
@@ -248,9 +248,9 @@ class ReservationListView(DashboardRequiredMixin, TemplateView):
         context = super().get_context_data(**kwargs)
         user = self.request.user
         rows, chosen = self._filtered()
-        reservations = list(rows[: LIST_LIMIT + 1])
-        context["reservations"] = reservations[:LIST_LIMIT]
-        context["truncated"] = len(reservations) > LIST_LIMIT
+        listed = list(rows[: LIST_LIMIT + 1])
+        context["reservations"] = listed[:LIST_LIMIT]
+        context["truncated"] = len(listed) > LIST_LIMIT
         context["chosen"] = chosen
         context["states"] = ReservationState.choices
         context["pools"] = list(Pool.objects.select_related("site").order_by("site__name", "name"))
@@ -259,7 +259,7 @@ class ReservationListView(DashboardRequiredMixin, TemplateView):
         context["can_request"] = user.has_perm(ADD_PERMISSION)
         context["can_change"] = user.has_perm(CHANGE_PERMISSION)
         is_admin = context["can_change"] and roles.is_admin(user)
-        # The rows this user may change (capacity.update_reservation refuses anyone else with 403).
+        # The rows this user may change (reservations.update_reservation refuses anyone else with 403).
         context["changeable"] = {
             r.pk
             for r in context["reservations"]

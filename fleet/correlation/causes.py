@@ -145,8 +145,3 @@ def storage_causes(now: datetime, specs: list[FindingSpec]) -> list[FindingSpec]
                 break
         out.append(spec if cause is None else _caused(spec, STORAGE_EFFECT, cause[0], cause[1]))
     return out
-
-
-fabric.register_gang_lookup(gang_hosts)
-training.register_job_finding_hook(fabric_causes)
-training.register_job_finding_hook(storage_causes)

@@ -3,8 +3,8 @@
 
 Training may not import fabric or storage (siblings), so the join lives here, above all three, and
 reaches the training page through the hooks training offers (fleet.training.views.
-register_job_section, fleet.training.dashboard_api.register_job_snapshot_part), wired by
-``register`` from FleetConfig.ready.
+register_job_section, fleet.training.api.register_job_snapshot_part), wired in
+fleet/correlation/plugins.py.
 
 An episode is one of the job's findings that the cause link reads (fleet.correlation.causes): a
 ``training-hang``, a ``training-data-stall``, or a ``training-job-failed`` whose failure class is a
@@ -14,9 +14,9 @@ the cause) to its clear, or now while it fires. Over that window, per node of th
 
 * its compute-fabric ports that flapped (fabric.detectors.flapped_ports: the link-flap detector's
   own test, link downed or carrier changes rising or the state leaving Active, with when) or
-  degraded (fabric.services.ports: errors over the link-degrading detector's limits, or a rate
+  degraded (fabric.read.health.ports: errors over the link-degrading detector's limits, or a rate
   below the port's rated one), or are down at the window's end;
-* its datasets and checkpoints mounts (storage.services.mounts: read throughput, I/O busy and free
+* its datasets and checkpoints mounts (storage.read.mounts: read throughput, I/O busy and free
   space over the window), each datasets file system judged by the starvation detector's own test
   (storage.detectors.starving over fs_window at the window's end; for data stalls only, the
   episodes storage can cause), a disk busy at or over the detector's line
@@ -38,10 +38,10 @@ from console.ranges import MINUTE, Window
 from fleet.choices import Fabric, MountPurpose
 from fleet.correlation.causes import job_hosts
 from fleet.fabric import detectors as fabric_detectors
-from fleet.fabric import services as fabric_services
+from fleet.fabric.read import health as fabric_health
 from fleet.inventory.models import Node
 from fleet.storage import detectors as storage_detectors
-from fleet.storage import services as storage_services
+from fleet.storage import read as storage_read
 from fleet.training.failures import FABRIC_CLASSES
 from fleet.training.models import Job
 from incidents.detectors import source_of
@@ -102,7 +102,7 @@ def _ports(win: Window, node_ids: list[int], hosts: set[str]) -> dict[str, list[
     """Per host, its compute ports that flapped, degraded or are down over the window."""
     flapped = {(host, name): when for host, name, _, when in fabric_detectors.flapped_ports(win.end, hosts, win.start)}
     out: dict[str, list[dict[str, Any]]] = {}
-    for port in fabric_services.ports(win, node_ids=node_ids):
+    for port in fabric_health.ports(win, node_ids=node_ids):
         if port["fabric"] != Fabric.COMPUTE:
             continue
         when = flapped.get((port["hostname"], port["name"]))
@@ -140,7 +140,7 @@ def _mounts(
     starving = _starving(win.end, systems)
     saturated = 100 * storage_detectors.IO_SATURATED
     out: dict[str, list[dict[str, Any]]] = {}
-    for mount in storage_services.mounts(win, node_ids=node_ids, purposes=PURPOSES):
+    for mount in storage_read.mounts(win, node_ids=node_ids, purposes=PURPOSES):
         busy = mount["io_busy_pct"]
         out.setdefault(mount["hostname"], []).append(
             {
@@ -149,7 +149,7 @@ def _mounts(
                     for k in ("mountpoint", "fstype", "purpose", "read_bytes_per_second", "io_busy_pct", "free_pct")
                 },
                 "saturated": busy is not None and busy >= saturated,
-                "low_free": mount["free_pct"] is not None and mount["free_pct"] < storage_services.LOW_FREE_PCT,
+                "low_free": mount["free_pct"] is not None and mount["free_pct"] < storage_read.LOW_FREE_PCT,
                 "starving": starving.get(mount["id"], ""),
             }
         )
@@ -215,13 +215,3 @@ def job_episodes(job: Job, *, now: datetime | None = None) -> list[dict[str, Any
 def job_section(job: Job) -> dict[str, Any]:
     """The job page's section context."""
     return {"episodes": job_episodes(job), "lead_minutes": int(LEAD.total_seconds() // 60)}
-
-
-def register() -> None:
-    """Add the section to the job page and ``episodes`` to its snapshot (FleetConfig.ready)."""
-    from fleet.correlation.serializers import JobEpisodeSerializer
-    from fleet.training.dashboard_api import register_job_snapshot_part
-    from fleet.training.views import register_job_section
-
-    register_job_section("correlation/_job_episodes.html", job_section)
-    register_job_snapshot_part("episodes", job_episodes, described_by=JobEpisodeSerializer(many=True))

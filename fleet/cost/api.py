@@ -18,7 +18,7 @@ from rest_framework.views import APIView
 from console import live
 from console.ranges import WINDOW_PARAMETERS, RangeError
 from fleet.capacity.power_budget import board_power_w
-from fleet.cost import services as cost
+from fleet.cost import read as cost
 from fleet.cost import store
 from fleet.cost.models import PoolPrice
 from fleet.cost.prices import CostError, hourly, rate

@@ -9,7 +9,7 @@ only prices it with fleet.cost.prices.cost_of, at the prices valid at the time.
   month start and every price change, so a month with a price change on the 16th prices its
   first 15 days at the old price and the rest at the new one, and each month's figure is its own.
 * Idle energised GPUs: GPU-hours whose hourly mean utilisation was under the power page's
-  IDLE_UTIL_PCT (fleet.power.services: an energised GPU reports; under 5 % it idles), from the
+  IDLE_UTIL_PCT (fleet.power.read: an energised GPU reports; under 5 % it idles), from the
   hour rollups, leaving out the hours a job held the GPU (those are the job's badput already).
 * Reserved but unused: committed reservations' GPU-hours less what the team used in the pool
   over the same segment, never below zero: the larger of its jobs' allocated GPU-hours (the
@@ -45,8 +45,10 @@ from fleet.capacity.power_budget import board_power_w
 from fleet.cost.models import PoolPrice
 from fleet.cost.prices import Cost, CostError, Span, cost_of, hourly, money
 from fleet.cost.usage import DAY, DayFigures, midnight, pool_keys, rollup_days, scheduler_gpu_hours
+from fleet.inventory.models import Gpu
 from fleet.training.accounts import accounts_between
 from fleet.training.goodput import BADPUT_CATEGORIES, CATEGORY_LABELS
+from incidents.models import Incident
 
 HOUR = timedelta(hours=1)
 ZERO = Decimal(0)
@@ -335,8 +337,6 @@ def incident_pool(labels: dict[str, Any], job_pools_: dict[int, int | None], gpu
 def incident_items(book: PriceBook, *, incident_ids: list[int] | None = None) -> list[Item]:
     """Incidents that began in the window (or these incidents): their current GPU-hours, priced at
     the hour they began in the pool of their job or GPU, for the team their labels name."""
-    from incidents.models import Incident
-
     # Only what current_gpu_hours and the labels need: an incident row carries its postmortem.
     qs = Incident.objects.filter(merged_into__isnull=True).only(
         "labels", "category", "started_at", "resolved_at", "gpu_hours_lost", "gpus_out_of_service"
@@ -381,8 +381,6 @@ def incident_items(book: PriceBook, *, incident_ids: list[int] | None = None) ->
 def _gpu_pools(uuids: list[str]) -> dict[str, int]:
     if not uuids:
         return {}
-    from fleet.inventory.models import Gpu
-
     keys = pool_keys()
     out = {}
     for uuid, site, model in Gpu.objects.filter(uuid__in=uuids).values_list("uuid", "node__site_id", "model"):
@@ -423,8 +421,6 @@ def job_cost(job_id: int, *, start: datetime, end: datetime) -> dict[str, Any]:
 
 def incident_cost(incident_id: int) -> dict[str, Any] | None:
     """An incident's GPU-hours lost and what they cost: the incident page's line and /cost/'s row."""
-    from incidents.models import Incident
-
     inc = Incident.objects.filter(pk=incident_id).first()
     if inc is None:
         return None
@@ -451,8 +447,6 @@ def utilisation(
     """Each pool's busy GPU-hours (hour rollups at or over IDLE_UTIL_PCT) over its installed
     GPU-hours (physical GPUs now x the hours) over the last ``days`` whole UTC days and today so
     far, from the book's rollup days (read from at least that far back: price_book's ``read_from``)."""
-    from fleet.inventory.models import Gpu
-
     end = now or timezone.now()
     start = own_or_rent_start(days, now=end)
     busy: dict[int, int] = defaultdict(int)

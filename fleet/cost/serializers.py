@@ -1,4 +1,4 @@
-"""The cost page's read-model answers (fleet.cost.services), described for the API schema; the
+"""The cost page's read-model answers (fleet.cost.read), described for the API schema; the
 views answer with the read model's dicts. Amounts are decimals as text, in ``currency``."""
 
 from __future__ import annotations

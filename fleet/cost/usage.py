@@ -20,9 +20,9 @@ from django.utils import timezone
 
 from fleet.capacity.models import Pool
 from fleet.choices import QueueScheduler
-from fleet.power.services import IDLE_UTIL_PCT
+from fleet.power.read import IDLE_UTIL_PCT
 from fleet.scheduler.models import SchedulerQueue, SchedulerRollup1m
-from fleet.scheduler.services import GPU_RESOURCE
+from fleet.scheduler.read import GPU_RESOURCE
 
 DAY = timedelta(days=1)
 

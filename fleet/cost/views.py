@@ -9,7 +9,7 @@ from django.urls import reverse
 from django.views.generic import TemplateView
 
 from console.permissions import DashboardRequiredMixin
-from fleet.cost import services
+from fleet.cost import read
 
 
 class CostDashboardView(DashboardRequiredMixin, TemplateView):
@@ -17,8 +17,8 @@ class CostDashboardView(DashboardRequiredMixin, TemplateView):
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
-        context["ranges"] = list(services.PRESETS)
-        context["default_range"] = services.DEFAULT_RANGE
+        context["ranges"] = list(read.PRESETS)
+        context["default_range"] = read.DEFAULT_RANGE
         context["can_set_prices"] = self.request.user.has_perm("fleet.add_poolprice")
         context["page_config"] = {
             "snapshot_url": reverse("api:cost-api:snapshot"),

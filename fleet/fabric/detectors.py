@@ -35,7 +35,7 @@ from django.db import connection
 
 from fleet.choices import Fabric
 from incidents.choices import Severity
-from incidents.detectors import FindingSpec, register
+from incidents.detectors import FindingSpec, detector
 
 WINDOW = timedelta(minutes=10)
 RATED_LOOKBACK = timedelta(hours=24)
@@ -189,7 +189,7 @@ def _n(value: float) -> str:
     return f"{value:,.0f}"
 
 
-@register("fabric-link-flap", judged=_judged)
+@detector("fabric-link-flap", judged=_judged)
 def fabric_link_flap(now: datetime) -> list[FindingSpec]:
     """A port whose link went down in the window, or whose state is not Active."""
     flapped = [p for p in port_window(now).values() if p.flapped]
@@ -241,7 +241,7 @@ def errors_over_limits(increase: dict[str, float], span: timedelta) -> dict[str,
     return {q: rate for q, rate in rates.items() if rate > degrading_limits()[q]}
 
 
-@register("fabric-link-degrading", judged=_judged)
+@detector("fabric-link-degrading", judged=_judged)
 def fabric_link_degrading(now: datetime) -> list[FindingSpec]:
     """Symbol errors or link error recoveries rising faster than their limit per hour, or a port
     running below its rated speed."""
@@ -277,7 +277,7 @@ def fabric_link_degrading(now: datetime) -> list[FindingSpec]:
     return specs
 
 
-@register("fabric-rdma-congestion", judged=_judged)
+@detector("fabric-rdma-congestion", judged=_judged)
 def fabric_rdma_congestion(now: datetime) -> list[FindingSpec]:
     """Transmit wait ticks or transmit discards rising more than their limit over the window."""
     limits = {

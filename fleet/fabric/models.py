@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from fleet.telemetry.models import CounterRollupColumns
+
 
 class PortSample(models.Model):
     """One raw value of one port quantity (a counter as exported, cumulative)."""
@@ -24,21 +26,13 @@ class PortSample(models.Model):
         return f"interface {self.interface_id} {self.quantity} {self.ts:%Y-%m-%d %H:%M:%S} {self.value}"
 
 
-class PortRollup1m(models.Model):
-    """One port quantity over one minute: ``increase`` for a counter (resets counted as Prometheus
-    ``increase()`` does), ``min``/``max``/``last`` for every quantity."""
+class PortRollup1m(CounterRollupColumns):
+    """One port quantity over one minute (the columns: CounterRollupColumns)."""
 
     pk = models.CompositePrimaryKey("interface", "quantity", "bucket")
     interface = models.ForeignKey(
         "fleet.NodeInterface", on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
     )
-    quantity = models.CharField(max_length=32)
-    bucket = models.DateTimeField()
-    samples = models.IntegerField()
-    increase = models.FloatField(null=True)
-    min = models.FloatField()
-    max = models.FloatField()
-    last = models.FloatField()
 
     class Meta:
         db_table = "fleet_portrollup_1m"

@@ -1,4 +1,4 @@
-"""The fabric page's read-model answer (fleet.fabric.services.snapshot), described for the API
+"""The fabric page's read-model answer (fleet.fabric.read.health.snapshot), described for the API
 schema; the view answers with the read model's dict."""
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fleet.choices import InterfaceKind
-from fleet.fabric import readmodel
+from fleet.fabric.read import summaries
 from fleet.inventory import directory
 from fleet.inventory.models import DEFAULT_FABRIC, NodeInterface
 from fleet.telemetry import partitions
@@ -30,7 +30,7 @@ PORT_COUNTERS = frozenset(
     }
 )
 PORT_GAUGES = frozenset({"state", "physical_state", "rate"})
-# The port rollups also keep the fabric page's read model (fleet.fabric.readmodel) in their
+# The port rollups also keep the fabric page's read model (fleet.fabric.read.summaries) in their
 # statement; queued minutes, folded by update_node_rollups, which then updates the fabric page.
 PORTS = queued(
     SeriesTable(
@@ -39,7 +39,7 @@ PORTS = queued(
         ("interface_id",),
         ("int8",),
         PORT_COUNTERS,
-        wrap_rollup=readmodel.port_rollup_sql,
+        wrap_rollup=summaries.port_rollup_sql,
         also_partitions=(partitions.FABRIC_ROLLUP_1M,),
         queue="port",
         topic="fabric",

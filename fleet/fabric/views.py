@@ -3,21 +3,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from django.urls import reverse
-from django.views.generic import TemplateView
-
-from console.permissions import DashboardRequiredMixin
-from fleet.fabric import services
+from console.snapshots import RangeSnapshotPage
+from fleet.fabric.read import health
 
 
-class FabricDashboardView(DashboardRequiredMixin, TemplateView):
+class FabricDashboardView(RangeSnapshotPage):
     template_name = "fabric/dashboard.html"
-
-    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
-        context = super().get_context_data(**kwargs)
-        context["ranges"] = list(services.PRESETS)
-        context["default_range"] = services.DEFAULT_RANGE
-        context["page_config"] = {"snapshot_url": reverse("api:fabric-api:snapshot"), "topic": "fabric"}
-        return context
+    reads = health
+    topic = "fabric"
+    snapshot_url_name = "api:fabric-api:snapshot"

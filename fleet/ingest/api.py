@@ -22,7 +22,8 @@ from console.api import unavailable
 from console.authentication import AgentTokenAuthentication
 from console.permissions import IsAgent
 from console.queues import queue_depth
-from fleet.ingest import hooks, push_queue, remote_write
+from fleet import exporters
+from fleet.ingest import push_queue, remote_write
 from fleet.ingest import stream as ingest_stream
 from fleet.ingest.batches import ScopeCheck, batch_key, check_site_scope, parse_gpu_batch
 from fleet.ingest.prometheus import (
@@ -249,7 +250,7 @@ class PrometheusIngestView(APIView):
                     "scheduler_samples": serializers.IntegerField(required=False),
                     "ignored": serializers.IntegerField(),
                     "ignored_metrics": serializers.DictField(child=serializers.IntegerField(), required=False),
-                    # What the apps' hooks (fleet.ingest.hooks) took from the push, by hook.
+                    # What the table's PUSH entries (fleet.exporters.map_pushes) took from the push, by exporter.
                     "mapped": inline_serializer(
                         "PrometheusMapped",
                         {
@@ -293,8 +294,8 @@ class PrometheusIngestView(APIView):
             except UnicodeDecodeError as exc:
                 raise IngestError(400, f"The body is not UTF-8 text ({exc}).") from None
             exposition = parse_exposition(text, **options)
-            # Series another app maps (Velero's backup metrics: fleet.ingest.hooks), before the count check.
-            mapped = hooks.run(
+            # Series mapped from the push as a whole (Velero's: fleet.exporters.PUSH), before the count check.
+            mapped = exporters.map_pushes(
                 text,
                 exposition.ignored_metrics,
                 site_id=token.site_id,

@@ -6,10 +6,13 @@ writer as the JSON door); serving metrics (gauges, counters, histogram buckets) 
 endpoint as raw series for the serving SLO work. A malformed exposition is refused whole with
 the line at fault; nothing is written. A serving series whose values no read could use (NaN, ±Inf,
 beyond ``MAX_MAGNITUDE``, a negative count) is ignored whole and counted. node_exporter's port,
-file system, NFS mountstats and disk series (NODE_SERIES) become node series (fleet.fabric,
-fleet.storage); the node is named as for dcgm-exporter: a ``hostname`` label or ``?hostname=`` (a
-target's hostname). Kueue's, kube-state-metrics' and a Slurm exporter's series (SCHEDULER_SERIES)
-become scheduler queue series (fleet.scheduler), the queue named by its label.
+file system, NFS mountstats and disk series become node series (fleet.fabric, fleet.storage);
+the node is named as for dcgm-exporter: a ``hostname`` label or ``?hostname=`` (a target's
+hostname). Kueue's, kube-state-metrics' and a Slurm exporter's series become scheduler queue
+series (fleet.scheduler), the queue named by its label.
+
+Which names are read, and as what, is the exporter mapping table's (fleet.exporters: each room's
+mappings.py); this module holds the readers of each shape and the bounds every push is held to.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from django.conf import settings
 from prometheus_client.openmetrics.parser import text_fd_to_metric_families as text_fd_to_openmetrics_families
 from prometheus_client.parser import text_fd_to_metric_families
 
+from fleet import exporters
 from fleet.choices import ServingFramework
 from fleet.fabric.store import port_part
 from fleet.ingest import plans
@@ -42,52 +46,23 @@ from fleet.ingest.batches import (
     check_site_scope,
     invalid_identity,
 )
-from fleet.ingest.scheduler_series import (
-    SCHEDULER_IDENTITY_LABELS,
-    SCHEDULER_LABEL_LIMITS,
-    SCHEDULER_SERIES,
-    QueueSeries,
-)
+from fleet.scheduler.mappings import SCHEDULER_IDENTITY_LABELS, SCHEDULER_LABEL_LIMITS, QueueSeries
 from fleet.scheduler.store import QUEUE_COUNTERS, QueuePoint, store_queue_points
 from fleet.serving import metrics as sm
+from fleet.serving.mappings import ServingSeries
 from fleet.serving.store import ServingPoint, store_serving_points
 from fleet.storage.store import storage_parts
-from fleet.telemetry.fields import COUNTER_FIELDS, FIELDS_BY_NAME, GPU_SAMPLE_FIELDS, MIG_INSTANCE_FIELDS
-from fleet.telemetry.series import NodePoint, Part, claim_foreign_nodes, store_parts
+from fleet.telemetry.fields import COUNTER_FIELDS, FIELDS_BY_NAME, MIG_INSTANCE_FIELDS
+from fleet.telemetry.series import NodePoint, NodeSeries, Part, claim_foreign_nodes, store_parts
 from fleet.telemetry.store import PendingBatch, store_gpu_batches
 from fleet.validation import HOSTNAME_PATTERN, IngestError
 
-DCGM_FIELDS = {f.dcgm: f.name for f in GPU_SAMPLE_FIELDS}
-# Older releases name the clocks-event bitmask after throttling.
-DCGM_FIELDS["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"] = "throttle_reasons"
-# dcgm-exporter's NVLink series (etc/default-counters.csv; the throughput pair are DCGM profiling
-# fields 1011/1012) that the console knows but does not store yet: a GPU sample has no column for
-# them (storing them takes new GpuSample / rollup columns and a migration). They are ignored and
-# counted in ``ignored`` / ``ignored_metrics`` like any series this console does not use. The CRC
-# flit errors are stored (nvlink_crc_errors_total).
-DCGM_KNOWN_UNSTORED = frozenset(
-    {
-        "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
-        "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
-        "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
-        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
-        "DCGM_FI_PROF_NVLINK_TX_BYTES",
-        "DCGM_FI_PROF_NVLINK_RX_BYTES",
-    }
-)
 # Fields DCGM reports as 64-bit integers (counters); the rest are 32-bit integers or doubles.
 INT64_FIELDS = COUNTER_FIELDS
 # DCGM's "blank" sentinels (dcgm_structs.h): values at or above these mean "no value", never data.
 INT32_BLANK = 0x7FFFFFF0
 INT64_BLANK = 0x7FFFFFFFFFFFFFF0
 
-SERVING_PREFIXES = {
-    "vllm:": ServingFramework.VLLM,
-    "nv_": ServingFramework.TRITON,
-    "tgi_": ServingFramework.TGI,
-}
-# The label that names the served model, per framework: it identifies the endpoint.
-MODEL_LABELS = {ServingFramework.VLLM: "model_name", ServingFramework.TRITON: "model", ServingFramework.TGI: ""}
 # A push's lines are held while it is checked (about 1.2 KB of the web process a stored sample,
 # with its queued copy): 40,000 keep a push under 64 MB (bench/ingest_bounds.py). The OpenMetrics
 # parser also holds each family whole until it ends (it checks a family whole): half as many.
@@ -95,43 +70,6 @@ MAX_LINES = 40_000
 OPENMETRICS_MAX_LINES = MAX_LINES // 2
 KINDS = ("auto", "dcgm", "vllm", "triton", "tgi", "node")
 
-# node_exporter series, as its collectors name them (collector/infiniband_linux.go,
-# netclass_linux.go and netdev_common.go, diskstats_linux.go, filesystem_common.go, mountstats_linux.go):
-# name -> (collector, quantity stored, is a counter).
-NODE_SERIES: dict[str, tuple[str, str, bool]] = {
-    "node_infiniband_link_downed_total": ("infiniband", "link_downed", True),
-    "node_infiniband_link_error_recovery_total": ("infiniband", "link_error_recovery", True),
-    "node_infiniband_symbol_error_total": ("infiniband", "symbol_errors", True),
-    "node_infiniband_port_errors_received_total": ("infiniband", "receive_errors", True),
-    "node_infiniband_port_discards_transmitted_total": ("infiniband", "transmit_discards", True),
-    "node_infiniband_port_transmit_wait_total": ("infiniband", "transmit_wait", True),
-    "node_infiniband_port_data_received_bytes_total": ("infiniband", "receive_bytes", True),
-    "node_infiniband_port_data_transmitted_bytes_total": ("infiniband", "transmit_bytes", True),
-    "node_infiniband_state_id": ("infiniband", "state", False),
-    "node_infiniband_physical_state_id": ("infiniband", "physical_state", False),
-    "node_infiniband_rate_bytes_per_second": ("infiniband", "rate", False),
-    "node_network_carrier_changes_total": ("netdev", "carrier_changes", True),
-    "node_network_receive_errs_total": ("netdev", "receive_errors", True),
-    "node_network_transmit_errs_total": ("netdev", "transmit_errors", True),
-    "node_network_receive_drop_total": ("netdev", "receive_drops", True),
-    "node_network_transmit_drop_total": ("netdev", "transmit_drops", True),
-    "node_network_receive_bytes_total": ("netdev", "receive_bytes", True),
-    "node_network_transmit_bytes_total": ("netdev", "transmit_bytes", True),
-    "node_network_speed_bytes": ("netdev", "rate", False),
-    "node_disk_io_time_seconds_total": ("disk", "io_time_seconds", True),
-    "node_disk_read_bytes_total": ("disk", "read_bytes", True),
-    "node_disk_written_bytes_total": ("disk", "written_bytes", True),
-    "node_disk_reads_completed_total": ("disk", "reads", True),
-    "node_disk_writes_completed_total": ("disk", "writes", True),
-    "node_filesystem_avail_bytes": ("filesystem", "avail_bytes", False),
-    "node_filesystem_size_bytes": ("filesystem", "size_bytes", False),
-    # mountstats_linux.go (NFS): bytes moved to and from the server (not the read()/write() calls'
-    # bytes, which page-cache hits inflate), and the READ operations and their summed RTT.
-    "node_mountstats_nfs_total_read_bytes_total": ("mountstats", "nfs_read_bytes", True),
-    "node_mountstats_nfs_total_write_bytes_total": ("mountstats", "nfs_write_bytes", True),
-    "node_mountstats_nfs_operations_requests_total": ("mountstats", "nfs_read_ops", True),
-    "node_mountstats_nfs_operations_response_time_seconds_total": ("mountstats", "nfs_read_response_seconds", True),
-}
 # mountstats' per-operation series carry an ``operation`` label: only READ's are stored (the read
 # side of a datasets mount); the other operations' are ignored and counted.
 NODE_OPERATION = {
@@ -172,6 +110,7 @@ ENDPOINT_NAME_MAX = 200
 MIG_INSTANCE_MAX = 32767
 HOSTNAME_RE = re.compile(HOSTNAME_PATTERN.removeprefix("^").removesuffix("$"))
 IGNORED_NAMES_SHOWN = 20
+_UNSEEN = object()  # a name not yet looked up in the mapping table
 
 
 @dataclass
@@ -286,13 +225,6 @@ def _blank(name: str, value: float) -> bool:
     2**31 (temperatures, clocks, watts, MiB), so the 32-bit threshold also catches the 64-bit and
     floating-point sentinels (DCGM_FP64_BLANK is 2**47)."""
     return value >= (INT64_BLANK if name in INT64_FIELDS else INT32_BLANK)
-
-
-def _framework(name: str) -> str | None:
-    for prefix, framework in SERVING_PREFIXES.items():
-        if name.startswith(prefix):
-            return framework
-    return None
 
 
 def _series(labels: dict[str, str], skip: str) -> str:
@@ -434,6 +366,7 @@ def parse_exposition(
     groups: dict[str, str] = {}
     unreadable: set[str] = set()  # series groups with a value no read can use
     queued: list[tuple[str, QueueSeries, QueuePoint]] = []  # scheduler series, before summing
+    mapped: dict[str, exporters.Hit | None] = {}  # exposed name -> its entry in the mapping table
     handed = 0
     for family in _families(lines, openmetrics=openmetrics):
         samples = family.samples
@@ -448,29 +381,26 @@ def parse_exposition(
             if openmetrics and name.endswith("_created"):
                 out.ignore(name)  # a counter's creation time, not a reading
                 continue
-            field_name = DCGM_FIELDS.get(name)
-            if field_name is not None and kind in ("auto", "dcgm"):
+            # The exporter mapping table (fleet.exporters), looked up once per name in a push.
+            hit = mapped.get(name, _UNSEEN)
+            if hit is _UNSEEN:
+                hit = mapped[name] = exporters.lookup(name)
+            mapping, spec = hit or (None, None)
+            reads = mapping.reads if mapping is not None and kind in mapping.kinds else None
+            if reads == exporters.GPU_FIELD:
                 recorder.other()
                 _check_labels(line, name, sample.labels, LABEL_LIMITS)
                 ts = window.time_of(timestamp, line)
                 out.timestamped &= timestamp is not None
-                _add_gpu_value(gpus, origin, line, field_name, sample.labels, sample.value, ts, hostname)
+                _add_gpu_value(gpus, origin, line, spec, sample.labels, sample.value, ts, hostname)
                 continue
-            framework = _framework(name)
-            if framework == ServingFramework.TRITON and "model" not in sample.labels:
-                # Triton's GPU and CPU series (nv_gpu_utilization, nv_energy_consumption,
-                # nv_cpu_*): dcgm-exporter is the GPU source, and two sources would fight
-                # over one GPU's state.
-                out.ignore(name)
-                recorder.ignored(line, name)
-                continue
-            if framework is not None and kind in ("auto", framework):
+            if reads == exporters.SERVING and not (spec.model_required and spec.model_label not in sample.labels):
                 recorder.other()
                 _check_labels(line, name, sample.labels, SERVING_LABEL_LIMITS)
                 _check_bound(line, name, sample.labels)
                 ts = window.time_of(timestamp, line)
                 out.timestamped &= timestamp is not None
-                point = _serving_point(name, framework, sample.labels, sample.value, ts, endpoint, line)
+                point = _serving_point(name, spec, sample.labels, sample.value, ts, endpoint, line)
                 group = _series_group(point, sample.labels)
                 if group is not None:
                     group = groups.setdefault(group, group)  # one string a histogram, not one a part
@@ -479,9 +409,8 @@ def parse_exposition(
                     unreadable.add(group)
                 serving.append((group, name, point))
                 continue
-            node_series = NODE_SERIES.get(name)
-            if node_series is not None and kind in ("auto", "node"):
-                fields = _node_fields(line, name, node_series, sample.labels, hostname)
+            if reads == exporters.NODE:
+                fields = _node_fields(line, name, spec, sample.labels, hostname)
                 recorder.node(line, name, fields)
                 ts = window.time_of(timestamp, line)
                 point = None if fields is None else _node_point(fields, sample.value, ts)
@@ -491,16 +420,17 @@ def parse_exposition(
                     out.timestamped &= timestamp is not None
                     out.node.append(point)
                 continue
-            queue_series = SCHEDULER_SERIES.get(name)
-            if queue_series is not None and kind == "auto":
+            if reads == exporters.QUEUE:
                 recorder.other()
-                queue_point = _queue_point(line, name, queue_series, sample.labels, sample.value, window, timestamp)
+                queue_point = _queue_point(line, name, spec, sample.labels, sample.value, window, timestamp)
                 if queue_point is None:
                     out.ignore(name)
                 else:
                     out.timestamped &= timestamp is not None
-                    queued.append((name, queue_series, queue_point))
+                    queued.append((name, spec, queue_point))
                 continue
+            # Not mapped, mapped for another ?kind=, mapped from the push's text (exporters.PUSH), or
+            # not the server's own (a Triton series without its model: ServingSeries.model_required).
             out.ignore(name)
             recorder.ignored(line, name)
     out.scheduler = _fold_queue_points(queued, out)
@@ -716,7 +646,7 @@ def _series_group(point: ServingPoint, labels: dict[str, str]) -> str | None:
 
 def _serving_point(
     name: str,
-    framework: str,
+    spec: ServingSeries,
     labels: dict[str, str],
     value: float,
     ts: datetime,
@@ -724,7 +654,7 @@ def _serving_point(
     line: int,
 ) -> ServingPoint:
     """One serving series value (parse_exposition drops the series whose values cannot be read)."""
-    model_label = MODEL_LABELS[framework]
+    framework, model_label = spec.framework, spec.model_label
     model = labels.get(model_label, "") if model_label else ""
     name_for_endpoint = endpoint or model
     # The model label is left out of the series only where it names the endpoint: with an
@@ -746,7 +676,7 @@ def _serving_point(
 
 
 def _node_fields(
-    line: int, name: str, series: tuple[str, str, bool], labels: dict[str, str], hostname: str | None
+    line: int, name: str, series: NodeSeries, labels: dict[str, str], hostname: str | None
 ) -> tuple[Any, ...] | None:
     """What a node_exporter series names (plans.Entry's fields), or None when it is not stored
     (the loopback interface; an NFS operation other than the one kept). A series without the

@@ -61,7 +61,6 @@ PROMETHEUS = stream.Lane(
     store=_store,
     label=lambda push: push.key,
 )
-stream.register_lane(PROMETHEUS)
 STREAM, DEAD_LETTERS = PROMETHEUS.stream, PROMETHEUS.dead_letters
 
 

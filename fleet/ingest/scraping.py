@@ -28,8 +28,8 @@ from django.db import connection
 from django.utils import timezone
 
 from console import counters, outbound
+from fleet import exporters
 from fleet.choices import ScrapeHealth
-from fleet.ingest import hooks
 from fleet.ingest.prometheus import check_scope, parse_exposition, store_exposition
 from fleet.telemetry.models import ScrapeTarget
 from fleet.validation import IngestError
@@ -176,8 +176,10 @@ def scrape(target_id: int) -> int:
             kind=target.kind,
             now=scraped_at,
         )
-        # Series another app maps (Velero's backup metrics), as the push door hands them over.
-        hooks.run(text, exposition.ignored_metrics, site_id=target.site_id, received=scraped_at, openmetrics=False)
+        # Series mapped from the text as a whole (Velero's), as the push door hands them over.
+        exporters.map_pushes(
+            text, exposition.ignored_metrics, site_id=target.site_id, received=scraped_at, openmetrics=False
+        )
         check_scope(exposition, site_id=target.site_id)
         samples = exposition.count
         stored = store_exposition(

@@ -51,10 +51,10 @@ from django.utils import timezone
 from fleet.choices import Fabric, InterfaceKind, QueueScheduler
 from fleet.correlation.causes import FABRIC_EFFECT
 from fleet.fabric import detectors as fabric_detectors
-from fleet.fabric import readmodel as fabric_readmodel
+from fleet.fabric.read import summaries as fabric_summaries
 from fleet.ingest.batches import parse_gpu_batch
-from fleet.ingest.scheduler_series import SCHEDULER_SERIES
 from fleet.inventory.models import DEFAULT_FABRIC, Gpu, Node, NodeInterface, NodeMount, purpose_of_mountpoint
+from fleet.scheduler.mappings import SCHEDULER_SERIES
 from fleet.scheduler.models import SchedulerQueue
 from fleet.scheduler.simulator import KueueSimulator, Sample
 from fleet.scheduler.store import QUEUE_COUNTERS
@@ -908,7 +908,7 @@ def _node_history(
         nodes.activity = live
     # The port rollups went in by COPY, past the port writer: the fabric page's read model (its
     # throughput per fabric, the ports' latest state and rate) is read from them here.
-    fabric_readmodel.rebuild(start, end)
+    fabric_summaries.rebuild(start, end)
     return written
 
 
@@ -917,7 +917,7 @@ def _node_history(
 
 def queue_values(site: str, samples: list[Sample]) -> list[tuple[str, str, str, float]]:
     """(ClusterQueue, quantity, series, value) of each of a Kueue scrape's samples, as the
-    Prometheus door maps them (fleet.ingest.scheduler_series: the label naming the queue, the
+    Prometheus door maps them (fleet.scheduler.mappings: the label naming the queue, the
     labels kept, in canonical Prometheus label text); a name the door does not map is left out."""
     out = []
     for name, labels, value in samples:

@@ -1,4 +1,4 @@
-"""The fabric page's read model (fleet.fabric.readmodel): the ports' latest status, throughput per
+"""The fabric page's read model (fleet.fabric.read.summaries): the ports' latest status, throughput per
 site, fabric and minute (day partitions, like the port rollups), and a partial index on the port
 rollups holding only the minutes whose error or flap counters rose. Existing port rollups are read
 once into the new tables."""
@@ -37,7 +37,7 @@ REVERSE_SQL = "DROP INDEX fleet_portrollup_1m_errors; DROP TABLE fleet_fabricrol
 
 
 def read_existing(apps, schema_editor):  # type: ignore[no-untyped-def]
-    from fleet.fabric import readmodel
+    from fleet.fabric.read import summaries
     from fleet.telemetry import partitions
 
     spans = partitions.existing_partitions(partitions.PORT_ROLLUP_1M).values()
@@ -45,7 +45,7 @@ def read_existing(apps, schema_editor):  # type: ignore[no-untyped-def]
         return
     starts = sorted(start for start, _ in spans)
     partitions.ensure_partitions_for(partitions.FABRIC_ROLLUP_1M, starts)
-    readmodel.rebuild(starts[0], max(end for _, end in spans))
+    summaries.rebuild(starts[0], max(end for _, end in spans))
 
 
 class Migration(migrations.Migration):

@@ -12,12 +12,12 @@ from rest_framework.views import APIView
 
 from console import live
 from fleet.inventory.models import Rack
-from fleet.power import services as power
+from fleet.power import read as power
 from fleet.power.serializers import PowerSnapshotAnswerSerializer
 
 
 class PowerSnapshotView(APIView):
-    """Power against budget per site and rack, now (see fleet.power.services.snapshot)."""
+    """Power against budget per site and rack, now (see fleet.power.read.snapshot)."""
 
     queryset = Rack.objects.all()  # reads need fleet.view_rack
 

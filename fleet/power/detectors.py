@@ -1,4 +1,4 @@
-"""Power detectors: functions from the per-minute group rollups (fleet.power.services.minute_draws)
+"""Power detectors: functions from the per-minute group rollups (fleet.power.read.minute_draws)
 to the findings present now, registered with the incident engine like the GPU, training and
 serving detectors.
 
@@ -22,9 +22,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from fleet.inventory.models import Rack, Site
-from fleet.power import services as power
+from fleet.power import read as power
 from incidents.choices import Severity
-from incidents.detectors import FindingSpec, firing_since, register
+from incidents.detectors import FindingSpec, detector, firing_since
 
 MINUTE = timedelta(minutes=1)
 SUSTAIN_MINUTES = 5  # N
@@ -87,7 +87,7 @@ def _judged_site(now: datetime, labels: dict[str, Any]) -> bool:
     return site is None or ("site", site.pk) in _recent(now)
 
 
-@register("power-rack-over-budget", judged=_judged_rack)
+@detector("power-rack-over-budget", judged=_judged_rack)
 def power_rack_over_budget(now: datetime) -> list[FindingSpec]:
     """A rack drawing more than its budget, or >= 95 % of it for N minutes (see ``_over``)."""
     recent = _recent(now)
@@ -129,7 +129,7 @@ def power_rack_over_budget(now: datetime) -> list[FindingSpec]:
     return specs
 
 
-@register("power-site-near-contract", judged=_judged_site)
+@detector("power-site-near-contract", judged=_judged_site)
 def power_site_near_contract(now: datetime) -> list[FindingSpec]:
     """A site drawing >= 95 % of its contracted power for N minutes (or over it)."""
     recent = _recent(now)
@@ -171,7 +171,7 @@ def power_site_near_contract(now: datetime) -> list[FindingSpec]:
     return specs
 
 
-@register("power-rack-capping", judged=_judged_rack)
+@detector("power-rack-capping", judged=_judged_rack)
 def power_rack_capping(now: datetime) -> list[FindingSpec]:
     """Most of a rack's GPUs throttled for N consecutive minutes; a firing one holds while a
     quarter of them still are."""

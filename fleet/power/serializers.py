@@ -1,4 +1,4 @@
-"""The power page's read-model answer (fleet.power.services.snapshot), described for the API
+"""The power page's read-model answer (fleet.power.read.snapshot), described for the API
 schema; the view answers with the read model's dict. Power in kW, energy in kWh."""
 
 from __future__ import annotations

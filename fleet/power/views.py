@@ -10,7 +10,7 @@ from django.views.generic import TemplateView
 
 from console.permissions import DashboardRequiredMixin
 from fleet.inventory.models import Site
-from fleet.power import services as power
+from fleet.power import read as power
 
 
 class PowerDashboardView(DashboardRequiredMixin, TemplateView):

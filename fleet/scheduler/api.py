@@ -3,7 +3,7 @@ names suggest), and quota drift against the console's team quotas.
 
 Any role reads. Operators and Admins map a queue (PATCH pool and team; RolePermission:
 fleet.change_schedulerqueue; audited by compliance.signals). Importing the scheduler's quota into
-TeamQuota follows the console's quota rule (fleet.capacity.approvals: an Admin or a Capacity
+TeamQuota follows the console's quota rule (fleet.capacity.actions.approvals: an Admin or a Capacity
 approver), 403 naming the rule for anyone else.
 """
 
@@ -17,7 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from fleet.capacity import approvals
+from fleet.capacity.actions import approvals
 from fleet.capacity.models import Pool, Team
 from fleet.scheduler import drift, mapping
 from fleet.scheduler.models import SchedulerQueue

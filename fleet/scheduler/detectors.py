@@ -4,7 +4,7 @@ capacity plan to the findings present now, registered with the incident engine l
 and storage detectors.
 
 * scheduler-admission-starvation: a Kueue ClusterQueue mapped to a pool whose p95 admission wait
-  over the last 30 min (fleet.scheduler.services.admission_waits) is above the limit (setting
+  over the last 30 min (fleet.scheduler.read.admission_waits) is above the limit (setting
   SCHEDULER_ADMISSION_WAIT_SECONDS, per pool SCHEDULER_ADMISSION_WAIT_BY_POOL), while workloads
   still wait and the pool has idle GPUs: the nominal quota of the pool's ClusterQueues
   (``nvidia.com/gpu``, every flavor) above their usage. The finding names the cause: *quota*
@@ -55,13 +55,13 @@ from django.db.models import Count, Max, Min, Q, Sum
 from django.db.models.functions import Coalesce
 
 from fleet.capacity.models import Pool, Reservation
-from fleet.capacity.services import DEFAULT_GPUS_PER_NODE
+from fleet.capacity.read.supply import DEFAULT_GPUS_PER_NODE
 from fleet.choices import QueueScheduler
 from fleet.scheduler.models import SchedulerQueue, SchedulerRollup1m
-from fleet.scheduler.services import admission_waits
+from fleet.scheduler.read import admission_waits
 from fleet.telemetry.histograms import parse_series
 from incidents.choices import Severity
-from incidents.detectors import FindingSpec, register
+from incidents.detectors import FindingSpec, detector
 from incidents.models import Incident
 
 STARVATION_WINDOW = timedelta(minutes=30)  # the p95 admission wait is read over this
@@ -237,7 +237,7 @@ def _starvation_judged(now: datetime, labels: dict[str, Any]) -> bool:
     return _pending(latest_gauges([queue.pk], ["pending_workloads"], now), queue.pk) == 0
 
 
-@register("scheduler-admission-starvation", judged=_starvation_judged)
+@detector("scheduler-admission-starvation", judged=_starvation_judged)
 def scheduler_admission_starvation(now: datetime) -> list[FindingSpec]:
     """A ClusterQueue whose p95 admission wait over 30 min is above its pool's limit while
     workloads wait and the pool has idle GPUs: quota or fragmentation, not capacity."""
@@ -328,7 +328,7 @@ def _by_reason(counts: Mapping[str, float]) -> str:
     return ", ".join(f"{_n(n)} {reason}" for reason, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-@register("scheduler-eviction-storm", judged=_queue_judged)
+@detector("scheduler-eviction-storm", judged=_queue_judged)
 def scheduler_eviction_storm(now: datetime) -> list[FindingSpec]:
     """A ClusterQueue whose workloads were evicted (or preempted) at least the storm count times
     in the window, with the reasons and the queues that preempted."""
@@ -519,7 +519,7 @@ def drained_stretch(minutes: list[NodeMinute], now: datetime, share: float) -> D
     return DrainedStretch(run[0].bucket, last.out, last.total, per_node, hours)
 
 
-@register("scheduler-drained-capacity", judged=_queue_judged)
+@detector("scheduler-drained-capacity", judged=_queue_judged)
 def scheduler_drained_capacity(now: datetime) -> list[FindingSpec]:
     """A Slurm or Kubernetes cluster with more than the share of its nodes out of scheduling
     (drained or down; cordoned) for the threshold; a Kubernetes one names its cordoned nodes and
@@ -652,7 +652,7 @@ def _reservation_judged(now: datetime, labels: dict[str, Any]) -> bool:
     return bool(_reporting(queues, now))
 
 
-@register("scheduler-reservation-unused", judged=_reservation_judged)
+@detector("scheduler-reservation-unused", judged=_reservation_judged)
 def scheduler_reservation_unused(now: datetime) -> list[FindingSpec]:
     """An approved or active reservation whose team's queues on the pool admitted nothing for the
     threshold: GPUs held idle."""

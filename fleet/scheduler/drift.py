@@ -5,7 +5,7 @@ and ``lending_limit`` for ``nvidia.com/gpu`` (summed over the queue's flavors; +
 limit", stays no limit) are set beside the TeamQuota of that team on that pool. A queue the
 scheduler reports no GPU quota for, or a team with no quota on the pool, is drift too.
 
-An Admin or a Capacity approver (the console's quota rule, fleet.capacity.approvals) may import
+An Admin or a Capacity approver (the console's quota rule, fleet.capacity.actions.approvals) may import
 the scheduler's values into TeamQuota: created or updated with one save, audited by
 compliance.signals, refused where TeamQuota would refuse them (a lending limit above the nominal
 quota, a fraction of a GPU).
@@ -24,7 +24,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from fleet.capacity import approvals
+from fleet.capacity.actions import approvals
 from fleet.capacity.models import TeamQuota
 from fleet.scheduler.models import SchedulerQueue, SchedulerRollup1m
 
@@ -34,7 +34,7 @@ QUOTA_QUANTITIES = ("nominal_quota", "borrowing_limit", "lending_limit")
 # queue silent for a day has no quota the console can trust.
 LOOKBACK = timedelta(days=1)
 # Where a reporting queue's newest quota minute is looked for first: Kueue is scraped every 15 to
-# 60 s, so ten minutes is many scrapes (fleet.scheduler.services.GAUGE_FRESH reads gauges so too).
+# 60 s, so ten minutes is many scrapes (fleet.scheduler.read.GAUGE_FRESH reads gauges so too).
 RECENT = timedelta(minutes=10)
 # TeamQuota's own bound (fleet.capacity.api.TeamQuotaSerializer).
 MAX_GPUS = 1_000_000

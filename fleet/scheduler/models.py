@@ -10,6 +10,7 @@ from django.db import models
 
 from fleet.choices import TEAM_ONLY_KINDS, QueueKind, QueueScheduler
 from fleet.inventory.models import Site
+from fleet.telemetry.models import CounterRollupColumns
 
 # What a scheduler's queue is when its exporter does not say otherwise (``kind`` left blank).
 PRIMARY_KIND = {
@@ -110,20 +111,12 @@ class SchedulerSample(models.Model):
         return f"queue {self.queue_id} {self.quantity}{{{self.series}}} {self.ts:%Y-%m-%d %H:%M:%S} {self.value}"
 
 
-class SchedulerRollup1m(models.Model):
-    """One queue series over one minute: ``increase`` for a counter (resets counted as Prometheus
-    ``increase()`` does), ``min``/``max``/``last`` for every quantity."""
+class SchedulerRollup1m(CounterRollupColumns):
+    """One queue series over one minute (the columns: CounterRollupColumns)."""
 
     pk = models.CompositePrimaryKey("queue", "series", "quantity", "bucket")
     queue = models.ForeignKey(SchedulerQueue, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+")
     series = models.CharField(max_length=1024)
-    quantity = models.CharField(max_length=32)
-    bucket = models.DateTimeField()
-    samples = models.IntegerField()
-    increase = models.FloatField(null=True)
-    min = models.FloatField()
-    max = models.FloatField()
-    last = models.FloatField()
 
     class Meta:
         db_table = "fleet_schedulerrollup_1m"
@@ -136,7 +129,7 @@ class SchedulerCounterHour(models.Model):
     """One queue counter's 1-minute increases added up over one settled clock hour, so the capacity
     page reads a day of Kueue's histogram as 23 rows a series rather than 1,380 (bench/scheduler.py).
 
-    Filled on read (fleet.scheduler.services.counter_windows) once the hour has been over for a few
+    Filled on read (fleet.scheduler.read.counter_windows) once the hour has been over for a few
     minutes, never by the ingest path; the writer drops a queue's hour when a late value lands in it
     (fleet.scheduler.store), and the next read sums it again. A row with a blank ``quantity`` marks
     the queue's hour as summed, counters or not."""

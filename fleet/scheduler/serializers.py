@@ -1,5 +1,5 @@
 """The scheduler's read-model answers, described for the API schema: the capacity plan's
-``queues`` and ``quota_waits`` parts (fleet.scheduler.panels) and the quota drift
+``queues`` and ``quota_waits`` parts (fleet.scheduler.read) and the quota drift
 (fleet.scheduler.drift). The views answer with the read models' dicts."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class TeamEventsSerializer(serializers.Serializer):
 
 
 class PoolQueuesSerializer(serializers.Serializer):
-    """The scheduler's side of a capacity pool (fleet.scheduler.services.pool_queues)."""
+    """The scheduler's side of a capacity pool (fleet.scheduler.read.pool_queues)."""
 
     pool = serializers.IntegerField()
     queues = PoolQueueSerializer(many=True)

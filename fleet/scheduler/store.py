@@ -20,7 +20,7 @@ from fleet.telemetry import partitions
 from fleet.telemetry.series import SeriesTable, store_series
 
 # The quantities that are counters (rolled up as increases); the rest are gauges.
-# The capacity page's queue panel's live topic (fleet.scheduler.panels builds its pushes).
+# The capacity page's queue panel's live topic (fleet.scheduler.read builds its pushes).
 TOPIC = "scheduler"
 QUEUE_COUNTERS = frozenset(
     {

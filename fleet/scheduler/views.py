@@ -6,7 +6,7 @@ Any role reads. POST ``action``:
 - ``map`` (``id``, ``pool``, ``team``; empty: unmapped) and ``accept`` (``id``: take the
   suggested pool and team): Operators and Admins (fleet.change_schedulerqueue);
 - ``import`` (``id``): the scheduler's GPU quota into the team's TeamQuota, an Admin or a
-  Capacity approver (the console's quota rule, fleet.capacity.approvals).
+  Capacity approver (the console's quota rule, fleet.capacity.actions.approvals).
 
 Every change goes through fleet.scheduler.mapping or fleet.scheduler.drift (audited on save).
 """
@@ -22,7 +22,7 @@ from django.shortcuts import get_object_or_404, redirect
 from django.views.generic import TemplateView
 
 from console.permissions import DashboardRequiredMixin
-from fleet.capacity import approvals
+from fleet.capacity.actions import approvals
 from fleet.capacity.models import Pool, Team
 from fleet.choices import TEAM_ONLY_KINDS
 from fleet.scheduler import drift, mapping
@@ -40,15 +40,6 @@ def overview_tile(request: HttpRequest) -> dict[str, Any]:
         "mapped": len(mapped),
         "drifted": [d for d in mapped if d.drifted],
     }
-
-
-def register() -> None:
-    """Register the overview tile (called from FleetConfig.ready)."""
-    from console import overview
-
-    overview.register_section(
-        overview.Section(name="scheduler", template="scheduler/_overview.html", context=overview_tile, order=29)
-    )
 
 
 class SchedulerQueuesView(DashboardRequiredMixin, TemplateView):

@@ -1,4 +1,7 @@
-"""An endpoint's change events and eval results: POST a single object or {"items": [...]} (up to
+"""The serving API: the endpoints in the fleet API, the serving pages' snapshots, and an endpoint's
+SLO figures, change events and eval results.
+
+Change events and eval results: POST a single object or {"items": [...]} (up to
 1000), validated whole before anything is written; GET lists them. An agent token writes for its
 own site's endpoints; people write with their role (Operator) and read with any role.
 
@@ -16,19 +19,35 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field, inline_serializer
-from rest_framework import generics, serializers, status
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+    inline_serializer,
+)
+from rest_framework import generics, mixins, serializers, status, viewsets
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from console import live
 from console.authentication import AgentOrPersonalTokenAuthentication
 from console.permissions import RoleOrSiteAgentWritePermission
+from console.ranges import WINDOW_PARAMETERS, RangeError, window_from_query
 from console.timebounds import BoundedDatesSerializerMixin
+from fleet.serving import read as serving_read
 from fleet.serving import slo as serving
+from fleet.serving.filtersets import EndpointFilterSet
 from fleet.serving.models import Endpoint, EndpointChange, EndpointChangeKind, EndpointEval
-from fleet.serving.serializers import EndpointSloAnswerSerializer
+from fleet.serving.serializers import (
+    EndpointSerializer,
+    EndpointSloAnswerSerializer,
+    EndpointSnapshotAnswerSerializer,
+    ServingOverviewAnswerSerializer,
+)
 
 MAX_ITEMS = 1000
 # A clock a little ahead is tolerated; an item from the far future is a wrong clock or a wrong unit.
@@ -311,3 +330,66 @@ class EndpointSloView(APIView):
                 "since_start": serving.since_start(endpoint.pk, now=now),
             }
         )
+
+
+# --- the serving pages' snapshots: the SLO overview and one endpoint's over a range; any role reads
+# them and the pages fetch them on load and after a reconnect --------------------------------------
+
+
+class ServingOverviewView(APIView):
+    """Per endpoint: its SLOs, TTFT and ITL p50 / p99 over the last five minutes, request and token
+    rates, queue depth, running requests and KV-cache usage, the error budget left and the burn
+    rate over 5 m, 30 m, 1 h, 6 h and 3 d per SLO with the multi-window alerts firing, and the last
+    hour's per-minute points. Read from the serving rollups."""
+
+    queryset = Endpoint.objects.all()  # reads need fleet.view_endpoint
+
+    @extend_schema(responses=ServingOverviewAnswerSerializer)
+    def get(self, request: Request) -> Response:
+        live.watch_topic("serving")
+        return Response(serving_read.current_overview())
+
+
+class EndpointSnapshotView(APIView):
+    """An endpoint's page over a range ending now: the chart series, the SLO table, the figures
+    since each server started, change events and evals (chart markers), and the prompt-length
+    distribution against the 7 days before the range."""
+
+    queryset = Endpoint.objects.all()  # reads need fleet.view_endpoint
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "range",
+                OpenApiTypes.STR,
+                enum=list(serving_read.RANGES),
+                default=serving_read.DEFAULT_RANGE,
+            ),
+            *WINDOW_PARAMETERS,
+        ],
+        responses=EndpointSnapshotAnswerSerializer,
+    )
+    def get(self, request: Request, pk: int) -> Response:
+        try:
+            window = window_from_query(
+                request.query_params, presets=serving_read.RANGES, default=serving_read.DEFAULT_RANGE
+            )
+        except RangeError as exc:
+            return Response(exc.as_dict(), status=400)
+        endpoint = get_object_or_404(Endpoint.objects.select_related("site"), pk=pk)
+        live.watch_topic(f"endpoint.{endpoint.pk}")
+        range_key = window.preset or serving_read.DEFAULT_RANGE
+        return Response(serving_read.endpoint_snapshot(endpoint, range_key, window=window))
+
+
+# --- serving endpoints in the fleet API (/api/v1/fleet/endpoints/): list, read, set SLOs -------------
+
+
+class EndpointViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Serving endpoints, registered by the metrics they report; PATCH sets their region, replicas,
+    GPUs, scrape targets and SLOs."""
+
+    queryset = Endpoint.objects.select_related("site").prefetch_related("gpus", "scrape_targets")
+    serializer_class = EndpointSerializer
+    filterset_class = EndpointFilterSet
+    http_method_names = ["get", "patch", "head", "options"]  # created by ingest; PUT would reset every SLO

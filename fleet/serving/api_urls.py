@@ -1,7 +1,6 @@
 from django.urls import path
 
 from fleet.serving import api as serving
-from fleet.serving import dashboard_api as serving_dashboard
 
 app_name = "serving-api"
 
@@ -10,6 +9,6 @@ urlpatterns = [
     path("endpoints/<int:pk>/changes", serving.EndpointChangesView.as_view(), name="endpoint-changes"),
     path("endpoints/<int:pk>/evals", serving.EndpointEvalsView.as_view(), name="endpoint-evals"),
     # The serving pages' snapshots (read-only; the live pushes move them forward).
-    path("overview", serving_dashboard.ServingOverviewView.as_view(), name="overview"),
-    path("endpoints/<int:pk>/snapshot", serving_dashboard.EndpointSnapshotView.as_view(), name="endpoint-snapshot"),
+    path("overview", serving.ServingOverviewView.as_view(), name="overview"),
+    path("endpoints/<int:pk>/snapshot", serving.EndpointSnapshotView.as_view(), name="endpoint-snapshot"),
 ]

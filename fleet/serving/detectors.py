@@ -46,7 +46,7 @@ from fleet.serving import metrics as sm
 from fleet.serving import slo as serving
 from fleet.serving.models import Endpoint, EndpointChange, EndpointChangeKind, EndpointEval, ServingRollup1m
 from incidents.choices import Severity
-from incidents.detectors import FindingSpec, firing_since, register
+from incidents.detectors import FindingSpec, detector, firing_since
 
 MINUTE = timedelta(minutes=1)
 RECENT = timedelta(minutes=30)  # the per-minute rollups read for queueing and KV
@@ -280,7 +280,7 @@ def queueing_collapse(
     )
 
 
-@register("serving-queueing-collapse", judged=_judged_recent)
+@detector("serving-queueing-collapse", judged=_judged_recent)
 def serving_queueing_collapse(now: datetime) -> list[FindingSpec]:
     """Queueing collapse per endpoint (see ``queueing_collapse``)."""
     endpoints = active_endpoints(now)
@@ -438,7 +438,7 @@ def prompt_shift(endpoint_id: int, now: datetime) -> PromptShift:
     )
 
 
-@register("serving-kv-exhaustion", judged=_judged_recent)
+@detector("serving-kv-exhaustion", judged=_judged_recent)
 def serving_kv_exhaustion(now: datetime) -> list[FindingSpec]:
     """KV-cache exhaustion per endpoint (see ``kv_exhaustion``), naming a prompt-length shift."""
     endpoints = active_endpoints(now)
@@ -508,7 +508,7 @@ def load_peak(endpoint_id: int, start: datetime, end: datetime) -> tuple[datetim
     return peak, rates[peak], rates
 
 
-@register("serving-cold-start")
+@detector("serving-cold-start")
 def serving_cold_start(now: datetime) -> list[FindingSpec]:
     """Replica loads and scale-outs ready within the last hour: load-to-ready over 5 minutes, or
     (a scale-out) ready only after the load peak it was for. One finding per change event."""
@@ -652,7 +652,7 @@ def _change_text(change: EndpointChange) -> str:
     return f"the {label} change{values} at {change.ts:%Y-%m-%d %H:%M} UTC"
 
 
-@register("serving-quality-regression")
+@detector("serving-quality-regression")
 def serving_quality_regression(now: datetime) -> list[FindingSpec]:
     """Per endpoint, its latest model, quantisation, kernel or framework change: each eval
     (suite, metric) after it (the mean of the latest few) against its baseline before it (the
@@ -747,7 +747,7 @@ def _slo_text(endpoint: Endpoint, slo: str) -> str:
     return f"availability SLO ({endpoint.availability_target_pct:g} %)"
 
 
-@register("serving-burn-rate", judged=_judged_recent)
+@detector("serving-burn-rate", judged=_judged_recent)
 def serving_burn_rate(now: datetime) -> list[FindingSpec]:
     """The multi-window burn-rate alerts of each endpoint's SLOs (``serving.slo_status``: two
     queries per endpoint with data in the last 6 hours). One finding per (endpoint, SLO), the worst

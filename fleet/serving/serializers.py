@@ -61,7 +61,7 @@ class EndpointSerializer(serializers.ModelSerializer):
         return attrs
 
 
-# --- the read models' answers (fleet.serving.slo and fleet.serving.dashboard), for the schema ------
+# --- the read models' answers (fleet.serving.slo and fleet.serving.read), for the schema ------
 # The views answer with the read models' dicts; these classes describe them (nothing is serialized
 # through them). Figures rounded or undefined for lack of traffic are null, not 0.
 

@@ -1,5 +1,5 @@
 """The serving pages: the SLO overview and one endpoint. Server-rendered shells whose numbers come
-from the snapshot APIs (fleet.serving.dashboard_api) and the live pushes; the endpoint page also
+from the snapshot APIs (fleet.serving.api) and the live pushes; the endpoint page also
 carries the form that sets the endpoint's SLOs (Operators; fleet.change_endpoint)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.views.generic import TemplateView
 
 from console.permissions import DashboardRequiredMixin
-from fleet.serving import dashboard as serving_dashboard
+from fleet.serving import read as serving_read
 from fleet.serving.models import Endpoint
 
 CHANGE_PERMISSION = "fleet.change_endpoint"
@@ -27,7 +27,7 @@ class EndpointSettingsForm(forms.ModelForm):
 
     class Meta:
         model = Endpoint
-        fields = list(serving_dashboard.SETTINGS_FIELDS)
+        fields = list(serving_read.SETTINGS_FIELDS)
         labels = {
             "model_name": "Model",
             "ttft_threshold_ms": "TTFT threshold (ms)",
@@ -52,7 +52,7 @@ class ServingDashboardView(DashboardRequiredMixin, TemplateView):
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
         context["has_endpoints"] = Endpoint.objects.exists()
-        context["burn_windows"] = serving_dashboard.BURN_WINDOW_NAMES
+        context["burn_windows"] = serving_read.BURN_WINDOW_NAMES
         context["page_config"] = {"overview_url": reverse("api:serving-api:overview"), "topic": "serving"}
         return context
 
@@ -70,9 +70,9 @@ class EndpointDetailView(DashboardRequiredMixin, TemplateView):
         # The form works on its own copy: an invalid value must not show in the page's header.
         form = EndpointSettingsForm(request.POST, instance=Endpoint.objects.get(pk=endpoint.pk))
         if form.is_valid():
-            values = {name: form.cleaned_data[name] for name in serving_dashboard.SETTINGS_FIELDS}
+            values = {name: form.cleaned_data[name] for name in serving_read.SETTINGS_FIELDS}
             try:
-                changed = serving_dashboard.update_endpoint_settings(endpoint.pk, actor=request.user, values=values)
+                changed = serving_read.update_endpoint_settings(endpoint.pk, actor=request.user, values=values)
             except ValidationError as exc:  # a concurrent change the form did not see
                 form.add_error(None, exc)
             else:
@@ -91,9 +91,9 @@ class EndpointDetailView(DashboardRequiredMixin, TemplateView):
         context["can_edit"] = can_edit
         if can_edit:
             context.setdefault("form", EndpointSettingsForm(instance=endpoint))
-        context["ranges"] = list(serving_dashboard.RANGES)
-        context["default_range"] = serving_dashboard.DEFAULT_RANGE
-        context["burn_windows"] = serving_dashboard.BURN_WINDOW_NAMES
+        context["ranges"] = list(serving_read.RANGES)
+        context["default_range"] = serving_read.DEFAULT_RANGE
+        context["burn_windows"] = serving_read.BURN_WINDOW_NAMES
         context["page_config"] = {
             "snapshot_url": reverse("api:serving-api:endpoint-snapshot", args=[endpoint.pk]),
             "topic": f"endpoint.{endpoint.pk}",

@@ -15,7 +15,7 @@ fleet.telemetry.placement (a locator training registers at start-up), and a job'
 figure from its firing ``training-data-stall`` finding (the incidents layer): a job counts as
 stalling when that finding fires (its data-wait fraction >= 0.3 of its step time, the training
 detector's own line) when the file system starves. The findings read are those firing as this
-cycle starts (the registry's order puts storage before training: the data-stall findings are at
+cycle starts (rooms register by name, so storage runs before training: the data-stall findings are at
 most one detector interval old, and a stall is sustained over minutes).
 
 One file system, one finding: a network file system (NFS, Lustre, WEKA, ...: a device naming a
@@ -52,7 +52,7 @@ from fleet.inventory.models import NodeMount
 from fleet.storage.models import MountRollup1m
 from fleet.telemetry.placement import PlacedJob, jobs_on_hosts
 from incidents.choices import FindingStatus, Severity
-from incidents.detectors import FindingSpec, register, source_of
+from incidents.detectors import FindingSpec, detector, source_of
 from incidents.models import Finding
 
 WINDOW = timedelta(minutes=5)  # the recent stretch judged (whole minutes before now's)
@@ -284,7 +284,7 @@ def starving(w: StorageWindow) -> str:
     return ""
 
 
-@register("storage-starvation")
+@detector("storage-starvation")
 def storage_starvation(now: datetime) -> list[FindingSpec]:
     """A datasets file system whose readers stall on input data (each a firing data-stall finding)
     while, over the last 5 minutes, its backing disk's I/O time is >= 0.9 s per second (local), its
@@ -395,7 +395,7 @@ def _reporting(now: datetime, labels: dict[str, Any]) -> bool:
     ).exists()
 
 
-@register("storage-checkpoint-full", judged=_reporting)
+@detector("storage-checkpoint-full", judged=_reporting)
 def storage_checkpoint_full(now: datetime) -> list[FindingSpec]:
     """A checkpoints file system with less free space than STORAGE_CHECKPOINT_FREE_FRACTION of
         its size (SEV2 where a job holds GPUs on its nodes: its next save fails; else SEV3), or

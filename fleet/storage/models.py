@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from fleet.telemetry.models import CounterRollupColumns
+
 
 class MountSample(models.Model):
     pk = models.CompositePrimaryKey("mount", "quantity", "ts")
@@ -20,16 +22,9 @@ class MountSample(models.Model):
         return f"mount {self.mount_id} {self.quantity} {self.ts:%Y-%m-%d %H:%M:%S} {self.value}"
 
 
-class MountRollup1m(models.Model):
+class MountRollup1m(CounterRollupColumns):
     pk = models.CompositePrimaryKey("mount", "quantity", "bucket")
     mount = models.ForeignKey("fleet.NodeMount", on_delete=models.DO_NOTHING, db_constraint=False, related_name="+")
-    quantity = models.CharField(max_length=32)
-    bucket = models.DateTimeField()
-    samples = models.IntegerField()
-    increase = models.FloatField(null=True)
-    min = models.FloatField()
-    max = models.FloatField()
-    last = models.FloatField()
 
     class Meta:
         db_table = "fleet_mountrollup_1m"
@@ -55,17 +50,10 @@ class DiskSample(models.Model):
         return f"node {self.node_id} {self.device} {self.quantity} {self.ts:%Y-%m-%d %H:%M:%S} {self.value}"
 
 
-class DiskRollup1m(models.Model):
+class DiskRollup1m(CounterRollupColumns):
     pk = models.CompositePrimaryKey("node", "device", "quantity", "bucket")
     node = models.ForeignKey("fleet.Node", on_delete=models.DO_NOTHING, db_constraint=False, related_name="+")
     device = models.CharField(max_length=128)
-    quantity = models.CharField(max_length=32)
-    bucket = models.DateTimeField()
-    samples = models.IntegerField()
-    increase = models.FloatField(null=True)
-    min = models.FloatField()
-    max = models.FloatField()
-    last = models.FloatField()
 
     class Meta:
         db_table = "fleet_diskrollup_1m"

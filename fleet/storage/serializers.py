@@ -1,4 +1,4 @@
-"""The storage page's read-model answer (fleet.storage.services.snapshot), described for the API
+"""The storage page's read-model answer (fleet.storage.read.snapshot), described for the API
 schema; the view answers with the read model's dict."""
 
 from __future__ import annotations

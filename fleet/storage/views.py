@@ -3,21 +3,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from django.urls import reverse
-from django.views.generic import TemplateView
-
-from console.permissions import DashboardRequiredMixin
-from fleet.storage import services
+from console.snapshots import RangeSnapshotPage
+from fleet.storage import read
 
 
-class StorageDashboardView(DashboardRequiredMixin, TemplateView):
+class StorageDashboardView(RangeSnapshotPage):
     template_name = "storage/dashboard.html"
-
-    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
-        context = super().get_context_data(**kwargs)
-        context["ranges"] = list(services.PRESETS)
-        context["default_range"] = services.DEFAULT_RANGE
-        context["page_config"] = {"snapshot_url": reverse("api:storage-api:snapshot"), "topic": "storage"}
-        return context
+    reads = read
+    topic = "storage"
+    snapshot_url_name = "api:storage-api:snapshot"

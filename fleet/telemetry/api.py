@@ -1,5 +1,5 @@
 """The fleet API's telemetry side: nodes and GPUs with their series, scrape targets, and the fleet
-page's snapshot (sites and racks are in fleet.inventory.api, endpoints in fleet.serving.endpoint_api)."""
+page's snapshot (sites and racks are in fleet.inventory.api, endpoints in fleet.serving.api)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from console.ranges import WINDOW_PARAMETERS, RangeError, Window, window_from_qu
 from fleet.inventory.filtersets import GpuFilterSet, NodeFilterSet
 from fleet.inventory.models import Gpu, Node
 from fleet.inventory.serializers import NodeSerializer
-from fleet.telemetry import dashboard, fleet_page, gpu_table
 from fleet.telemetry.filtersets import ScrapeTargetFilterSet
 from fleet.telemetry.models import ScrapeTarget
+from fleet.telemetry.read import figures, fleet_summary, gpu_list
 from fleet.telemetry.serializers import (
     FleetOverviewAnswerSerializer,
     GpuSerializer,
@@ -31,16 +31,14 @@ from fleet.telemetry.serializers import (
     ScrapeTargetSerializer,
 )
 
-RANGE_PARAMETER = OpenApiParameter(
-    "range", OpenApiTypes.STR, enum=list(dashboard.RANGES), default=dashboard.DEFAULT_RANGE
-)
-PRESETS = {key: timedelta(seconds=seconds) for key, seconds in dashboard.RANGES.items()}
+RANGE_PARAMETER = OpenApiParameter("range", OpenApiTypes.STR, enum=list(figures.RANGES), default=figures.DEFAULT_RANGE)
+PRESETS = {key: timedelta(seconds=seconds) for key, seconds in figures.RANGES.items()}
 
 
 def _window(request: Request) -> Window:
     """The preset (``range``) or custom window (``from`` / ``to``) asked for; RangeError names the
     parameter at fault."""
-    return window_from_query(request.query_params, presets=PRESETS, default=dashboard.DEFAULT_RANGE)
+    return window_from_query(request.query_params, presets=PRESETS, default=figures.DEFAULT_RANGE)
 
 
 def _bad_range(exc: RangeError) -> Response:
@@ -67,7 +65,7 @@ class NodeViewSet(viewsets.ModelViewSet):
             return _bad_range(exc)
         node = self.get_object()
         live.watch_topic(f"node.{node.pk}")
-        return Response(dashboard.node_series(node, range_key=window.preset or dashboard.DEFAULT_RANGE, window=window))
+        return Response(figures.node_series(node, range_key=window.preset or figures.DEFAULT_RANGE, window=window))
 
 
 class GpuViewSet(viewsets.ModelViewSet):
@@ -89,7 +87,7 @@ class GpuViewSet(viewsets.ModelViewSet):
             return _bad_range(exc)
         gpu = self.get_object()
         live.watch_topic(f"gpu.{gpu.pk}")
-        return Response(dashboard.gpu_series(gpu, range_key=window.preset or dashboard.DEFAULT_RANGE, window=window))
+        return Response(figures.gpu_series(gpu, range_key=window.preset or figures.DEFAULT_RANGE, window=window))
 
 
 class ScrapeTargetViewSet(viewsets.ModelViewSet):
@@ -104,10 +102,10 @@ TABLE_PARAMETERS = [
     OpenApiParameter("hostname", OpenApiTypes.STR, required=False, description="contains"),
     OpenApiParameter("model", OpenApiTypes.STR, required=False, description="contains"),
     OpenApiParameter("q", OpenApiTypes.STR, required=False, description="host, UUID or model contains"),
-    OpenApiParameter("state", OpenApiTypes.STR, enum=list(gpu_table.STATES), required=False),
-    OpenApiParameter("sort", OpenApiTypes.STR, enum=[*gpu_table.SORTS, *(f"-{k}" for k in gpu_table.SORTS)]),
+    OpenApiParameter("state", OpenApiTypes.STR, enum=list(gpu_list.STATES), required=False),
+    OpenApiParameter("sort", OpenApiTypes.STR, enum=[*gpu_list.SORTS, *(f"-{k}" for k in gpu_list.SORTS)]),
     OpenApiParameter("page", OpenApiTypes.INT, default=1),
-    OpenApiParameter("size", OpenApiTypes.INT, default=gpu_table.DEFAULT_SIZE),
+    OpenApiParameter("size", OpenApiTypes.INT, default=gpu_list.DEFAULT_SIZE),
 ]
 
 
@@ -118,7 +116,7 @@ class FleetOverviewView(APIView):
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("range", OpenApiTypes.STR, enum=list(dashboard.RANGES), default=dashboard.DEFAULT_RANGE),
+            OpenApiParameter("range", OpenApiTypes.STR, enum=list(figures.RANGES), default=figures.DEFAULT_RANGE),
             *WINDOW_PARAMETERS,
             OpenApiParameter("site", OpenApiTypes.INT, required=False),
             *[p for p in TABLE_PARAMETERS if p.name not in ("site", "site_id")],
@@ -135,12 +133,12 @@ class FleetOverviewView(APIView):
         if site is not None and not (site.isdigit() and len(site) <= 12):
             return Response({"site": "Must be a site id."}, status=400)
         try:
-            query = gpu_table.parse_query(params, allowed_extra=("range", "from", "to", "format"))
-        except gpu_table.TableQueryError as exc:
+            query = gpu_list.parse_query(params, allowed_extra=("range", "from", "to", "format"))
+        except gpu_list.TableQueryError as exc:
             return Response(exc.errors, status=400)
         return Response(
-            fleet_page.overview_snapshot(
-                range_key=window.preset or dashboard.DEFAULT_RANGE,
+            fleet_summary.overview_snapshot(
+                range_key=window.preset or figures.DEFAULT_RANGE,
                 site_id=int(site) if site else None,
                 window=window,
                 query=query,
@@ -155,7 +153,7 @@ class GpuTableView(APIView):
     @extend_schema(parameters=TABLE_PARAMETERS, responses=GpuTableAnswerSerializer)
     def get(self, request: Request) -> Response:
         try:
-            query = gpu_table.parse_query(request.query_params, allowed_extra=("format",))
-        except gpu_table.TableQueryError as exc:
+            query = gpu_list.parse_query(request.query_params, allowed_extra=("format",))
+        except gpu_list.TableQueryError as exc:
             return Response(exc.errors, status=400)
-        return Response(fleet_page.table_snapshot(query))
+        return Response(fleet_summary.table_snapshot(query))

@@ -29,7 +29,7 @@ from fleet.inventory.models import Gpu
 from fleet.telemetry.models import GpuState
 from fleet.telemetry.xid import DRAIN, XID_MEANINGS
 from incidents.choices import Severity
-from incidents.detectors import FindingSpec, register
+from incidents.detectors import FindingSpec, detector
 
 CRITICAL_XIDS = {
     48: Severity.SEV2,
@@ -277,7 +277,7 @@ def _fresh_states(now: datetime) -> Any:
     return GpuState.objects.filter(ts__gte=now - timedelta(seconds=settings.FLEET_STALE_SECONDS))
 
 
-@register("critical-xid", judged=_gpu_judged)
+@detector("critical-xid", judged=_gpu_judged)
 def critical_xids(now: datetime) -> list[FindingSpec]:
     states = list(_fresh_states(now).filter(xid__in=list(CRITICAL_XIDS)).values("gpu_id", "xid"))
     gpus = gpu_rows(s["gpu_id"] for s in states)
@@ -347,7 +347,7 @@ def _counter_rising(
     ]
 
 
-@register("ecc-double-bit", judged=_gpu_judged)
+@detector("ecc-double-bit", judged=_gpu_judged)
 def double_bit_ecc(now: datetime) -> list[FindingSpec]:
     """Double-bit ECC errors: the volatile count above zero on a GPU reporting now, or rising in
     the window. The count is of errors since the driver loaded and only a driver reload (a GPU
@@ -369,7 +369,7 @@ def double_bit_ecc(now: datetime) -> list[FindingSpec]:
     return _with_hooks(now, specs)
 
 
-@register("remapped-rows", judged=_gpu_judged)
+@detector("remapped-rows", judged=_gpu_judged)
 def remapped_rows_rising(now: datetime) -> list[FindingSpec]:
     return _with_hooks(
         now,
@@ -384,7 +384,7 @@ def remapped_rows_rising(now: datetime) -> list[FindingSpec]:
     )
 
 
-@register("pcie-replays", judged=_gpu_judged)
+@detector("pcie-replays", judged=_gpu_judged)
 def pcie_replays(now: datetime) -> list[FindingSpec]:
     return _counter_rising(
         now,
@@ -397,7 +397,7 @@ def pcie_replays(now: datetime) -> list[FindingSpec]:
     )
 
 
-@register("nvlink-crc-errors", judged=_gpu_judged)
+@detector("nvlink-crc-errors", judged=_gpu_judged)
 def nvlink_crc_errors(now: datetime) -> list[FindingSpec]:
     return _counter_rising(
         now,
@@ -410,7 +410,7 @@ def nvlink_crc_errors(now: datetime) -> list[FindingSpec]:
     )
 
 
-@register("row-remap-failure", judged=_gpu_judged)
+@detector("row-remap-failure", judged=_gpu_judged)
 def row_remap_failure(now: datetime) -> list[FindingSpec]:
     states = list(_fresh_states(now).filter(row_remap_failure__gt=0).values_list("gpu_id", flat=True))
     gpus = gpu_rows(states)
@@ -430,7 +430,7 @@ def row_remap_failure(now: datetime) -> list[FindingSpec]:
     )
 
 
-@register("thermal-throttling", judged=_gpu_judged)
+@detector("thermal-throttling", judged=_gpu_judged)
 def thermal_throttling(now: datetime) -> list[FindingSpec]:
     """A thermal bit in the clocks-event bitmask, whatever the load: throttling itself lowers
     utilisation, so a busy-only rule finds it late or never. On a GPU whose exporter sends no
@@ -488,7 +488,7 @@ def _busy_hot_and_slowed(state: dict[str, Any], top_clock: dict[str, float]) -> 
     return bool(state["sm_clock_mhz"] is not None and top and state["sm_clock_mhz"] < THERMAL_CLOCK_RATIO * top)
 
 
-@register("power-capping", judged=_gpu_judged)
+@detector("power-capping", judged=_gpu_judged)
 def power_capping(now: datetime) -> list[FindingSpec]:
     """Capped in most of the window's samples: by the clocks-event bitmask, or, without one, by
     the power-violation counter rising since the sample before (see _window_stats)."""

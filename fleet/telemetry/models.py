@@ -199,6 +199,24 @@ class NodeRollupDirty(models.Model):
         return f"{self.series} {self.bucket:%Y-%m-%d %H:%M}"
 
 
+class CounterRollupColumns(models.Model):
+    """One node or queue quantity over one minute (fleet.telemetry.series writes every table of
+    these): ``increase`` for a counter (resets counted as Prometheus ``increase()`` does),
+    ``min``/``max``/``last`` for every quantity. A concrete table adds its key columns and its
+    composite primary key; the columns here keep the names and types the migrations gave them."""
+
+    quantity = models.CharField(max_length=32)
+    bucket = models.DateTimeField()
+    samples = models.IntegerField()
+    increase = models.FloatField(null=True)
+    min = models.FloatField()
+    max = models.FloatField()
+    last = models.FloatField()
+
+    class Meta:
+        abstract = True
+
+
 class PartitionDrop(models.Model):
     """A record of each expired partition dropped by retention."""
 

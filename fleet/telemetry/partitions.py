@@ -57,7 +57,7 @@ SERVING_ROLLUP_1H = PartitionedTable("fleet_servingrollup_1h", "month", "ROLLUP_
 # node_exporter series: ports (fleet.fabric), mounts and disks (fleet.storage); see fleet.telemetry.series.
 PORT_SAMPLES = PartitionedTable("fleet_portsample", "day", "RAW_RETENTION_DAYS")
 PORT_ROLLUP_1M = PartitionedTable("fleet_portrollup_1m", "day", "ROLLUP_1M_RETENTION_DAYS")
-# The fabric page's throughput per site, fabric and minute (fleet.fabric.readmodel), kept as long
+# The fabric page's throughput per site, fabric and minute (fleet.fabric.read.summaries), kept as long
 # as the port rollups it is made from.
 FABRIC_ROLLUP_1M = PartitionedTable("fleet_fabricrollup_1m", "day", "ROLLUP_1M_RETENTION_DAYS")
 MOUNT_SAMPLES = PartitionedTable("fleet_mountsample", "day", "RAW_RETENTION_DAYS")

@@ -95,7 +95,7 @@ class ScrapeTargetSerializer(serializers.ModelSerializer):
         return attrs
 
 
-# --- the fleet page's read-model answers (fleet.telemetry.fleet_page and dashboard), for the schema --
+# --- the fleet page's read-model answers (fleet.telemetry.read.fleet_summary and dashboard), for the schema --
 # The views answer with the read models' dicts; these classes only describe them.
 
 

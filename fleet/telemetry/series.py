@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 import msgspec
 from django.db import connection, transaction
@@ -35,6 +36,15 @@ logger = logging.getLogger(__name__)
 
 LOOKBACK = timedelta(minutes=10)  # how far back a minute's first sample looks for the one before it
 NODE_LOCK_KEY = 0x60_0D_9C_8  # advisory lock: one node rollup run at a time across workers
+
+
+class NodeSeries(NamedTuple):
+    """How one node_exporter series maps (the spec of a fleet.exporters NODE entry: fabric's and
+    storage's mappings.py)."""
+
+    collector: str  # infiniband, netdev, filesystem, mountstats, disk
+    quantity: str  # what it is stored as
+    counter: bool
 
 
 class NodePoint(msgspec.Struct, frozen=True):
@@ -62,7 +72,7 @@ class SeriesTable:
     keys: tuple[str, ...]  # the columns naming one series, before (ts, quantity, value)
     key_types: tuple[str, ...]
     counters: frozenset[str]  # the quantities that are counters (the rest are gauges)
-    # Wraps the rollup upsert into the statement the writer runs (the ports: fleet.fabric.readmodel).
+    # Wraps the rollup upsert into the statement the writer runs (the ports: fleet.fabric.read.summaries).
     wrap_rollup: Callable[[str, str], str] | None = None
     # Tables the wrapped statement writes into, partitioned by minute like the rollup.
     also_partitions: tuple[partitions.PartitionedTable, ...] = ()

@@ -20,7 +20,7 @@ from fleet.choices import ScrapeHealth
 from fleet.telemetry.detectors import SILENT_HORIZON, gpu_finding, gpu_rows, node_impact
 from fleet.telemetry.models import GpuState, IngestBatch, ScrapeTarget
 from incidents.choices import Severity
-from incidents.detectors import FindingSpec, register
+from incidents.detectors import FindingSpec, detector
 
 # Where ingest-silent remembers its previous run, and since when the runs have been steady.
 DETECTOR_LOOP_KEY = "fleet:ingest-silent:loop"
@@ -181,7 +181,7 @@ def _silence_judged(now: datetime, labels: dict[str, Any]) -> bool:
     return not (labels.get("gpu") and labels.get("hostname") in silence.nodes)
 
 
-@register("gpu-silent", judged=_silence_judged)
+@detector("gpu-silent", judged=_silence_judged)
 def gpu_silent(now: datetime) -> list[FindingSpec]:
     """Sites, nodes and GPUs that stopped reporting while the rest of the fleet did not (see
     _silence), heard from within a day (not decommissioned).
@@ -198,7 +198,7 @@ def _down_targets(now: datetime) -> Any:
     ).select_related("site")
 
 
-@register("scrape-target-down")
+@detector("scrape-target-down")
 def scrape_target_down(now: datetime) -> list[FindingSpec]:
     """A scrape target whose last scrape failed: one finding for the target, not one per GPU
     behind it (their silence is this). Labelled with its host where it has one, so it joins that
@@ -245,7 +245,7 @@ def _detector_loop_steady(now: datetime, gap: timedelta) -> bool:
     return now - since >= gap
 
 
-@register("ingest-silent", judged=_ingest_heard)
+@detector("ingest-silent", judged=_ingest_heard)
 def ingest_silent(now: datetime) -> list[FindingSpec]:
     """The console stored no GPU telemetry for three reporting intervals, while GPUs reported
     within the day and the detector loop has been running for as long: an outage or backlog of

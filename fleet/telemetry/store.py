@@ -18,10 +18,11 @@ from console import counters, live
 from console.pgcopy import copy_formatted
 from fleet.inventory import directory
 from fleet.inventory.models import Gpu, Node
-from fleet.telemetry import copyrows, dashboard, partitions
+from fleet.telemetry import copyrows, partitions
 from fleet.telemetry.copyrows import SAMPLE_COLUMNS, SampleRows
 from fleet.telemetry.fields import GPU_SAMPLE_FIELDS, hostname_of, parent_of, ts_of, uuid_of
 from fleet.telemetry.models import IngestBatch
+from fleet.telemetry.read import figures
 
 _COPY_SAMPLES = f"COPY {partitions.SAMPLES.name} ({', '.join(SAMPLE_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
 
@@ -93,7 +94,7 @@ def _store(batches: list[PendingBatch], stamps: set[datetime]) -> int:
         # The fleet page always; a GPU's or node's page only while one is watching (one cache read).
         topics = ["fleet", *live.watched(["power"])]  # the power page too, while one follows it
         gpu_ids = set(chain.from_iterable(r.index.gpu_ids for r in rows))
-        transaction.on_commit(lambda: live.request_push(*topics, *dashboard.watched_topics(gpu_ids)))
+        transaction.on_commit(lambda: live.request_push(*topics, *figures.watched_topics(gpu_ids)))
     return sum(map(len, rows))
 
 

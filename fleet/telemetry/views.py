@@ -15,10 +15,10 @@ from django.views.generic import TemplateView
 
 from console.permissions import DashboardRequiredMixin
 from fleet.inventory.models import ClaimConflict, Gpu, Node, Site
-from fleet.telemetry import dashboard, gpu_table
 from fleet.telemetry.fields import GPU_SAMPLE_FIELDS, MIG_INSTANCE_FIELDS, Field
 from fleet.telemetry.forms import ScrapeTargetForm
 from fleet.telemetry.models import ScrapeTarget
+from fleet.telemetry.read import figures, gpu_list
 from fleet.telemetry.xid import describe_throttle, describe_xid
 
 
@@ -80,19 +80,19 @@ class FleetDashboardView(DashboardRequiredMixin, TemplateView):
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
-        context["ranges"] = list(dashboard.RANGES)
-        context["default_range"] = dashboard.DEFAULT_RANGE
+        context["ranges"] = list(figures.RANGES)
+        context["default_range"] = figures.DEFAULT_RANGE
         context["stale_seconds"] = settings.FLEET_STALE_SECONDS
         # Samples held back until an Admin resolves who owns a GPU or node (fleet.inventory.claims).
         context["pending_claims"] = ClaimConflict.objects.pending().count()
         context.update(columns=GPU_COLUMNS, state_choices=list(STATE_LABELS.items()), page_sizes=[25, 50, 100, 200])
         context["site_choices"] = list(Site.objects.order_by("name").values("id", "name"))
         try:
-            query = gpu_table.parse_query(self.request.GET, allowed_extra=("range", "from", "to"))
-        except gpu_table.TableQueryError as exc:
-            context.update(table=None, table_errors=exc.errors, table_query=gpu_table.TableQuery().as_params())
+            query = gpu_list.parse_query(self.request.GET, allowed_extra=("range", "from", "to"))
+        except gpu_list.TableQueryError as exc:
+            context.update(table=None, table_errors=exc.errors, table_query=gpu_list.TableQuery().as_params())
             return context
-        context["table"] = gpu_table.table_page(query)
+        context["table"] = gpu_list.table_page(query)
         context["table_total"] = Gpu.objects.physical().count()
         context["table_errors"] = {}
         context["table_query"] = query.as_params()
@@ -114,8 +114,8 @@ class GpuDetailView(DashboardRequiredMixin, TemplateView):
         from_instances = set()
         if instances and values.get("fb_used_mib") is None:
             # In MIG mode the GPU reports no framebuffer of its own: it is its instances' (as in
-            # the fleet table, dashboard.mig_memory).
-            used, free = dashboard.mig_memory([gpu.pk]).get(gpu.pk, (None, None))
+            # the fleet table, figures.mig_memory).
+            used, free = figures.mig_memory([gpu.pk]).get(gpu.pk, (None, None))
             values.update(fb_used_mib=used, fb_free_mib=free)
             from_instances = {"fb_used_mib", "fb_free_mib"}
         context["metrics"] = [
@@ -132,8 +132,8 @@ class GpuDetailView(DashboardRequiredMixin, TemplateView):
         ]
         context["instances"] = instances
         context["state"] = state
-        context["ranges"] = list(dashboard.RANGES)
-        context["default_range"] = dashboard.DEFAULT_RANGE
+        context["ranges"] = list(figures.RANGES)
+        context["default_range"] = figures.DEFAULT_RANGE
         # What gpu.js needs: where the snapshot is, which topic to follow, which charts to draw.
         context["page_config"] = {
             "series_url": reverse("api:fleet-api:gpu-series", args=[gpu.uuid]),
@@ -144,14 +144,16 @@ class GpuDetailView(DashboardRequiredMixin, TemplateView):
 
 
 # Sections the rooms above telemetry add to the node page (fabric's ports, storage's mounts): a
-# template and its context from the node, registered from FleetConfig.ready (telemetry cannot
+# template and its context from the node, registered from the rooms' plugins.py (telemetry cannot
 # import them).
-_node_sections: list[tuple[str, Callable[[Node], dict[str, Any]]]] = []
+_node_sections: list[tuple[int, str, Callable[[Node], dict[str, Any]]]] = []  # (order, template, context)
 
 
-def register_node_section(template: str, context: Callable[[Node], dict[str, Any]]) -> None:
-    if (template, context) not in _node_sections:
-        _node_sections.append((template, context))
+def register_node_section(template: str, context: Callable[[Node], dict[str, Any]], *, order: int) -> None:
+    """Add a section; sections show by ``order``, whatever order the rooms' plugins load in."""
+    if (order, template, context) not in _node_sections:
+        _node_sections.append((order, template, context))
+        _node_sections.sort(key=lambda section: section[0])
 
 
 class NodeDetailView(DashboardRequiredMixin, TemplateView):
@@ -166,13 +168,13 @@ class NodeDetailView(DashboardRequiredMixin, TemplateView):
         for gpu in physical:  # MIG instances listed under their GPU
             gpu.instances = [g for g in gpus if g.parent_id == gpu.pk]
         context["gpus"] = physical
-        context["incidents"] = dashboard.node_incidents(node)
+        context["incidents"] = figures.node_incidents(node)
         context["node_sections"] = [
             mark_safe(render_to_string(template, section(node), request=self.request))  # our templates, autoescaped
-            for template, section in _node_sections
+            for _, template, section in _node_sections
         ]
-        context["ranges"] = list(dashboard.RANGES)
-        context["default_range"] = dashboard.DEFAULT_RANGE
+        context["ranges"] = list(figures.RANGES)
+        context["default_range"] = figures.DEFAULT_RANGE
         context["page_config"] = {
             "series_url": reverse("api:fleet-api:node-series", args=[node.hostname]),
             "topic": f"node.{node.pk}",

@@ -249,7 +249,8 @@ def _build(
     weekly_gpu_hours: float,
     weekly_basis: str,
 ) -> Advice:
-    """The advice from its inputs, with the assumptions written out."""
+    """The advice from its inputs, with the assumptions written out (_assumptions) and the MTBF
+    and saving each explained in a sentence (_mtbf_explained, _saving_explained)."""
     job_mtbf_s = rate.gpu_mtbf_h * 3600 / gang_size
     young = young_interval_s(delta_s, job_mtbf_s)
     daly = daly_interval_s(delta_s, job_mtbf_s)
@@ -262,17 +263,71 @@ def _build(
         # interval between them wastes no more than Daly's, and a saving is never negative.
         saved = 0.0
     waste_young = expected_waste_fraction(young, delta_s, job_mtbf_s)
-    if waste_current is None:
-        saving_explained = (
+    saving_explained = _saving_explained(current_s=current_s, daly=daly, young=young, waste_young=waste_young)
+    source, observed_h, assumed_h, mtbf_explained = _mtbf_explained(rate, where)
+    notes = _assumptions(
+        gang_size=gang_size,
+        delta_s=delta_s,
+        cost_source=cost_source,
+        saves=saves,
+        rate=rate,
+        where=where,
+        current_s=current_s,
+        current_source=current_source,
+        job_mtbf_s=job_mtbf_s,
+        young=young,
+        daly=daly,
+        near_optimum=near_optimum,
+        saved=saved,
+        weekly_basis=weekly_basis,
+    )
+    return Advice(
+        gang_size=gang_size,
+        checkpoint_cost_s=delta_s,
+        checkpoint_cost_source=cost_source,
+        saves_observed=saves,
+        failures_observed=rate.failures,
+        cluster_gpu_hours=rate.gpu_hours,
+        gpu_mtbf_h=rate.gpu_mtbf_h,
+        mtbf_assumed=rate.assumed,
+        job_mtbf_s=job_mtbf_s,
+        current_interval_s=current_s,
+        current_interval_source=current_source,
+        young_interval_s=young,
+        daly_interval_s=daly,
+        recommended_interval_s=daly,
+        waste_current=waste_current,
+        waste_recommended=waste_recommended,
+        gpu_hours_saved_per_week=saved,
+        assumptions=notes,
+        gpu_mtbf_source=source,
+        observed_gpu_mtbf_h=observed_h,
+        assumed_gpu_mtbf_h=assumed_h,
+        observed_weight=rate.observed_weight,
+        mtbf_explained=mtbf_explained,
+        waste_young=waste_young,
+        saving_interval_s=daly,
+        saving_explained=saving_explained,
+    )
+
+
+def _saving_explained(*, current_s: float | None, daly: float, young: float, waste_young: float) -> str:
+    """Which interval the saving is computed for, and against what."""
+    if not current_s:
+        return (
             f"No current interval to compare: the figures are for Daly's interval {_hours(daly)} (recommended). "
             f"The waste model's minimum is at Young's interval {_hours(young)} ({waste_young:.2%})."
         )
-    else:
-        saving_explained = (
-            f"Saving computed for Daly's interval {_hours(daly)} (recommended), against the current "
-            f"{_hours(current_s or 0)}. The waste model's minimum is at Young's interval {_hours(young)} "
-            f"({waste_young:.2%}), which Daly's refines for the restart it does not model."
-        )
+    return (
+        f"Saving computed for Daly's interval {_hours(daly)} (recommended), against the current "
+        f"{_hours(current_s)}. The waste model's minimum is at Young's interval {_hours(young)} "
+        f"({waste_young:.2%}), which Daly's refines for the restart it does not model."
+    )
+
+
+def _mtbf_explained(rate: FailureRate, where: str) -> tuple[str, float | None, float, str]:
+    """Where the per-GPU MTBF comes from (observed, assumed or blended), the observed and assumed
+    figures, and the sentence that says so."""
     assumed_h = assumed_gpu_mtbf_hours()
     observed_h = rate.gpu_hours / rate.failures if rate.failures > 0 and rate.gpu_hours > 0 else None
     if rate.observed_weight >= 1.0:
@@ -297,7 +352,28 @@ def _build(
             f"weighted {rate.observed_weight:.0%}, assumed {assumed_h:,.0f} GPU-hours weighted "
             f"{1 - rate.observed_weight:.0%} (failure rates blended)"
         )
+    return source, observed_h, assumed_h, mtbf_explained
 
+
+def _assumptions(
+    *,
+    gang_size: int,
+    delta_s: float,
+    cost_source: str,
+    saves: int,
+    rate: FailureRate,
+    where: str,
+    current_s: float | None,
+    current_source: str | None,
+    job_mtbf_s: float,
+    young: float,
+    daly: float,
+    near_optimum: bool,
+    saved: float | None,
+    weekly_basis: str,
+) -> list[str]:
+    """The advice's assumptions, one sentence each, in the order a reader checks them: the checkpoint
+    cost, the failure rate, the job's MTBF, the current and recommended intervals, the waste model."""
     notes = []
     if cost_source == "job":
         notes.append(f"Checkpoint cost {_hours(delta_s)}: the median blocking time of this job's {saves} saves.")
@@ -351,34 +427,7 @@ def _build(
         )
     elif saved is not None:
         notes.append(f"Weekly saving: the difference in waste over {weekly_basis}.")
-    return Advice(
-        gang_size=gang_size,
-        checkpoint_cost_s=delta_s,
-        checkpoint_cost_source=cost_source,
-        saves_observed=saves,
-        failures_observed=rate.failures,
-        cluster_gpu_hours=rate.gpu_hours,
-        gpu_mtbf_h=rate.gpu_mtbf_h,
-        mtbf_assumed=rate.assumed,
-        job_mtbf_s=job_mtbf_s,
-        current_interval_s=current_s,
-        current_interval_source=current_source,
-        young_interval_s=young,
-        daly_interval_s=daly,
-        recommended_interval_s=daly,
-        waste_current=waste_current,
-        waste_recommended=waste_recommended,
-        gpu_hours_saved_per_week=saved,
-        assumptions=notes,
-        gpu_mtbf_source=source,
-        observed_gpu_mtbf_h=observed_h,
-        assumed_gpu_mtbf_h=assumed_h,
-        observed_weight=rate.observed_weight,
-        mtbf_explained=mtbf_explained,
-        waste_young=waste_young,
-        saving_interval_s=daly,
-        saving_explained=saving_explained,
-    )
+    return notes
 
 
 def _where(site_name: str, cluster: str) -> str:

@@ -49,7 +49,6 @@ from typing import Any
 from django.db import connection
 
 from fleet.choices import JobEventKind, JobState
-from fleet.telemetry import detectors as gpu_health
 from fleet.telemetry import placement
 from fleet.training import goodput
 from fleet.training.accounts import job_rows
@@ -57,7 +56,7 @@ from fleet.training.failures import classify
 from fleet.training.goodput import hang_threshold_s
 from fleet.training.models import HOLDING_STATES, Job
 from incidents.choices import Severity
-from incidents.detectors import FindingSpec, firing_since, register
+from incidents.detectors import FindingSpec, detector, firing_since
 
 WINDOW = timedelta(minutes=10)
 RECENT_STEPS = 50  # the hang threshold's median is over this many of the job's latest steps
@@ -497,7 +496,7 @@ def _hangs_ended(now: datetime, hung: set[int]) -> list[FindingSpec]:
     return specs
 
 
-@register("training-hang")
+@detector("training-hang")
 def training_hang(now: datetime) -> list[FindingSpec]:
     """A running job without a step for longer than max(10 x median step time, 300 s), measured
     from its last progress (its last step, the attempt's start or restore, or a checkpoint save
@@ -566,7 +565,7 @@ def training_hang(now: datetime) -> list[FindingSpec]:
     return _with_hooks(now, specs)
 
 
-@register("training-data-stall")
+@detector("training-data-stall")
 def training_data_stall(now: datetime) -> list[FindingSpec]:
     """Over the last ten minutes (at least 5 steps spanning 5 minutes) the job waited for input
     data for >= 30 % of its step time (a stall already firing: >= 20 %), as the job reports it
@@ -622,7 +621,7 @@ def training_data_stall(now: datetime) -> list[FindingSpec]:
     return _with_hooks(now, specs)
 
 
-@register("training-straggler")
+@detector("training-straggler")
 def training_straggler(now: datetime) -> list[FindingSpec]:
     """In a job on >= 2 nodes, a node whose median step time over ten minutes is >= 1.3 x the
     median of its peers' medians, or whose GPUs' mean SM activity is <= 0.7 x its peers' median
@@ -691,7 +690,7 @@ def training_straggler(now: datetime) -> list[FindingSpec]:
     return specs
 
 
-@register("training-checkpoint-overdue")
+@detector("training-checkpoint-overdue")
 def training_checkpoint_overdue(now: datetime) -> list[FindingSpec]:
     """A running job with a planned interval and no checkpoint for 2 x that interval, counted from
     its last checkpoint, or from the attempt's start when it has saved none since."""
@@ -764,7 +763,7 @@ def failure_cost(job: JobRow, now: datetime, *, since: datetime | None = None) -
     return goodput.unrecovered(found)
 
 
-@register("training-job-failed")
+@detector("training-job-failed")
 def training_job_failed(now: datetime) -> list[FindingSpec]:
     """A job whose latest failure it has made no progress since: still holding its GPUs, restarting
     (re-initialising, restoring), or released within the last 30 minutes. GPU-hours lost: what the
@@ -916,11 +915,7 @@ def link_to_jobs(now: datetime, specs: list[FindingSpec]) -> list[FindingSpec]:
     return linked
 
 
-# GPU faults (fleet.telemetry.detectors) on a job's GPUs or nodes carry the job and its cost.
-gpu_health.register_gpu_fault_hook(link_to_jobs)
-
-
-def _placed(now: datetime, hostnames: Iterable[str]) -> dict[str, list[placement.PlacedJob]]:
+def placed_jobs(now: datetime, hostnames: Iterable[str]) -> dict[str, list[placement.PlacedJob]]:
     """The jobs holding GPUs on each host now, for the rooms that may not import training."""
     found = jobs_on(now, hostnames)
     return {
@@ -928,7 +923,3 @@ def _placed(now: datetime, hostnames: Iterable[str]) -> dict[str, list[placement
         for key, jobs in found.items()
         if key.startswith("host:")
     }
-
-
-# Fabric and storage findings name the jobs on their nodes through this locator.
-placement.register_job_locator(_placed)

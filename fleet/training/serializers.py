@@ -1,4 +1,4 @@
-"""The training pages' read-model answers (fleet.training.dashboard), described for the API schema.
+"""The training pages' read-model answers (fleet.training.read), described for the API schema.
 The views answer with the read model's dicts; these classes only describe them. GPU-hours are
 rounded to 0.01, shares to 0.0001; a share of nothing allocated is null, not 0."""
 
@@ -282,7 +282,7 @@ class CheckpointAdviceSerializer(serializers.Serializer):
 
 
 # Parts the rooms above training add to a job's snapshot: key -> the serializer describing it
-# (fleet.training.dashboard_api.register_job_snapshot_part).
+# (fleet.training.api.register_job_snapshot_part).
 snapshot_part_serializers: dict[str, serializers.Field] = {}
 
 

@@ -1,5 +1,5 @@
 """The training pages: the goodput dashboard and one job. Server-rendered shells; their numbers
-come from the snapshot APIs (fleet.training.dashboard_api) and the live pushes."""
+come from the snapshot APIs (fleet.training.api) and the live pushes."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from django.utils.safestring import mark_safe
 from django.views.generic import TemplateView
 
 from console.permissions import DashboardRequiredMixin
-from fleet.training import dashboard as training_dashboard
+from fleet.training import read as training_read
 from fleet.training.models import Job
 
 
@@ -22,8 +22,8 @@ class TrainingDashboardView(DashboardRequiredMixin, TemplateView):
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
-        context["ranges"] = list(training_dashboard.RANGES)
-        context["default_range"] = training_dashboard.DEFAULT_RANGE
+        context["ranges"] = list(training_read.RANGES)
+        context["default_range"] = training_read.DEFAULT_RANGE
         context["has_jobs"] = Job.objects.exists()
         context["page_config"] = {
             "overview_url": reverse("api:training-api:overview"),
@@ -34,13 +34,15 @@ class TrainingDashboardView(DashboardRequiredMixin, TemplateView):
 
 # Sections the rooms above training add to the job page (fleet.correlation's hangs and stalls with
 # its nodes' fabric and storage): a template and its context from the job, registered from
-# FleetConfig.ready (training cannot import them), as the node page's are.
-_job_sections: list[tuple[str, Callable[[Job], dict[str, Any]]]] = []
+# their plugins.py (training cannot import them), as the node page's are.
+_job_sections: list[tuple[int, str, Callable[[Job], dict[str, Any]]]] = []  # (order, template, context)
 
 
-def register_job_section(template: str, context: Callable[[Job], dict[str, Any]]) -> None:
-    if (template, context) not in _job_sections:
-        _job_sections.append((template, context))
+def register_job_section(template: str, context: Callable[[Job], dict[str, Any]], *, order: int) -> None:
+    """Add a section; sections show by ``order``, whatever order the rooms' plugins load in."""
+    if (order, template, context) not in _job_sections:
+        _job_sections.append((order, template, context))
+        _job_sections.sort(key=lambda section: section[0])
 
 
 class JobDetailView(DashboardRequiredMixin, TemplateView):
@@ -53,7 +55,7 @@ class JobDetailView(DashboardRequiredMixin, TemplateView):
         context["nodes"] = sorted(job.nodes.values_list("hostname", flat=True))
         context["job_sections"] = [
             mark_safe(render_to_string(template, section(job), request=self.request))  # our templates, autoescaped
-            for template, section in _job_sections
+            for _, template, section in _job_sections
         ]
         context["page_config"] = {
             "snapshot_url": reverse("api:training-api:job-snapshot", args=[job.pk]),

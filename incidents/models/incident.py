@@ -24,6 +24,8 @@ from incidents.choices import (
     Severity,
     TimelineKind,
 )
+from incidents.services.cost import at_risk_gpu_hours
+from incidents.services.links import resource_links
 
 
 class IncidentQuerySet(models.QuerySet["Incident"]):
@@ -123,14 +125,10 @@ class Incident(models.Model):
 
     def current_gpu_hours_at_risk(self) -> float:
         """GPU-hours at risk now (work not yet checkpointed of its jobs), never counted as lost."""
-        from incidents.services.cost import at_risk_gpu_hours
-
         return at_risk_gpu_hours(self.findings.all())
 
     def links(self) -> list[dict[str, Any]]:
         """Affected resources with links to their pages where the console has one."""
-        from incidents.services.links import resource_links
-
         return resource_links(self.labels)
 
 

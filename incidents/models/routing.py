@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from console.outbound import validate_url
 from incidents.choices import MAINTENANCE_LABELS, ChannelKind, MaintenanceScope, NotificationStatus, Severity
+from incidents.services.matchers import matches_all
 
 
 class SilenceQuerySet(models.QuerySet["Silence"]):
@@ -41,8 +42,6 @@ class Silence(models.Model):
         return ", ".join(f"{m['name']}{m['op']}{m['value']!r}" for m in self.matchers)
 
     def matches(self, labels: dict[str, str]) -> bool:
-        from incidents.services.matchers import matches_all
-
         return matches_all(self.matchers, labels)
 
 

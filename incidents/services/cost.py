@@ -54,11 +54,33 @@ def faulty_gpu_uuids(impact: dict[str, Any] | None) -> list[str]:
     return [str(u) for u in impact.get("gpu_uuids") or []]
 
 
+def count_affected_gpus(impacts: Iterable[tuple[str, dict[str, Any] | None]]) -> int:
+    """GPUs out of service, from (fingerprint, impact) pairs, counting each GPU once.
+
+    A finding's impact names the physical GPUs it takes out (``gpu_uuids``: one GPU, or every GPU
+    of a node that must drain), so the count is their union however node and GPU findings mix.
+    A finding that names none (Alertmanager's, or one raised before findings named their GPUs)
+    counts as before: ``gpus`` per ``unit`` (``node:<host>``, ``gpu:<uuid>``), each unit once,
+    and nothing where a finding naming its GPUs already covers that unit.
+    """
+    named: set[str] = set()
+    covered: set[str] = set()
+    units: dict[str, int] = {}
+    for fingerprint, impact in impacts:
+        impact = impact or {}
+        if "gpu_uuids" in impact:
+            named.update(impact["gpu_uuids"])
+            covered.add(impact.get("unit") or fingerprint)
+        elif gpus := int(impact.get("gpus", 0)):
+            unit = impact.get("unit") or fingerprint
+            units[unit] = max(units.get(unit, 0), gpus)
+    covered.update(f"gpu:{uuid}" for uuid in named)
+    return len(named) + sum(gpus for unit, gpus in units.items() if unit not in covered)
+
+
 def out_of_service(impacts: Iterable[tuple[str, dict[str, Any] | None]]) -> int:
     """GPUs out of service among (fingerprint, impact) pairs, each GPU once (count_affected_gpus
     over the findings that take GPUs out, takes_gpus_out)."""
-    from incidents.services.engine import count_affected_gpus
-
     return count_affected_gpus((fp, impact) for fp, impact in impacts if takes_gpus_out(impact))
 
 

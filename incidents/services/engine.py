@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -45,7 +44,8 @@ from incidents.choices import (
     TimelineKind,
 )
 from incidents.models import ActionItem, Finding, Incident, Silence, TimelineEntry
-from incidents.services.cost import out_of_service, reported_gpu_hours
+from incidents.notifications.routing import notify
+from incidents.services.cost import count_affected_gpus, out_of_service, reported_gpu_hours
 
 logger = logging.getLogger(__name__)
 
@@ -114,8 +114,6 @@ def _after_commit(incident_id: int, event: str | None = None) -> None:
     def run() -> None:
         live.request_push("incidents")
         if event:
-            from incidents.services.notify import notify
-
             notify(incident_id, event)
 
     transaction.on_commit(run)
@@ -378,30 +376,6 @@ def gpus_out_of_service(incident: Incident) -> int:
     """GPUs the incident's findings take out of service outside any job, each once
     (incidents.services.cost.out_of_service)."""
     return out_of_service(incident.findings.values_list("fingerprint", "impact"))
-
-
-def count_affected_gpus(impacts: Iterable[tuple[str, dict[str, Any] | None]]) -> int:
-    """GPUs out of service, from (fingerprint, impact) pairs, counting each GPU once.
-
-    A finding's impact names the physical GPUs it takes out (``gpu_uuids``: one GPU, or every GPU
-    of a node that must drain), so the count is their union however node and GPU findings mix.
-    A finding that names none (Alertmanager's, or one raised before findings named their GPUs)
-    counts as before: ``gpus`` per ``unit`` (``node:<host>``, ``gpu:<uuid>``), each unit once,
-    and nothing where a finding naming its GPUs already covers that unit.
-    """
-    named: set[str] = set()
-    covered: set[str] = set()
-    units: dict[str, int] = {}
-    for fingerprint, impact in impacts:
-        impact = impact or {}
-        if "gpu_uuids" in impact:
-            named.update(impact["gpu_uuids"])
-            covered.add(impact.get("unit") or fingerprint)
-        elif gpus := int(impact.get("gpus", 0)):
-            unit = impact.get("unit") or fingerprint
-            units[unit] = max(units.get(unit, 0), gpus)
-    covered.update(f"gpu:{uuid}" for uuid in named)
-    return len(named) + sum(gpus for unit, gpus in units.items() if unit not in covered)
 
 
 def _repeat(

@@ -1,7 +1,7 @@
 // The scheduler queue figures, kept live on the capacity page (its queue panel and the wait beside
 // each team's quota) and on a team's page (its queues and its quota table): the `scheduler` topic's
 // deltas carry the figures of the pools that changed and each team's wait beside its quota on them
-// (`quota_waits`, fleet.scheduler.panels.quota_waits); after each (re)connect the plan API's `queues`
+// (`quota_waits`, fleet.scheduler.read.quota_waits); after each (re)connect the plan API's `queues`
 // and `quota_waits` parts are the snapshot. Figures are written into the cells the server rendered
 // (data-pool, data-queue, data-team, data-value); a queue newly mapped to a pool appears on the next
 // page load.
@@ -11,7 +11,7 @@
   var card = document.querySelector("[data-scheduler-live]");
   if (!card || !window.GoodputLive) return;
 
-  // The same rule as fleet.scheduler.panels.duration.
+  // The same rule as fleet.scheduler.read.duration.
   function duration(seconds) {
     if (seconds === null || seconds === undefined) return "–";
     if (seconds < 90) return Math.round(seconds) + " s";

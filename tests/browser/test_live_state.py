@@ -49,7 +49,7 @@ def _stop_server(stack: Stack) -> None:
 def _start_server_again(stack: Stack) -> None:
     """uvicorn on the same port as before, so the open page can find it again."""
     port = stack.base_url.rsplit(":", 1)[1]
-    args = [sys.executable, "-m", "uvicorn", "console.asgi:application", "--host", "127.0.0.1", "--port", port]
+    args = [sys.executable, "-m", "uvicorn", "goodput.asgi:application", "--host", "127.0.0.1", "--port", port]
     proc = stack._spawn(f"uvicorn-{len(stack.procs)}", [*args, "--lifespan", "off", "--log-level", "warning"])
     stack._wait(lambda: requests.get(stack.base_url + "/healthz", timeout=1).ok, "uvicorn", proc)
 

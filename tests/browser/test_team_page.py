@@ -2,7 +2,7 @@
 test_every_page.py, for this page alone), and its queue figures kept live: a Kueue scrape with new
 admissions redraws the wait beside the team's quota on its page and on the capacity page, and its
 queue's pending workloads, over the `scheduler` topic, without a reload; the cells then read what
-the server computes (fleet.scheduler.panels.quota_notes)."""
+the server computes (fleet.scheduler.read.quota_notes)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from django.contrib.auth.models import User
 from django.urls import reverse
 
 from fleet.models import GpuState, Pool, Site, Team
-from fleet.scheduler import panels
-from fleet.scheduler.services import pool_queues
+from fleet.scheduler import read as scheduler_read
+from fleet.scheduler.read import pool_queues
 from tests.browser.support import launch, wait_for, wait_until
 from tests.browser.test_every_page import (
     DESK,
@@ -119,5 +119,5 @@ def test_the_team_page_is_finished_on_desk_and_phone_and_its_waits_follow_the_sc
             browser.close()
 
     assert not problems, "\n".join(problems)
-    note = panels.quota_notes(pool_queues([pool.pk]))[(pool.pk, "qa")]
+    note = scheduler_read.quota_notes(pool_queues([pool.pk]))[(pool.pk, "qa")]
     assert after == {"team": note["text"], "capacity": note["text"], "title": note["title"]}, (after, note)

@@ -20,7 +20,7 @@ from compliance.models import AuditEntry, AuditSeal, CompliancePack, GpaiModel
 from compliance.services.audit import REDACTED, purge_entries_before, record, seal_pending
 from console import roles
 from console.models import PersonalToken
-from fleet.capacity import services as capacity
+from fleet.capacity.actions import reservations
 from fleet.models import Pool, Reservation, ScrapeTarget, Site, Team
 from tests.incidents.test_alertmanager import FIXTURE, post
 
@@ -51,7 +51,7 @@ def pool(site_a: Site) -> Pool:
 def test_a_reservation_writes_create_update_and_delete_with_before_and_after(pool: Pool, admin_user: User) -> None:
     start = timezone.now() + timedelta(days=1)
     nlp = Team.objects.create(name="nlp")
-    reservation, _ = capacity.create_reservation(
+    reservation, _ = reservations.create_reservation(
         actor=admin_user, via="ada", team=nlp, pool=pool, gpus=8, start=start, end=start + timedelta(days=2)
     )
     reservation.gpus = 16

@@ -43,8 +43,8 @@ from compliance.models import (
     SubjectRequest,
     SummaryVersion,
 )
+from compliance.pack.tasks import build_compliance_pack
 from compliance.services import pack as pack_service
-from compliance.tasks_pack import build_compliance_pack
 
 START, END = date(2026, 1, 1), date(2026, 1, 31)
 EXPECTED_FILES = [
@@ -284,7 +284,7 @@ def test_a_failing_build_marks_the_pack_failed_with_the_error(
         out.write(b"PK half a zip")
         raise ValueError("the PDF library fell over")
 
-    monkeypatch.setattr("compliance.tasks_pack.write_pack", broken)
+    monkeypatch.setattr("compliance.pack.tasks.write_pack", broken)
     pack = CompliancePack.objects.create(period_start=START, period_end=END)
     assert build_compliance_pack(pack.pk) == PackStatus.FAILED
     pack.refresh_from_db()

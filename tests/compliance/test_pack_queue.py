@@ -16,7 +16,7 @@ from django.test import Client
 
 from compliance.choices import PackStatus
 from compliance.models import CompliancePack
-from compliance.tasks_pack import PACK_BUILD_LOCK, build_compliance_pack
+from compliance.pack.tasks import PACK_BUILD_LOCK, build_compliance_pack
 from tests.compliance.test_pack_build import END, START, make_pack_records
 
 PACKS = "/api/v1/compliance/packs/"
@@ -102,7 +102,7 @@ def test_the_slot_is_free_again_after_a_build_and_after_a_failed_one(monkeypatch
     def broken(pack: CompliancePack, out: Any, *, progress: Any = None) -> None:
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr("compliance.tasks_pack.write_pack", broken)
+    monkeypatch.setattr("compliance.pack.tasks.write_pack", broken)
     failed = CompliancePack.objects.create(period_start=START, period_end=END)
     assert build_compliance_pack(failed.pk) == PackStatus.FAILED
     with other_session() as conn:

@@ -18,7 +18,7 @@ from django.test import Client
 from compliance.choices import AuditAction
 from compliance.models import AuditEntry, GpaiModel, SummaryPdf, SummaryVersion
 from compliance.services import summary
-from compliance.tasks_summary import render_summary_pdf
+from compliance.summary.tasks import render_summary_pdf
 from tests.conftest import redis_url
 from tests.stack import Stack
 

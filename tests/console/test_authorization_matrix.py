@@ -49,12 +49,12 @@ from compliance.models import (
 )
 from compliance.services import summary
 from console import roles
-from console.asgi import application
 from console.models import PersonalToken
-from console.routing import websocket_urlpatterns
 from fleet.capacity.models import Pool, PowerApproval, ProcurementOrder, Reservation, Team, TeamQuota
 from fleet.cost.models import PoolPrice
 from fleet.models import Endpoint, Gpu, Job, Node, NodeInterface, NodeMount, Rack, SchedulerQueue, ScrapeTarget, Site
+from goodput.asgi import application
+from goodput.routing import websocket_urlpatterns
 from incidents.models import ActionItem, Incident, MaintenanceWindow, NotificationChannel, Silence
 from incidents.services.engine import raise_finding
 from tests.conftest import _make_user
@@ -362,7 +362,7 @@ RULES: dict[str, Rule] = {
     # a node's ports and mounts: found by ingest (no POST, no DELETE); operators set the fabric,
     # kind and purpose
     # scheduler queues: found by ingest; operators map them to a pool and team. Importing the
-    # scheduler's quota into TeamQuota follows the quota rule (fleet.capacity.approvals).
+    # scheduler's quota into TeamQuota follows the quota rule (fleet.capacity.actions.approvals).
     "api:scheduler-api:api-root": api(),
     "api:scheduler-api:schedulerqueue-list": api(),
     "api:scheduler-api:schedulerqueue-detail": api(patch=OPERATORS, target="scheduler_queue"),
@@ -425,7 +425,7 @@ RULES: dict[str, Rule] = {
     "api:training-api:overview": api(),
     "api:training-api:job-snapshot": api(target="job"),
     # REST API, capacity: any role reads pools, supply, quotas, reservations and the plan; operators
-    # write them and approve or cancel reservations (not their own: fleet.capacity.approvals). Orders
+    # write them and approve or cancel reservations (not their own: fleet.capacity.actions.approvals). Orders
     # and power approvals are requested by operators and approved by an Admin or a Capacity approver,
     # who alone change team quotas. An agent token (a scheduler hook) may only request a reservation
     # on its own site's pools: the list POST (an empty body: 400) is let through.

@@ -37,7 +37,7 @@ from fleet.models import (
     SchedulerQueue,
     SchedulerRollup1m,
 )
-from fleet.scheduler.services import admission_waits
+from fleet.scheduler.read import admission_waits
 from fleet.scheduler.simulator import STARVING
 from fleet.serving import slo as serving
 from fleet.serving.simulator import SURGE_NOTE

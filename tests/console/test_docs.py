@@ -29,7 +29,7 @@ from django.test import Client
 from django.urls import Resolver404, URLResolver, get_resolver, resolve
 
 from console import docs
-from console.routing import websocket_urlpatterns
+from goodput.routing import websocket_urlpatterns
 
 ROOT = Path(__file__).resolve().parents[2]
 # The packages whose environment reads must be documented: the apps, the project shell and the

@@ -10,8 +10,8 @@ from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from console.asgi import application
-from console.routing import websocket_urlpatterns
+from goodput.asgi import application
+from goodput.routing import websocket_urlpatterns
 
 OPEN = {"/healthz", "/readyz", "/accounts/login/"}
 SAMPLE_VALUES = {

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = """
 import gc, time
-import console.asgi
+import goodput.asgi
 frozen = gc.get_freeze_count()
 import sys
 views = sum(1 for name in sys.modules if name.endswith(".views"))

@@ -31,7 +31,7 @@ MARGIN_SECONDS = 5
 # docs/production.md's production command, on a test port (one process: --workers adds a supervisor that
 # forwards the signal to each worker, which then behaves the same).
 PRODUCTION = [
-    sys.executable, "-m", "uvicorn", "console.asgi:application", "--host", "127.0.0.1", "--port", "{port}",
+    sys.executable, "-m", "uvicorn", "goodput.asgi:application", "--host", "127.0.0.1", "--port", "{port}",
     "--timeout-graceful-shutdown", "{grace}", "--no-proxy-headers",
 ]  # fmt: skip
 # The demo command's server: its config, built by the command's own code.
@@ -39,7 +39,7 @@ DEMO = [
     sys.executable,
     "-c",
     "import sys, django, uvicorn; django.setup(); "
-    "from console.management.commands.demo import server_config; "
+    "from goodput.management.commands.demo import server_config; "
     "uvicorn.Server(server_config('127.0.0.1', int(sys.argv[1]))).run()",
     "{port}",
 ]

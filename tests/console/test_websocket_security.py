@@ -23,7 +23,7 @@ from django.test import Client
 from django.utils import timezone
 
 from console import roles, sockets
-from console.asgi import application
+from goodput.asgi import application
 from tests.conftest import PASSWORD
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -14,12 +14,12 @@ from django.conf import settings
 from django.test import Client
 
 from console import live, sockets
-from console.asgi import application
 from fleet.ingest.batches import GpuSampleIn
 from fleet.models import Gpu, Node, Site
-from fleet.telemetry import dashboard
+from fleet.telemetry.read import figures
 from fleet.telemetry.rollups import update_rollups
 from fleet.telemetry.store import store_gpu_samples
+from goodput.asgi import application
 from incidents.services.engine import raise_finding
 from tests.conftest import make_sample
 
@@ -70,9 +70,7 @@ def test_the_gpu_series_beyond_15_minutes_reads_the_rollups(site_a, viewer_clien
     week = series(viewer_client, f"/api/v1/fleet/gpus/{G0}/series/", "7d")
     assert (week["resolution"], week["bucket_seconds"]) == ("1h", 3600)
     assert week["series"]["util"] and set(week["series"]["util"]) == {50.0}
-    points = {
-        k: dashboard.RANGES[k] // dashboard.BUCKET_SECONDS.get(dashboard.RESOLUTION[k], 10) for k in dashboard.RANGES
-    }
+    points = {k: figures.RANGES[k] // figures.BUCKET_SECONDS.get(figures.RESOLUTION[k], 10) for k in figures.RANGES}
     assert max(points.values()) <= 1440
 
 
@@ -127,17 +125,17 @@ def test_a_gpu_topic_is_pushed_only_while_watched_and_sends_the_newest_sample(si
     store(site_a, "b1", ages_s=[30])
     gpu = Gpu.objects.get(uuid=G0)
     topics = [f"gpu.{gpu.pk}", f"node.{gpu.node_id}"]
-    assert dashboard.watched_topics([gpu.pk]) == []  # nobody on the pages: ingest asks for nothing
+    assert figures.watched_topics([gpu.pk]) == []  # nobody on the pages: ingest asks for nothing
     series(viewer_client, f"/api/v1/fleet/gpus/{G0}/series/", "15m")
     series(viewer_client, f"/api/v1/fleet/nodes/{HOST}/series/", "15m")
-    assert dashboard.watched_topics([gpu.pk]) == sorted(topics)
+    assert figures.watched_topics([gpu.pk]) == sorted(topics)
 
-    payload, watermark = dashboard.build_gpu_delta(topics[0], None)
+    payload, watermark = figures.build_gpu_delta(topics[0], None)
     assert payload is not None and payload["type"] == "gpu.delta"
     [point] = payload["points"]
     assert (point["id"], point["util"], point["power_w"], point["temp"]) == (gpu.pk, 97.0, 612.3, 61.0)
     store(site_a, "b2", ages_s=[0], gpu_util=12.0)
-    payload, _ = dashboard.build_node_delta(topics[1], watermark)
+    payload, _ = figures.build_node_delta(topics[1], watermark)
     assert [p["util"] for p in payload["points"]] == [12.0]
 
 
@@ -149,7 +147,7 @@ def test_a_topic_nobody_watches_any_more_stops_being_pushed_while_samples_keep_a
     store(site_a, "c0", ages_s=[30], uuid=G1, index=1)
     gpu, other = Gpu.objects.get(uuid=G0), Gpu.objects.get(uuid=G1)
     series(viewer_client, f"/api/v1/fleet/gpus/{G0}/series/", "15m")  # the page opens, then closes
-    assert dashboard.watched_topics([gpu.pk]) == [f"gpu.{gpu.pk}"]
+    assert figures.watched_topics([gpu.pk]) == [f"gpu.{gpu.pk}"]
     deadline = time.monotonic() + 2.5
     for n in range(100):  # the GPU keeps reporting, and every push goes out, for well past the TTL
         store(site_a, f"b{n + 1}", ages_s=[0], gpu_util=float(n))
@@ -158,7 +156,7 @@ def test_a_topic_nobody_watches_any_more_stops_being_pushed_while_samples_keep_a
         if time.monotonic() > deadline:
             break
         time.sleep(0.3)
-    assert dashboard.watched_topics([gpu.pk, other.pk]) == [f"gpu.{other.pk}"], "a push renewed its own watch"
+    assert figures.watched_topics([gpu.pk, other.pk]) == [f"gpu.{other.pk}"], "a push renewed its own watch"
 
 
 def test_the_watch_outlasts_the_socket_renewal_period() -> None:
@@ -180,7 +178,7 @@ def test_a_subscribed_socket_keeps_its_gpu_and_node_topics_watched(
     headers = [(b"host", b"127.0.0.1:8000"), (b"origin", b"http://127.0.0.1:8000"), (b"cookie", cookie.encode())]
 
     async def scenario() -> tuple[list[str], list[str], list[str]]:
-        watched = sync_to_async(dashboard.watched_topics)
+        watched = sync_to_async(figures.watched_topics)
         ws = WebsocketCommunicator(application, "/ws/live/", headers=headers)
         assert (await ws.connect())[0]
         await ws.send_json_to({"action": "subscribe", "topics": [*topics, "fleet"]})
@@ -250,5 +248,5 @@ def test_a_gpu_in_mig_mode_takes_its_memory_used_from_its_instances(site_a, view
     points = [v for v in body["series"]["mem_used_pct"] if v is not None]
     assert points in ([45.0, 45.0], [45.0, 45.0, 45.0])
     gpu = Gpu.objects.get(uuid=G0)
-    payload, _ = dashboard.build_gpu_delta(f"gpu.{gpu.pk}", None)
+    payload, _ = figures.build_gpu_delta(f"gpu.{gpu.pk}", None)
     assert [p["mem_used_pct"] for p in payload["points"]] == [45.0]

@@ -1,4 +1,5 @@
-"""The fleet app's rooms and the one rule between them: imports run down, never sideways or up.
+"""The fleet app's rooms, the one rule between them (imports run down, never sideways or up) and the
+one skeleton inside them (the same file name for the same job in every room, SKELETON below).
 
 inventory <- telemetry <- {training | serving | capacity <- {power | scheduler} | fabric | storage}
 <- cost <- {correlation, ingest}
@@ -44,7 +45,7 @@ BELOW: dict[str, set[str]] = {
         "cost",
     },
 }
-SHARED = {"fleet.choices", "fleet.validation"}
+SHARED = {"fleet.choices", "fleet.validation", "fleet.exporters"}
 DOMAIN_WORDS = ("training", "serving", "capacity", "power", "fabric", "storage", "scheduler", "cost")
 
 
@@ -120,3 +121,74 @@ def test_no_domain_module_is_left_at_the_top_of_the_app() -> None:
 
 def test_each_room_is_a_package() -> None:
     assert all((FLEET / room / "__init__.py").exists() for room in BELOW)
+
+
+# The room skeleton (issue 38): one file name per job in every room. Any of them may be a package
+# of the same name when large (``read/``, ``actions/``); a module with a domain name of its own
+# (goodput.py, slo.py, prices.py) is fine.
+SKELETON = {
+    "models.py": "tables",
+    "store.py": "what the ingest doors write",
+    "actions.py": "commands a person or the API triggers",
+    "read.py": "what pages and APIs read",
+    "detectors.py": "detectors",
+    "api.py": "the REST API (with api_urls.py, serializers.py, filtersets.py)",
+    "views.py": "HTML pages (with urls.py, forms.py)",
+    "live.py": "websocket pushes",
+    "tasks.py": "Celery tasks",
+    "simulator.py": "demo data",
+    "plugins.py": "what the room plugs into the project's extension points",
+    "mappings.py": "the room's exporter-series mapping entries",
+}
+# Names that grew for one of those jobs, and the skeleton's file(s) for it.
+SYNONYMS = {
+    "services": ("actions.py", "read.py"),
+    "dashboard": ("read.py",),
+    "dashboard_api": ("api.py",),
+    "endpoint_api": ("api.py",),
+    "panels": ("read.py", "plugins.py"),
+    "readmodel": ("read.py",),
+    "pages": ("read.py", "views.py"),
+    "fleet_page": ("read.py",),
+    "gpu_table": ("read.py",),
+    "queries": ("read.py",),
+    "selectors": ("read.py",),
+}
+
+
+def _misnamed() -> list[str]:
+    """Every module or package inside a room named with a synonym, with the job and its file."""
+    found = []
+    for room in sorted(p for p in FLEET.iterdir() if (p / "__init__.py").exists()):
+        for entry in sorted(room.rglob("*")):
+            if entry.suffix == ".py":
+                name = entry.stem
+            elif entry.is_dir() and (entry / "__init__.py").exists():
+                name = entry.name
+            else:
+                continue
+            if name in SYNONYMS:
+                jobs = ", ".join(f"{file} for {SKELETON[file]}" for file in SYNONYMS[name])
+                found.append(f"{entry.relative_to(FLEET.parent)}: use {jobs}")
+    return found
+
+
+def test_every_room_names_each_job_as_the_skeleton_does() -> None:
+    assert _misnamed() == []
+
+
+def test_the_skeleton_check_names_the_job_and_its_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fleet = tmp_path / "fleet"
+    for package in ("power", "telemetry", "telemetry/read", "scheduler", "scheduler/panels", "training"):
+        (fleet / package).mkdir(parents=True)
+        (fleet / package / "__init__.py").write_text("")
+    for module in ("power/services.py", "telemetry/read/gpu_table.py", "training/read.py", "training/goodput.py"):
+        (fleet / module).write_text("")
+    monkeypatch.setattr(__import__(__name__, fromlist=["FLEET"]), "FLEET", fleet)
+    assert _misnamed() == [
+        "fleet/power/services.py: use actions.py for commands a person or the API triggers, "
+        "read.py for what pages and APIs read",
+        "fleet/scheduler/panels: use read.py for what pages and APIs read, "
+        "plugins.py for what the room plugs into the project's extension points",
+        "fleet/telemetry/read/gpu_table.py: use read.py for what pages and APIs read",
+    ]

@@ -65,7 +65,7 @@ def test_gpus_with_xid_or_ecc_errors_count_open_findings_not_the_latest_sample(
     the overview and the fleet page give the same figure, computed by one function."""
     from datetime import UTC, datetime, timedelta
 
-    from fleet.telemetry import dashboard
+    from fleet.telemetry.read import figures
     from incidents.detectors import registered, run_detectors
     from incidents.models import Incident
     from incidents.services.engine import Actor, resolve_incident
@@ -89,8 +89,8 @@ def test_gpus_with_xid_or_ecc_errors_count_open_findings_not_the_latest_sample(
         },
     )
     post_batch(client, token_b, {"samples": [make_sample(gpu_uuid=dbe, hostname="gpu-b-500", ecc_dbe_total=2)]})
-    run_detectors(only=list(dashboard.XID_ECC_DETECTORS))
-    assert set(dashboard.XID_ECC_DETECTORS) <= set(registered())  # a renamed detector fails here
+    run_detectors(only=list(figures.XID_ECC_DETECTORS))
+    assert set(figures.XID_ECC_DETECTORS) <= set(registered())  # a renamed detector fails here
     # The XID was one sample's value: the GPU's next sample reads 0, and the finding clears.
     post_batch(client, token_a, {"samples": [make_sample(gpu_uuid=xid, hostname="gpu-a-500", gpu_index=0, xid=0)]})
     run_detectors(only=["critical-xid", "ecc-double-bit"])
@@ -102,7 +102,7 @@ def test_gpus_with_xid_or_ecc_errors_count_open_findings_not_the_latest_sample(
         "fleet": 2,
         "fleet_sites": {"ams-1": 1, "iad-2": 1},
         "fleet_rows": sorted([xid, dbe]),  # XID 13 (benign) opens nothing and counts nowhere
-        "fleet_failed": 2,  # a failed GPU is one with an open XID / ECC finding (fleet.telemetry.gpu_table)
+        "fleet_failed": 2,  # a failed GPU is one with an open XID / ECC finding (fleet.telemetry.read.gpu_list)
         "fleet_sites_failed": {"ams-1": 1, "iad-2": 1},
         "table_errors": sorted([xid, dbe]),
     }

@@ -18,7 +18,8 @@ from console import ranges
 from console.ranges import RangeError, custom_window, incident_window, resolution_for, window_from_query
 from fleet.ingest.batches import GpuSampleIn
 from fleet.models import Endpoint, Job, Site
-from fleet.telemetry import dashboard, partitions
+from fleet.telemetry import partitions
+from fleet.telemetry.read import figures
 from fleet.telemetry.rollups import update_rollups
 from fleet.telemetry.store import store_gpu_samples
 from incidents.models import Incident
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.django_db
 
 HOST = "gpu-r-021"
 G0 = "GPU-21212121-0000"
-PRESETS = {key: timedelta(seconds=s) for key, s in dashboard.RANGES.items()}
+PRESETS = {key: timedelta(seconds=s) for key, s in figures.RANGES.items()}
 
 
 def z(ts: datetime) -> str:
@@ -49,11 +50,11 @@ def store(site: Site, key: str, *, at: list[datetime], util: float) -> None:
 
 def test_a_preset_is_the_span_ending_now_at_the_resolution_the_presets_have_always_read() -> None:
     now = timezone.now()
-    for key in dashboard.RANGES:
+    for key in figures.RANGES:
         window = window_from_query({"range": key}, presets=PRESETS, default="15m", now=now)
         assert (window.start, window.end, window.preset) == (now - PRESETS[key], now, key)
         # One rule for presets and custom windows: the fleet reads' own table of resolutions.
-        assert window.resolution == dashboard.RESOLUTION[key], key
+        assert window.resolution == figures.RESOLUTION[key], key
     assert window_from_query({}, presets=PRESETS, default="15m", now=now).preset == "15m"
 
 
@@ -87,7 +88,7 @@ def test_the_retention_a_window_is_checked_against_is_the_one_the_partitions_dro
     assert ranges.retention("raw") == partitions.SAMPLES.retention
     assert ranges.retention("1m") == partitions.GPU_ROLLUP_1M.retention == partitions.GROUP_ROLLUP_1M.retention
     assert ranges.retention("1h") == partitions.GPU_ROLLUP_1H.retention == partitions.GROUP_ROLLUP_1H.retention
-    assert ranges.RAW_MAX_POINTS == dashboard.MAX_POINTS
+    assert ranges.RAW_MAX_POINTS == figures.MAX_POINTS
 
 
 def test_times_without_an_offset_are_utc_and_offsets_are_honoured() -> None:

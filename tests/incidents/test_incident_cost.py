@@ -15,7 +15,7 @@ from django.test import Client
 from django.utils import timezone
 
 from fleet.models import Job, Site
-from fleet.training import dashboard as training_dashboard
+from fleet.training import read as training_read
 from incidents.detectors import run_detectors
 from incidents.models import Finding, Incident
 from incidents.services.engine import clear_finding, raise_finding
@@ -90,7 +90,7 @@ def test_one_jobs_faults_cost_the_same_on_the_incident_the_metrics_page_and_the_
     failed = own("training-job-failed", job_id)
     assert failed.status == "cleared"  # the job made progress: the failure's cost is final
     job = Job.objects.get(pk=job_id)
-    [row] = training_dashboard.job_snapshot(job, now=now)["losses"]
+    [row] = training_read.job_snapshot(job, now=now)["losses"]
     # Progress lost (the work at risk), 100 s waiting, 10 s re-initialising, 20 s restoring.
     assert row["cost_gpu_s"] == GANG * (300 + 100 + 10 + 20)
     assert failed.impact["gpu_hours"] == round(row["cost_gpu_s"] / 3600, 3)

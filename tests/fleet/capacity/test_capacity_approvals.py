@@ -14,7 +14,7 @@ from django.test import Client
 
 from compliance.models import AuditEntry
 from console import roles
-from fleet.capacity import services as capacity
+from fleet.capacity.read import supply
 from fleet.models import Pool, PowerApproval, ProcurementOrder, Reservation, Site, TeamQuota
 from tests.conftest import _client_for, _make_user
 from tests.fleet.capacity import add_nodes, days_ahead, make_pool, quota, reserve, team
@@ -197,7 +197,7 @@ def test_an_operators_order_is_requested_counts_as_no_supply_until_someone_else_
     assert created.status_code == 201, created.json()
     order = created.json()
     assert (order["approval_status"], order["requested_by"], order["approved_by"]) == ("requested", "oscar", None)
-    assert capacity.supply_at(pool, landing)["installed"] == 16  # not counted while requested
+    assert supply.supply_at(pool, landing)["installed"] == 16  # not counted while requested
 
     own = _post(operator_client, f"orders/{order['id']}/approve/")
     assert own.status_code == 403 and own.json()["rule"] == "approver-role"
@@ -209,7 +209,7 @@ def test_an_operators_order_is_requested_counts_as_no_supply_until_someone_else_
         "cappy",
         False,
     )
-    assert capacity.supply_at(pool, landing)["installed"] == 24
+    assert supply.supply_at(pool, landing)["installed"] == 24
     entry = _entries(ProcurementOrder.objects.get(pk=order["id"]))[-1]
     assert (entry.actor, entry.before["approval_status"], entry.after["approval_status"]) == (
         "cappy",
@@ -421,7 +421,7 @@ def test_orders_made_in_code_count_as_before(pool: Pool) -> None:
     ProcurementOrder.objects.create(
         pool=pool, count=8, ordered_on=days_ahead(0).date(), promised_on=days_ahead(5).date()
     )
-    assert capacity.supply_at(pool, days_ahead(6).date())["installed"] == 24
+    assert supply.supply_at(pool, days_ahead(6).date())["installed"] == 24
 
 
 # --- the plan page ----------------------------------------------------------------------------------

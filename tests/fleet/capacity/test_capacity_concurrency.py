@@ -55,7 +55,8 @@ def test_two_conflicting_approvals_at_once_one_wins_the_other_gets_409(site_a: S
 
 def test_twin_creates_with_one_client_id_store_one_reservation(site_a: Site) -> None:
     """A scheduler retrying at once: the (scope, client_id) unique index decides, the loser reads
-    the winner's row (services.create_reservation), and every answer names the same reservation."""
+    the winner's row (fleet.capacity.actions.reservations.create_reservation), and every answer
+    names the same reservation."""
     from console.models import AgentToken
 
     add_nodes(site_a, 1)

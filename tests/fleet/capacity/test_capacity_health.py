@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from fleet.capacity import services as capacity
+from fleet.capacity.read import supply
 from fleet.choices import PriorityTier
 from fleet.models import Site
 from incidents.models import Incident
@@ -46,20 +46,20 @@ def _drain(node, uuids) -> None:
 
 
 def test_nothing_is_at_risk_while_every_gpu_is_healthy(drained) -> None:
-    figures = capacity.pool_figures([drained["pool"]])[drained["pool"].pk]
+    figures = supply.pool_figures([drained["pool"]])[drained["pool"].pk]
     assert (figures.energised, figures.healthy, figures.reserved, figures.reserved_preemptible) == (16, 16, 4, 12)
-    assert capacity.preemptible_at_risk(drained["pool"]) == []
+    assert supply.preemptible_at_risk(drained["pool"]) == []
 
 
 def test_a_node_drained_by_an_open_xid79_incident_lowers_healthy_and_lists_preemptibles_at_risk(drained) -> None:
     _drain(drained["node"], drained["uuids"])
     assert Incident.objects.open().count() == 1
-    figures = capacity.pool_figures([drained["pool"]])[drained["pool"].pk]
+    figures = supply.pool_figures([drained["pool"]])[drained["pool"].pk]
     assert (figures.installed, figures.energised, figures.healthy) == (16, 16, 8)
     assert figures.available == 4
     # 8 healthy: 4 for the firm reservation, 4 for the highest-priority preemptible; the rest go,
     # lowest priority first.
-    at_risk = capacity.preemptible_at_risk(drained["pool"])
+    at_risk = supply.preemptible_at_risk(drained["pool"])
     assert [r.pk for r in at_risk] == [drained["low"].pk, drained["mid"].pk]
 
 
@@ -75,7 +75,7 @@ def test_a_straggling_jobs_gang_stays_healthy_while_a_gpu_fault_under_a_job_does
         impact={"gpus": 8, "unit": "job:7", "gpu_uuids": drained["uuids"], "gpu_hours": 0.5},
         source="detector",
     )
-    assert capacity.pool_figures([drained["pool"]])[drained["pool"].pk].healthy == 16
+    assert supply.pool_figures([drained["pool"]])[drained["pool"].pk].healthy == 16
     raise_finding(
         f"xid48:{drained['uuids'][0]}",
         {"site": site, "gpu": drained["uuids"][0], "xid": "48"},
@@ -84,24 +84,24 @@ def test_a_straggling_jobs_gang_stays_healthy_while_a_gpu_fault_under_a_job_does
         impact={"gpus": 1, "unit": f"gpu:{drained['uuids'][0]}", "gpu_uuids": [drained["uuids"][0]], "job_gpus": 8},
         source="detector",
     )
-    assert capacity.pool_figures([drained["pool"]])[drained["pool"].pk].healthy == 15
+    assert supply.pool_figures([drained["pool"]])[drained["pool"].pk].healthy == 15
 
 
 def test_resolving_the_incident_restores_healthy_capacity(drained) -> None:
     _drain(drained["node"], drained["uuids"])
     resolve_incident(Incident.objects.get(), actor=Actor.system("test"))
-    figures = capacity.pool_figures([drained["pool"]])[drained["pool"].pk]
+    figures = supply.pool_figures([drained["pool"]])[drained["pool"].pk]
     assert figures.healthy == 16
-    assert capacity.preemptible_at_risk(drained["pool"]) == []
+    assert supply.preemptible_at_risk(drained["pool"]) == []
 
 
 def test_a_cleared_finding_no_longer_takes_gpus_out(drained) -> None:
     _drain(drained["node"], drained["uuids"])
     clear_finding(f"xid79:{drained['node'].hostname}", source="detector")
-    assert capacity.pool_figures([drained["pool"]])[drained["pool"].pk].healthy == 16
+    assert supply.pool_figures([drained["pool"]])[drained["pool"].pk].healthy == 16
 
 
 def test_an_incident_on_another_pools_gpus_does_not_touch_this_pool(drained, site_b: Site) -> None:
     other = add_nodes(site_b, 1)[0]
     _drain(other, [g.uuid for g in other.gpus.filter(parent__isnull=True)])
-    assert capacity.pool_figures([drained["pool"]])[drained["pool"].pk].healthy == 16
+    assert supply.pool_figures([drained["pool"]])[drained["pool"].pk].healthy == 16

@@ -14,8 +14,7 @@ from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
 from django.test import Client
 from django.utils import timezone
 
-from fleet.capacity import pages as capacity_pages
-from fleet.capacity import services as capacity
+from fleet.capacity.read import planning
 from fleet.choices import PriorityTier
 from fleet.models import Pool, PowerApproval, ProcurementOrder, Reservation, ReservationState, Site
 from tests.fleet.capacity import add_nodes, days_ahead, make_pool, midnight, quota, reserve
@@ -88,7 +87,7 @@ def test_the_plan_page_draws_the_plan_the_api_serves_and_the_pools_figures(viewe
     assert response.status_code == 200
     html = response.content.decode()
     config = _page_config(html)
-    assert config["plan"] == json.loads(json.dumps(capacity.plan()))
+    assert config["plan"] == json.loads(json.dumps(planning.plan()))
     assert config["plan"]["total"][2]["energised"] == 21  # the fixture's plan, not an empty one
     assert config["tiers"] == ["reserved", "on-demand", "preemptible"]
     assert "/static/vendor/plotly.min." in html and "/static/js/capacity." in html and 'id="chart-plan"' in html
@@ -312,7 +311,6 @@ def test_the_list_filters_by_state_pool_and_team(viewer_client: Client, pool: Po
 def test_the_overview_tile_shows_supply_availability_conflicts_and_late_orders(
     viewer_client: Client, pool: Pool
 ) -> None:
-    capacity_pages.register()  # FleetConfig.ready() registers it in the running console
     html = viewer_client.get("/").content.decode()
     tile = _section(html, "capacity-tile")
     assert re.search(r"Energised GPUs</div><div class=\"stat-value\">16<small> of 16</small>", tile)

@@ -12,7 +12,9 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from fleet.capacity import services as capacity
+from fleet.capacity.actions import reservations
+from fleet.capacity.actions.approvals import ConflictError
+from fleet.capacity.read import planning, supply
 from fleet.choices import PriorityTier
 from fleet.models import PowerApproval, ProcurementOrder, Site
 from tests.fleet.capacity import add_nodes, make_pool, midnight, reserve
@@ -86,7 +88,7 @@ def _without_why(rows: list[dict]) -> list[dict]:
 
 
 def test_the_plan_equals_the_hand_computed_one(fixture) -> None:
-    data = capacity.plan(months=8)
+    data = planning.plan(months=8)
     assert data["start"] == month(0).isoformat()
     [pool] = data["pools"]
     assert _without_why(pool["months"]) == [_expected(*row) for row in HAND_PLAN]
@@ -101,9 +103,9 @@ def test_the_plan_equals_the_hand_computed_one(fixture) -> None:
 
 
 def test_supply_at_follows_orders_and_power(fixture) -> None:
-    assert capacity.supply_at(fixture, month(2)) == {"installed": 24, "energised": 21}
-    assert capacity.supply_at(fixture, month(2) - timedelta(days=1)) == {"installed": 16, "energised": 16}
-    assert capacity.supply_at(fixture, month(4)) == {"installed": 40, "energised": 31}
+    assert supply.supply_at(fixture, month(2)) == {"installed": 24, "energised": 21}
+    assert supply.supply_at(fixture, month(2) - timedelta(days=1)) == {"installed": 16, "energised": 16}
+    assert supply.supply_at(fixture, month(4)) == {"installed": 40, "energised": 31}
 
 
 def test_the_plan_api_and_its_csv_agree(fixture, viewer_client: Client) -> None:
@@ -193,25 +195,25 @@ def test_approved_power_restores_curtailed_gpus_first_then_energises_arrivals(tw
 
 def test_todays_figures_curtail_the_later_pool_whole(two_pools) -> None:
     h200, l40s = two_pools
-    figures = capacity.pool_figures([l40s])  # one pool asked: the site's other pool still counts
+    figures = supply.pool_figures([l40s])  # one pool asked: the site's other pool still counts
     assert (figures[l40s.pk].installed, figures[l40s.pk].energised, figures[l40s.pk].healthy) == (8, 0, 0)
-    assert capacity.pool_figures([h200, l40s])[h200.pk].energised == 16
+    assert supply.pool_figures([h200, l40s])[h200.pk].energised == 16
 
 
 def test_the_approval_gate_reads_the_same_site_power_as_the_plan(two_pools, operator_user) -> None:
     h200, l40s = two_pools
     m = lambda k: midnight(month(k))  # noqa: E731
     fits = reserve(h200, "alpha", 20, m(3), m(4), state="requested")
-    assert capacity.approve(fits, actor=operator_user).state == "approved"
+    assert reservations.approve(fits, actor=operator_user).state == "approved"
     over = reserve(h200, "beta", 1, m(3), m(4), state="requested")
-    with pytest.raises(capacity.ConflictError) as exc:
-        capacity.approve(over, actor=operator_user)
+    with pytest.raises(ConflictError) as exc:
+        reservations.approve(over, actor=operator_user)
     assert exc.value.detail["conflict"]["supply"] == 20
     curtailed = reserve(l40s, "gamma", 1, m(1), m(2), state="requested")  # the L40S run from month 3 only
-    with pytest.raises(capacity.ConflictError):
-        capacity.approve(curtailed, actor=operator_user)
+    with pytest.raises(ConflictError):
+        reservations.approve(curtailed, actor=operator_user)
     later = reserve(l40s, "gamma", 8, m(3), m(4), state="requested")
-    assert capacity.approve(later, actor=operator_user).state == "approved"
+    assert reservations.approve(later, actor=operator_user).state == "approved"
 
 
 def test_the_csv_and_the_page_say_which_pools_are_curtailed_and_why(two_pools, viewer_client: Client) -> None:

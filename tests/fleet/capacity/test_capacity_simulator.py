@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from fleet.capacity import services as capacity
+from fleet.capacity.read import planning, supply
 from fleet.capacity.simulator import GRID_APPROVAL, LATE_ORDER, ON_TIME_ORDER, seed_capacity
 from fleet.choices import PriorityTier
 from fleet.management.commands.simulate import Command
@@ -75,12 +75,12 @@ def test_reservations_cover_every_tier_and_state(seeded) -> None:  # type: ignor
 def test_the_plan_shows_a_conflict_and_an_evaluation_at_risk(seeded) -> None:  # type: ignore[no-untyped-def]
     h100 = Pool.objects.get(site__name="ams-1", name="h100")
     # The hot rack's 28 kW runs three of its four H100 nodes: 120 of 128 GPUs energised.
-    assert capacity.pool_figures([h100])[h100.pk].energised == 120
-    (at_risk,) = capacity.preemptible_at_risk(h100)
+    assert supply.pool_figures([h100])[h100.pk].energised == 120
+    (at_risk,) = supply.preemptible_at_risk(h100)
     assert at_risk.team_id == "batch-eval" and at_risk.tier == PriorityTier.PREEMPTIBLE
-    plan = next(p for p in capacity.plan()["pools"] if p["id"] == h100.pk)
+    plan = next(p for p in planning.plan()["pools"] if p["id"] == h100.pk)
     assert any(m["conflict"] for m in plan["months"])
-    others = [p for p in capacity.plan()["pools"] if p["id"] != h100.pk]
+    others = [p for p in planning.plan()["pools"] if p["id"] != h100.pk]
     assert not any(m["conflict"] for p in others for m in p["months"])
 
 

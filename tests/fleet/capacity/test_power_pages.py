@@ -10,7 +10,7 @@ import pytest
 
 from fleet.ingest.batches import GpuSampleIn
 from fleet.models import Node, Rack, Site
-from fleet.power import services as power
+from fleet.power import read as power
 from fleet.telemetry.rollups import update_rollups
 from fleet.telemetry.store import store_gpu_samples
 from tests.conftest import make_sample
@@ -154,7 +154,7 @@ def test_a_silent_gpu_is_not_beyond_the_budget(site_a: Site, rack: Rack) -> None
 def test_gpus_beyond_the_budget_agree_with_capacitys_energised_supply(site_a: Site, rack: Rack) -> None:
     """One rule for both pages: the capacity tile's installed less energised is the power tile's
     GPUs beyond the budget (a contract that binds nothing here)."""
-    from fleet.capacity.services import pool_figures
+    from fleet.capacity.read.supply import pool_figures
     from fleet.models import Pool
 
     now = datetime.now(UTC)
@@ -301,7 +301,7 @@ def test_every_draw_figure_on_the_overview_says_what_it_includes(viewer_client, 
 
 
 def test_the_gpu_draw_of_the_power_page_is_the_fleet_pages_gpu_power(viewer_client, site_a, site_b, rack) -> None:  # type: ignore[no-untyped-def]
-    """One number, one definition: dashboard.gpu_power_w feeds both."""
+    """One number, one definition: fleet.telemetry.read.figures.gpu_power_w feeds both."""
     now = datetime.now(UTC)
     store_gpu_samples(
         site_id=site_a.pk,

@@ -16,7 +16,8 @@ from django.test import Client
 
 from compliance.models import AuditEntry
 from console import roles
-from fleet.capacity import services as capacity
+from fleet.capacity.actions import reservations
+from fleet.capacity.actions.approvals import ConflictError
 from fleet.models import Pool, Reservation, ReservationState, Site
 from tests.conftest import _client_for, _make_user
 from tests.fleet.capacity import add_nodes, days_ahead, make_pool, quota, reserve, team
@@ -238,8 +239,8 @@ def test_once_active_what_it_asks_for_is_fixed_on_every_door(
     assert api.status_code == 400 and "priority" in api.json()
     page = operator_client.post(PAGE, _page_form(active, priority=9))
     assert page.status_code == 409 and 'data-error-for="priority"' in page.content.decode()
-    with pytest.raises(capacity.ConflictError) as refused:  # the service, should a door miss it
-        capacity.update_reservation(active, actor=operator_user, changes={"priority": 9})
+    with pytest.raises(ConflictError) as refused:  # the service, should a door miss it
+        reservations.update_reservation(active, actor=operator_user, changes={"priority": 9})
     assert "priority" in refused.value.detail
     stored = Reservation.objects.get(pk=active.pk)
     assert (stored.state, stored.priority) == (ReservationState.ACTIVE, 0)

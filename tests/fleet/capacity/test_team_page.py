@@ -1,6 +1,6 @@
 """A team's page (/capacity/teams/<id>/): its members, its quota on each pool, its reservations
 requested or holding GPUs, and its scheduler queues' figures beside its quota, read from the same
-functions as the capacity page's queue panel and quota table (fleet.scheduler.panels), so the
+functions as the capacity page's queue panel and quota table (fleet.scheduler.read), so the
 wait beside a quota is one number on both pages; the live push and the plan API carry that
 number for the pages' quota cells."""
 
@@ -15,8 +15,8 @@ from django.test import Client
 from django.utils import timezone
 
 from fleet.models import Pool, SchedulerQueue, Site, Team
-from fleet.scheduler import panels
-from fleet.scheduler.services import pool_queues
+from fleet.scheduler import read as scheduler_read
+from fleet.scheduler.read import pool_queues
 from tests.fleet.capacity import make_pool, quota, reserve, team
 from tests.fleet.scheduler.support import KUEUE, minute_ago, push
 from tests.fleet.scheduler.test_pool_queues import earlier, scrape
@@ -88,7 +88,7 @@ def test_the_team_pages_p95_wait_is_the_capacity_pages_quota_table_figure(queues
     on_team_page = _wait_cell(_page(viewer_client, "team-b"), "team-b", pool)
     on_capacity_page = _wait_cell(viewer_client.get("/capacity/").content.decode(), "team-b", pool)
     assert on_team_page == on_capacity_page
-    assert on_team_page[1] == panels.duration(wait["p95"])
+    assert on_team_page[1] == scheduler_read.duration(wait["p95"])
     assert on_team_page[0].startswith("team-b-h100: p95 admission wait")
 
 
@@ -104,8 +104,8 @@ def test_the_team_page_shows_its_own_queues_with_the_panels_figures(queues, pool
     assert cells == {
         "pending": f"{mine['pending']:.0f}",
         "inadmissible": f"{mine['inadmissible']:.0f}",
-        "wait_1h": f"{panels.duration(w1.get('p50'))} / {panels.duration(w1.get('p95'))}",
-        "wait_24h": f"{panels.duration(w24.get('p50'))} / {panels.duration(w24.get('p95'))}",
+        "wait_1h": f"{scheduler_read.duration(w1.get('p50'))} / {scheduler_read.duration(w1.get('p95'))}",
+        "wait_24h": f"{scheduler_read.duration(w24.get('p50'))} / {scheduler_read.duration(w24.get('p95'))}",
         "evicted": f"{mine['evicted']:.0f}",
         "preempted": f"{mine['preempted']:.0f}",
     }
@@ -127,13 +127,13 @@ def test_team_names_link_to_their_pages_from_the_capacity_and_people_pages(
 
 
 def test_the_live_push_and_the_plan_api_carry_the_wait_beside_each_quota(client, token_a, queues, pool, viewer_client):  # type: ignore[no-untyped-def]
-    expected = panels.quota_waits(pool_queues([pool.pk]))
+    expected = scheduler_read.quota_waits(pool_queues([pool.pk]))
     assert {(w["pool"], w["team"]) for w in expected} == {(pool.pk, "team-a"), (pool.pk, "team-b")}
-    notes = panels.quota_notes(pool_queues([pool.pk]))
+    notes = scheduler_read.quota_notes(pool_queues([pool.pk]))
     assert all(w["text"] == notes[(w["pool"], w["team"])]["text"] for w in expected)
-    payload, watermark = panels.build_scheduler_delta("scheduler", None)
+    payload, watermark = scheduler_read.build_scheduler_delta("scheduler", None)
     assert payload is not None and payload["quota_waits"] == expected
     body = viewer_client.get("/api/v1/capacity/plan", {"months": "1"}).json()
     assert body["quota_waits"] == expected
     # A pool whose figures did not move pushes nothing, its quota cells included.
-    assert panels.build_scheduler_delta("scheduler", watermark) == (None, watermark)
+    assert scheduler_read.build_scheduler_delta("scheduler", watermark) == (None, watermark)

@@ -10,7 +10,7 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from fleet.cost import figures, services
+from fleet.cost import figures, read
 from fleet.cost.usage import midnight
 from fleet.models import GpuRollup1h, Pool, Site
 from fleet.telemetry.partitions import GPU_ROLLUP_1H, ensure_partitions
@@ -40,8 +40,8 @@ def _busy(gpus, *, days: int, busy_share: float) -> None:
 def test_at_80_percent_owning_the_h100s_was_cheaper(site_a: Site, h100_pool: Pool) -> None:
     owned_price(h100_pool, valid_from=date(2025, 1, 1))
     _busy(node_with_gpus(site_a, H100, 5, "h-1"), days=30, busy_share=0.8)
-    book = services.book_for(services.window({}))
-    [row] = services.own_or_rent_rows(book)
+    book = read.book_for(read.window({}))
+    [row] = read.own_or_rent_rows(book)
     # renting the used 80 % at 2.00 = 1.60 per installed GPU-hour against owning's 1.1238:
     # owning cost (1.60 - 1.1238) / 1.60 = 29.8 % less. Break-even 1.1238 / 2.00 = 56.2 %.
     assert row["break_even_pct"] == 56.2 and row["hourly"] == "1.1238"
@@ -57,7 +57,7 @@ def test_at_80_percent_owning_the_h100s_was_cheaper(site_a: Site, h100_pool: Poo
 
 def test_a_rented_pool_has_no_own_or_rent_line_but_shows_its_rate(site_a: Site, l40s_pool: Pool) -> None:
     rate_price(l40s_pool, "1.10")
-    [row] = services.own_or_rent_rows(services.book_for(services.window({})))
+    [row] = read.own_or_rent_rows(read.book_for(read.window({})))
     assert (row["mode"], row["hourly"], row["periods"], row["derivation"]) == (
         "rate",
         "1.1000",
@@ -90,12 +90,12 @@ def test_the_live_push_carries_the_figures_once_and_then_only_when_they_change(s
     rate_price(l40s_pool, "1.00")
     job = job_on(site_a, node_with_gpus(site_a, L40S, 1, "l-1"))
     account(job, figures.floor_hour(timezone.now()) - timedelta(hours=3), hang_s=3600)
-    push, mark = services.build_cost_delta("cost", None)
+    push, mark = read.build_cost_delta("cost", None)
     assert push["type"] == "cost.delta" and push["total"] == "1.00"
-    again, same = services.build_cost_delta("cost", mark)
+    again, same = read.build_cost_delta("cost", mark)
     assert again is None and same == mark
     account(job, figures.floor_hour(timezone.now()) - timedelta(hours=2), hang_s=3600)
-    changed, _ = services.build_cost_delta("cost", mark)
+    changed, _ = read.build_cost_delta("cost", mark)
     assert changed["total"] == "2.00"
 
 
@@ -126,7 +126,7 @@ def test_a_window_in_the_past_still_says_own_or_rent_for_the_last_30_and_90_days
     owned_price(h100_pool, valid_from=date(2025, 1, 1))
     _busy(node_with_gpus(site_a, H100, 5, "h-1"), days=30, busy_share=0.8)
     now = timezone.now()
-    past = services.compute_snapshot(custom_window(now - timedelta(days=60), now - timedelta(days=40), now=now))
-    current = services.compute_snapshot(services.window({}), now=now)
+    past = read.compute_snapshot(custom_window(now - timedelta(days=60), now - timedelta(days=40), now=now))
+    current = read.compute_snapshot(read.window({}), now=now)
     assert past["own_or_rent"] == current["own_or_rent"]
     assert past["own_or_rent"][0]["periods"][0]["sentence"] == "at 80 % utilisation, owning cost 30 % less"

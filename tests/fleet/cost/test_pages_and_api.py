@@ -12,7 +12,7 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from fleet.cost import figures, services
+from fleet.cost import figures, read
 from fleet.models import Pool, Site
 from incidents.models import Incident
 
@@ -181,7 +181,7 @@ def test_serving_cost_per_million_tokens_is_the_gpus_price_over_the_tokens(site_
 
     monkeypatch.setattr(slo, "window_totals", totals)
     now = figures.floor_hour(timezone.now())
-    row = services.serving(now=now)[0]
+    row = read.serving(now=now)[0]
     # 1 h: 2 GPUs x 1 h x 1.00 = 2.00 for 1 M tokens: 2.00 per million
     assert row["windows"]["1h"] == {"tokens": 1_000_000, "amount": "2.00", "per_million_tokens": "2.0000"}
     assert row["windows"]["24h"]["per_million_tokens"] is None  # nothing generated: no unit cost

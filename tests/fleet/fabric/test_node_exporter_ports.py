@@ -9,9 +9,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from fleet.ingest.prometheus import NODE_SERIES, parse_exposition
+from fleet import exporters
+from fleet.ingest.prometheus import parse_exposition
 from fleet.models import IngestBatch, NodeInterface, PortRollup1m, PortSample
 from tests.fleet.fabric.node_exporter import FIXTURE, HOST, exposition, fixture_samples, push
+
+NODE_SERIES = exporters.families(exporters.NODE)  # fabric's and storage's entries in the table
 
 
 def _minute_ago(minutes: int) -> datetime:

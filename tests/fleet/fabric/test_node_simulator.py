@@ -15,6 +15,7 @@ from django.test import Client
 from django.utils import timezone
 
 from console.models import AgentToken
+from fleet import exporters
 from fleet.correlation.causes import FABRIC_EFFECT, STORAGE_EFFECT
 from fleet.ingest.batches import parse_gpu_batch
 from fleet.management.commands.simulate import Command as SimulateCommand
@@ -114,9 +115,8 @@ def test_every_series_it_prints_is_one_the_console_maps_and_names_node_exporter_
     sim = NodeExporterSimulator(_fleet(), seed=5)
     text = _scrape(sim, _start(), 15, sorted(sim.nodes)[:2])
     printed = {line.split("{")[0] for line in text.splitlines() if not line.startswith("#")}
-    from fleet.ingest.prometheus import NODE_SERIES
-
-    assert printed <= set(NODE_SERIES), printed - set(NODE_SERIES)
+    node_series = set(exporters.families(exporters.NODE))  # fabric's and storage's entries in the table
+    assert printed <= node_series, printed - node_series
     # The names and labels are node_exporter's own (the fixture is written from its collectors).
     documented = {name for name, _, _ in fixture_samples("node_")}
     assert printed <= documented, printed - documented
@@ -171,7 +171,7 @@ def test_figures_stay_within_what_the_hardware_carries() -> None:
 
 
 def test_a_datasets_raid_peaks_above_a_training_servers_need_except_on_the_underprovisioned_site() -> None:
-    from fleet.storage.services import NEED_BYTES_PER_SECOND
+    from fleet.storage.read import NEED_BYTES_PER_SECOND
 
     sim = NodeExporterSimulator(_fleet(), seed=5, activity=lambda host, at: {"work": 1.0})
     start = _start()

@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 
 from console.models import PersonalToken
-from fleet.fabric import services as fabric
+from fleet.fabric.read import health as fabric
 from fleet.models import Node, Rack
 from tests.fleet.fabric.node_exporter import HOST, push
 

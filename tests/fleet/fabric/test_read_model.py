@@ -1,4 +1,4 @@
-"""The fabric page's read model (fleet.fabric.readmodel): the snapshot it gives for a window ending
+"""The fabric page's read model (fleet.fabric.read.summaries): the snapshot it gives for a window ending
 now equals the one read from every port's rollups for the same pushed data; the per-site,
 per-fabric minutes follow a recomputed minute by its difference, ignore a redelivery and count a
 counter reset as Prometheus ``increase()`` does; the status keeps each port's latest state and rate."""
@@ -12,8 +12,8 @@ import pytest
 from django.db import connection
 
 from fleet.choices import Fabric
-from fleet.fabric import readmodel
-from fleet.fabric import services as fabric
+from fleet.fabric.read import health as fabric
+from fleet.fabric.read import summaries
 from fleet.fabric.store import store_port_points
 from fleet.inventory.models import NodeInterface
 from fleet.models import Node, Rack
@@ -146,7 +146,7 @@ def test_rebuild_reads_rollups_written_without_the_writer(site_a, node: Node) ->
     expected = _fabric_minutes()
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM fleet_fabricrollup_1m; DELETE FROM fleet_portstatus")
-    readmodel.rebuild(m - timedelta(hours=1), m + timedelta(minutes=2))
+    summaries.rebuild(m - timedelta(hours=1), m + timedelta(minutes=2))
     assert _fabric_minutes() == expected
     _both_agree()
 

@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 
 from fleet.models import SchedulerQueue, SchedulerRollup1m
-from fleet.scheduler.services import WAIT_WINDOWS, admission_waits, wait_histogram
+from fleet.scheduler.read import WAIT_WINDOWS, admission_waits, wait_histogram
 from fleet.telemetry.histograms import histogram_quantile
 from tests.fleet.scheduler.support import minute_ago, push, stamped
 

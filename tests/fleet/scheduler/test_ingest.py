@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from fleet.ingest.scheduler_series import SCHEDULER_SERIES
 from fleet.models import IngestBatch, SchedulerQueue, SchedulerSample
+from fleet.scheduler.mappings import SCHEDULER_SERIES
 from tests.fleet.scheduler.support import KSM, KUEUE, SLURM, label_text, push, samples, stored
 
 # Kueue's names, read independently of the door's table: quantity, the label naming the queue, and

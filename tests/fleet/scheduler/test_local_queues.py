@@ -11,7 +11,7 @@ import pytest
 
 from compliance.models import AuditEntry
 from fleet.models import SchedulerQueue, Team
-from fleet.scheduler.services import team_queues
+from fleet.scheduler.read import team_queues
 from tests.fleet.capacity import make_pool, team
 from tests.fleet.scheduler.support import KUEUE, SLURM, minute_ago, push
 from tests.fleet.scheduler.test_pool_queues import scrape

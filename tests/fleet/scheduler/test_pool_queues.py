@@ -1,4 +1,4 @@
-"""The capacity page's scheduler queues (fleet.scheduler.services.pool_queues): each figure checked
+"""The capacity page's scheduler queues (fleet.scheduler.read.pool_queues): each figure checked
 against an independent reading of the expositions pushed through the Prometheus door (pending now,
 admission wait percentiles worked out by hand from the buckets, evictions and preemptions per team
 with a Kueue restart in between, GPUs allocated against reserved, Slurm's drained and down nodes),
@@ -19,8 +19,8 @@ from django.test.utils import CaptureQueriesContext
 
 from console import live
 from fleet.models import Pool, SchedulerCounterHour, SchedulerQueue, Site, TeamQuota
-from fleet.scheduler import panels
-from fleet.scheduler.services import pool_queues
+from fleet.scheduler import read as scheduler_read
+from fleet.scheduler.read import pool_queues
 from tests.fleet.capacity import days_ahead, make_pool, reserve, team
 from tests.fleet.scheduler.support import KUEUE, SLURM, minute_ago, ms, push, samples
 
@@ -278,7 +278,7 @@ def test_the_capacity_page_shows_the_queue_panel(kueue, pool: Pool, viewer_clien
     row = re.search(r'<tr data-queue="\d+" class="row-warn">(.*?)</tr>', html, re.S)
     assert row and "team-b-h100" in row[1] and "team-b" in row[1]  # inadmissible workloads: flagged
     wait = _by_name(pool_queues([pool.pk])[pool.pk], "team-b-h100")["wait_1h"]
-    assert f"{panels.duration(wait['p50'])} / {panels.duration(wait['p95'])}" in row[1]
+    assert f"{scheduler_read.duration(wait['p50'])} / {scheduler_read.duration(wait['p95'])}" in row[1]
     assert "js/scheduler_queues.js" in html
 
 
@@ -288,21 +288,21 @@ def test_the_panel_says_when_no_queue_is_mapped(pool: Pool, viewer_client) -> No
 
 
 def test_waits_read_as_seconds_minutes_or_hours() -> None:
-    assert [panels.duration(s) for s in (None, 42, 210, 7560)] == ["–", "42 s", "3.5 min", "2.1 h"]
+    assert [scheduler_read.duration(s) for s in (None, 42, 210, 7560)] == ["–", "42 s", "3.5 min", "2.1 h"]
 
 
 def test_the_live_push_carries_changes_only(client, token_a, kueue, pool: Pool) -> None:
     assert live.is_valid_topic("scheduler")
-    payload, watermark = panels.build_scheduler_delta("scheduler", None)
+    payload, watermark = scheduler_read.build_scheduler_delta("scheduler", None)
     assert payload is not None and payload["type"] == "scheduler.delta"
     assert payload["pools"] == [pool_queues()[pool.pk]]
-    assert panels.build_scheduler_delta("scheduler", watermark) == (None, watermark)
+    assert scheduler_read.build_scheduler_delta("scheduler", watermark) == (None, watermark)
     body = (
         "# TYPE kueue_pending_workloads gauge\n"
         f'kueue_pending_workloads{{cluster_queue="team-b-h100",status="active"}} 11 {ms(minute_ago(0))}\n'
     )
     assert push(client, token_a, body).status_code == 202
-    moved, _ = panels.build_scheduler_delta("scheduler", watermark)
+    moved, _ = scheduler_read.build_scheduler_delta("scheduler", watermark)
     assert moved is not None and _by_name(moved["pools"][0], "team-b-h100")["pending"] == 11
 
 
@@ -417,7 +417,7 @@ def test_the_panel_says_nothing_of_drift_when_the_quotas_agree(kueue, pool: Pool
 def test_the_panel_reads_drift_in_statements_that_do_not_grow_with_the_queues(client, token_a, pool: Pool) -> None:
     def counted() -> int:
         with CaptureQueriesContext(connection) as ctx:
-            panels.pool_section([pool])
+            scheduler_read.pool_section([pool])
         return len(ctx.captured_queries)
 
     def push_queues(n: int) -> None:
@@ -448,7 +448,7 @@ def test_each_teams_quota_shows_its_queue_wait_over_the_last_hour(kueue, pool: P
     row = re.search(rf'<tr data-team="team-b" data-pool="{pool.pk}">(.*?)</tr>', html, re.S)
     assert row
     cell = re.search(r'<td class="num" data-value="queue_wait" title="([^"]*)">([^<]*)</td>', row[1])
-    assert cell and cell[2] == panels.duration(wait["p95"])
+    assert cell and cell[2] == scheduler_read.duration(wait["p95"])
     assert cell[1].startswith("team-b-h100: p95 admission wait")
     other = re.search(rf'<tr data-team="team-c" data-pool="{pool.pk}">(.*?)</tr>', html, re.S)
     assert other and "no queue" in other[1]
@@ -469,7 +469,7 @@ def test_a_team_with_several_queues_on_a_pool_shows_its_longest_wait() -> None:
         7: {"queues": [queue("a-1", "team-a", None), queue("a-2", "team-a", 600.0), queue("a-3", "team-a", 60.0)]},
         8: {"queues": [queue("b-1", "team-b", None), queue("cluster", None, 30.0)]},
     }
-    notes = panels.quota_notes(figures)
+    notes = scheduler_read.quota_notes(figures)
     assert set(notes) == {(7, "team-a"), (8, "team-b")}  # a queue with no team stands beside no quota
     assert notes[(7, "team-a")]["text"] == "10.0 min" and notes[(7, "team-a")]["title"].startswith("a-2:")
     assert notes[(8, "team-b")]["text"] == "–"

@@ -19,10 +19,10 @@ from django.utils import timezone
 from console.models import AgentToken
 from fleet.capacity.quotas import available
 from fleet.capacity.simulator import seed_capacity
-from fleet.ingest.scheduler_series import SCHEDULER_SERIES
 from fleet.management.backfill import queue_values
 from fleet.models import SchedulerQueue, SchedulerSample, Site
-from fleet.scheduler.services import admission_wait, wait_histogram
+from fleet.scheduler.mappings import SCHEDULER_SERIES
+from fleet.scheduler.read import admission_wait, wait_histogram
 from fleet.scheduler.simulator import (
     PODS_READY,
     PREEMPTED,
@@ -210,7 +210,7 @@ def test_the_wait_histogram_has_kueues_bounds_and_is_cumulative() -> None:
 
 def _waits(sim: KueueSimulator) -> dict[str, dict[str, float]]:
     """Each ClusterQueue's bucket increases over the run, by its series text, for the console's
-    percentile reading (fleet.scheduler.services)."""
+    percentile reading (fleet.scheduler.read)."""
     out: dict[str, dict[str, float]] = {}
     for site in sim.sites:
         for queue, quantity, series, value in queue_values(site, sim.samples(site)):

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from fleet.ingest.prometheus import parse_exposition, store_exposition
 from fleet.models import Endpoint, Site
-from fleet.serving import dashboard as serving_dashboard
+from fleet.serving import read as serving_read
 from fleet.serving import rollups as serving_rollups
 from fleet.serving.models import EndpointChange, EndpointEval
 from fleet.serving.store import ServingPoint, store_serving_points
@@ -198,7 +198,7 @@ def test_a_bad_range_is_a_400_naming_the_parameter(viewer_client: Client, served
 
 def test_every_range_answers_and_wide_ranges_step_by_the_hour(viewer_client: Client, served: dict[str, Any]) -> None:
     url = f"/api/v1/serving/endpoints/{served['endpoint'].pk}/snapshot"
-    steps = {key: viewer_client.get(url, {"range": key}).json()["step_seconds"] for key in serving_dashboard.RANGES}
+    steps = {key: viewer_client.get(url, {"range": key}).json()["step_seconds"] for key in serving_read.RANGES}
     assert steps == {"1h": 60, "6h": 60, "24h": 240, "7d": 3600, "30d": 7200}
 
 
@@ -307,7 +307,7 @@ def test_the_serving_push_sends_only_the_minutes_since_its_watermark(site_a: Sit
     serving_rollups.roll_everything(now=now)
     endpoint_id = str(Endpoint.objects.get(name="m").pk)
 
-    first, mark = serving_dashboard.build_serving_delta("serving", None, now=now)
+    first, mark = serving_read.build_serving_delta("serving", None, now=now)
     assert first is not None and first["type"] == "serving.delta"
     (delta,) = first["endpoints"]
     # Without a watermark: the last five minutes (two of them have traffic).
@@ -317,7 +317,7 @@ def test_the_serving_push_sends_only_the_minutes_since_its_watermark(site_a: Sit
     assert set(delta["now"]) >= {"ttft_p99", "itl_p99", "waiting", "kv_cache_usage", "rps"}
 
     # Nothing new: only the watermark's minute again (it may have been filling).
-    second, mark2 = serving_dashboard.build_serving_delta("serving", mark, now=now)
+    second, mark2 = serving_read.build_serving_delta("serving", mark, now=now)
     assert second["endpoints"][0]["points"]["t"] == [(current - timedelta(minutes=3)).isoformat()]
     assert mark2 == mark
 
@@ -326,7 +326,7 @@ def test_the_serving_push_sends_only_the_minutes_since_its_watermark(site_a: Sit
         site_id=site_a.pk, batch_key="b", points=scrapes("m", current - timedelta(minutes=2), 1, start_k=6)
     )
     serving_rollups.roll_everything(now=now)
-    third, mark3 = serving_dashboard.build_serving_delta("serving", mark2, now=now)
+    third, mark3 = serving_read.build_serving_delta("serving", mark2, now=now)
     assert third["endpoints"][0]["points"]["t"] == [(current - timedelta(minutes=m)).isoformat() for m in (3, 2, 1)]
     assert third["endpoints"][0]["points"]["ttft_p99"][-1] == pytest.approx(750.0)
     assert mark3 == {endpoint_id: (current - timedelta(minutes=1)).isoformat()}
@@ -364,19 +364,19 @@ def test_the_serving_topic_is_pushed_at_most_once_an_overview_interval(settings,
 def test_the_endpoint_push_follows_its_own_watermark(served: dict[str, Any]) -> None:
     endpoint = served["endpoint"]
     topic = f"endpoint.{endpoint.pk}"
-    first, mark = serving_dashboard.build_endpoint_delta(topic, None)
+    first, mark = serving_read.build_endpoint_delta(topic, None)
     assert first["type"] == "endpoint.delta" and first["topic"] == topic
     assert mark == first["points"]["t"][-1]
-    second, mark2 = serving_dashboard.build_endpoint_delta(topic, mark)
+    second, mark2 = serving_read.build_endpoint_delta(topic, mark)
     assert second["points"]["t"] == [mark] and mark2 == mark
-    assert serving_dashboard.build_endpoint_delta("endpoint.999999", None) == (None, None)
+    assert serving_read.build_endpoint_delta("endpoint.999999", None) == (None, None)
 
 
 def test_the_overview_tile_counts_endpoints_missing_their_slos(viewer_client: Client, served: dict[str, Any]) -> None:
     html = viewer_client.get("/").content.decode()
     assert "Serving SLOs →" in html
     assert "Missing their SLOs" in html and f'href="/serving/endpoints/{served["endpoint"].pk}/">llama</a>' in html
-    tile = serving_dashboard.overview_tile()
+    tile = serving_read.overview_tile()
     assert (tile["endpoints"], tile["meeting"], len(tile["missing"]), tile["alerts"]) == (1, 0, 1, 1)
     assert tile["worst_budget_pct"] == pytest.approx(-100.0)
 
@@ -404,15 +404,15 @@ def test_the_overview_and_its_tile_are_computed_once_an_interval_for_every_reade
     monkeypatch.setattr(figures, "_clock", lambda: clock["now"])
     monkeypatch.setattr(figures, "_in_background", lambda work: work())  # in place: this test's transaction
     names = lambda: [c["name"] for c in viewer_client.get(OVERVIEW).json()["endpoints"]]  # noqa: E731
-    assert names() == ["llama"] and serving_dashboard.overview_tile()["endpoints"] == 1
+    assert names() == ["llama"] and serving_read.overview_tile()["endpoints"] == 1
     Endpoint.objects.create(site=served["endpoint"].site, name="mistral", framework="vllm")
     clock["now"] += 5
-    assert names() == ["llama"] and serving_dashboard.overview_tile()["endpoints"] == 1  # kept
+    assert names() == ["llama"] and serving_read.overview_tile()["endpoints"] == 1  # kept
     clock["now"] += 6
     assert names() == ["llama"]  # expired: answered with the kept value, recomputed behind it
     assert sorted(names()) == ["llama", "mistral"]
-    serving_dashboard.overview_tile()
-    assert serving_dashboard.overview_tile()["endpoints"] == 2
+    serving_read.overview_tile()
+    assert serving_read.overview_tile()["endpoints"] == 2
     cache.clear()
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import itertools
 from datetime import UTC, datetime, timedelta
 
-from fleet.ingest.prometheus import NODE_SERIES
 from fleet.models import DiskRollup1m, DiskSample, MountRollup1m, MountSample, NodeMount
+from fleet.storage.mappings import STORAGE_SERIES
 from tests.fleet.fabric.node_exporter import FIXTURE, HOST, exposition, fixture_samples, push
 
 
@@ -23,7 +23,7 @@ def _ms(moment: datetime) -> int:
 def test_the_fixture_maps_every_file_system_value_to_its_mount(client, token_a) -> None:
     assert push(client, token_a, FIXTURE).status_code == 202
     expected = {
-        (labels["mountpoint"], NODE_SERIES[name][1]): value
+        (labels["mountpoint"], STORAGE_SERIES[name][1]): value
         for name, labels, value in fixture_samples("node_filesystem_")
     }
     stored = {
@@ -37,7 +37,7 @@ def test_the_fixture_maps_every_file_system_value_to_its_mount(client, token_a) 
 def test_the_fixture_maps_every_disk_counter_to_its_device(client, token_a) -> None:
     assert push(client, token_a, FIXTURE).status_code == 202
     expected = {
-        (labels["device"], NODE_SERIES[name][1]): value for name, labels, value in fixture_samples("node_disk_")
+        (labels["device"], STORAGE_SERIES[name][1]): value for name, labels, value in fixture_samples("node_disk_")
     }
     stored = {(s.device, s.quantity): s.value for s in DiskSample.objects.filter(node__hostname=HOST)}
     assert stored == expected and len(stored) == 10

@@ -14,7 +14,7 @@ from django.test import Client
 from console.models import PersonalToken
 from fleet.choices import Fabric, JobState
 from fleet.models import Gpu, Job, Node, NodeInterface, NodeMount
-from fleet.storage import services as storage
+from fleet.storage import read as storage
 from tests.fleet.fabric.node_exporter import push
 
 SLOW, FAST = "gpu-a-017", "gpu-a-018"

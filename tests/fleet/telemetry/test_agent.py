@@ -15,7 +15,6 @@ import importlib.metadata
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -35,6 +34,7 @@ import pytest
 from clients import agent
 from clients.agent import INGEST_PATH, Agent, AgentSetupError, Batch, NvmlReader, Rejected, Sender, Spool, Unreachable
 from fleet.ingest.batches import parse_gpu_batch
+from tests.parallel import free_port
 
 HOST = "gpu-node-01"
 MIB = 2**20
@@ -361,13 +361,6 @@ def console() -> Iterator[FakeConsole]:
     server = FakeConsole()
     yield server
     server.stop()
-
-
-def free_port() -> int:
-    """A port nothing listens on: the console is down."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def batch(n: int = 0) -> Batch:

@@ -16,9 +16,10 @@ from django.utils import timezone
 
 from fleet.ingest.prometheus import parse_exposition, store_exposition
 from fleet.models import Endpoint, Gpu, GpuRollup1m, GpuSample, GroupRollup1m, IngestBatch, Node, ServingSample
-from fleet.telemetry import dashboard, partitions, rollups
+from fleet.telemetry import partitions, rollups
 from fleet.telemetry.detectors import double_bit_ecc, thermal_throttling
 from fleet.telemetry.fields import GPU_SAMPLE_FIELDS as GPU_FIELDS
+from fleet.telemetry.read import figures
 from tests.fleet.telemetry.test_prometheus_ingest import DCGM, GPU0, GPU1, VLLM, push
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -70,11 +71,11 @@ def test_mig_instances_appear_under_their_physical_gpu_with_profile_utilisation_
 
 def test_a_mig_gpu_counts_once_in_every_total(client, viewer_client, token_a) -> None:
     assert push(client, token_a, MIG).status_code == 202
-    totals = dashboard.fleet_totals()
+    totals = figures.fleet_totals()
     assert totals["gpus"] == 2 and totals["reporting"] == 2
     assert totals["power_kw"] == pytest.approx((421.874 + 648.215) / 1000, abs=0.01)
-    assert dashboard.site_summaries()[0]["gpus"] == 2
-    assert {row["uuid"] for row in dashboard.gpu_rows()} == {MIG_GPU, WHOLE_GPU}
+    assert figures.site_summaries()[0]["gpus"] == 2
+    assert {row["uuid"] for row in figures.gpu_rows()} == {MIG_GPU, WHOLE_GPU}
     node = viewer_client.get("/api/v1/fleet/nodes/gpu-mig-001/")
     assert node.status_code == 200 and node.json()["gpu_count"] == 2
     rollups.update_rollups()
@@ -109,7 +110,7 @@ def test_device_fields_repeated_on_instance_lines_belong_to_the_physical_gpu(cli
     physical = Gpu.objects.get(uuid=MIG_GPU)
     assert physical.state.power_w == 300
     assert all(g.state.power_w is None for g in physical.mig_instances.all())
-    assert dashboard.fleet_totals()["power_kw"] == pytest.approx(0.3)
+    assert figures.fleet_totals()["power_kw"] == pytest.approx(0.3)
 
 
 def test_a_json_batch_may_not_give_a_mig_instance_power_of_its_own(client, token_a) -> None:
@@ -447,7 +448,8 @@ def _stamped_line(ms: float | str) -> str:
 @pytest.mark.parametrize(
     "ms",
     [
-        int((datetime.now(UTC) + timedelta(days=2)).timestamp() * 1000),  # two days ahead
+        # Named: an id made of the time would differ between parallel workers, which must collect alike.
+        pytest.param(int((datetime.now(UTC) + timedelta(days=2)).timestamp() * 1000), id="two-days-ahead"),
         "1e20",  # would overflow datetime
         "86400000",  # 1970
         "253402300799000",  # 9999-12-31

@@ -13,9 +13,9 @@ from django.test import Client
 from django.utils import timezone
 
 from console import live
-from console.asgi import application
-from fleet.telemetry import fleet_page, gpu_table
+from fleet.telemetry.read import fleet_summary, gpu_list
 from fleet.telemetry.store import store_gpu_samples
+from goodput.asgi import application
 from tests.conftest import make_sample, post_batch
 from tests.fleet.telemetry.test_rollups_and_retention import sample
 
@@ -111,8 +111,8 @@ def test_the_worst_gpus_are_bounded_and_put_the_hottest_troubled_first(client, t
     _fleet(client, token_a, hosts=8)  # 64 GPUs, none in trouble
     hot = make_sample(hostname="gpu-b-001", gpu_index=0, gpu_temp_c=88.0)  # degraded: thermally hot
     post_batch(client, token_b, {"samples": [hot]})
-    worst = gpu_table.worst_gpus()
-    assert len(worst) == gpu_table.WORST == 50
+    worst = gpu_list.worst_gpus()
+    assert len(worst) == gpu_list.WORST == 50
     assert worst[0]["uuid"] == hot["gpu_uuid"] and worst[0]["health"] == "degraded"
     assert [g["temp"] for g in worst[1:4]] == [64.0, 63.0, 63.0]  # then the hottest healthy ones
 
@@ -124,38 +124,38 @@ def test_a_view_push_carries_only_its_page_and_only_when_the_page_changed(site_a
         for i in range(16)
     ]
     store_gpu_samples(site_id=site_a.id, batch_key="first", samples=samples)
-    query = gpu_table.parse_query({"size": "4"})
-    topic = fleet_page.watch_view(query)
-    first, mark = fleet_page.build_view_delta(topic, None)
+    query = gpu_list.parse_query({"size": "4"})
+    topic = fleet_summary.watch_view(query)
+    first, mark = fleet_summary.build_view_delta(topic, None)
     assert first is not None and first["type"] == "fleet.rows" and first["count"] == 16
     assert [g["uuid"] for g in first["gpus"]] == [s.gpu_uuid for s in samples[:4]]
-    assert fleet_page.build_view_delta(topic, mark)[0] is None  # nothing on the page changed
+    assert fleet_summary.build_view_delta(topic, mark)[0] is None  # nothing on the page changed
 
     off_page = sample(gpu_uuid=samples[9].gpu_uuid, hostname="gpu-a-001", gpu_index=1, ts=now, gpu_util=1.0)
     store_gpu_samples(site_id=site_a.id, batch_key="second", samples=[off_page])
-    assert fleet_page.build_view_delta(topic, mark)[0] is None  # a row on another page is not news here
+    assert fleet_summary.build_view_delta(topic, mark)[0] is None  # a row on another page is not news here
 
     on_page = sample(gpu_uuid=samples[2].gpu_uuid, hostname="gpu-a-000", gpu_index=2, ts=now, gpu_util=12.5)
     store_gpu_samples(site_id=site_a.id, batch_key="third", samples=[on_page])
-    changed, mark = fleet_page.build_view_delta(topic, mark)
+    changed, mark = fleet_summary.build_view_delta(topic, mark)
     assert changed is not None and len(changed["gpus"]) == 4 and changed["gpus"][2]["util"] == 12.5
 
 
 def test_the_same_view_is_one_topic_and_another_view_another(site_a) -> None:
-    a = fleet_page.view_topic(gpu_table.parse_query({"state": "failed", "q": "x", "size": "10"}))
-    b = fleet_page.view_topic(gpu_table.parse_query({"size": "10", "q": "x", "state": "failed"}))
-    c = fleet_page.view_topic(gpu_table.parse_query({"size": "10", "q": "x", "state": "failed", "page": "2"}))
+    a = fleet_summary.view_topic(gpu_list.parse_query({"state": "failed", "q": "x", "size": "10"}))
+    b = fleet_summary.view_topic(gpu_list.parse_query({"size": "10", "q": "x", "state": "failed"}))
+    c = fleet_summary.view_topic(gpu_list.parse_query({"size": "10", "q": "x", "state": "failed", "page": "2"}))
     assert a == b != c
-    assert fleet_page.build_view_delta("fleetview.0123456789abcdef", None) == (None, None)  # never registered
+    assert fleet_summary.build_view_delta("fleetview.0123456789abcdef", None) == (None, None)  # never registered
 
 
 def test_a_site_push_carries_its_row_totals_and_worst_gpus(client, token_a, token_b, site_b) -> None:
     _fleet(client, token_a, hosts=1)
     b = _fleet(client, token_b, hosts=1, site="b")
-    payload, _ = fleet_page.build_site_delta(f"site.{site_b.id}", None)
+    payload, _ = fleet_summary.build_site_delta(f"site.{site_b.id}", None)
     assert payload["site"]["name"] == "iad-2" and payload["totals"]["gpus"] == 8
     assert {g["uuid"] for g in payload["worst"]} == set(b)
-    assert fleet_page.build_site_delta("site.999999", None) == (None, None)
+    assert fleet_summary.build_site_delta("site.999999", None) == (None, None)
 
 
 pytestmark_ws = pytest.mark.django_db(transaction=True)

@@ -11,7 +11,7 @@ from django.core.cache import cache
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from console import figures
-from fleet.telemetry import fleet_page, gpu_table
+from fleet.telemetry.read import fleet_summary, gpu_list
 from tests.conftest import make_sample, post_batch
 
 
@@ -88,13 +88,13 @@ def test_a_first_read_computes_in_place_and_a_failed_recomputation_keeps_the_old
 
 def test_a_view_push_writes_its_rows_back_for_the_reads(kept, client, token_a) -> None:
     _report(client, token_a, "GPU-cache-0002", 55.0)
-    query = gpu_table.parse_query({"size": "5"})
-    topic = fleet_page.watch_view(query)
-    assert fleet_page.table_snapshot(query)["gpus"][0]["temp"] == 55.0
+    query = gpu_list.parse_query({"size": "5"})
+    topic = fleet_summary.watch_view(query)
+    assert fleet_summary.table_snapshot(query)["gpus"][0]["temp"] == 55.0
     _report(client, token_a, "GPU-cache-0002", 66.0)
-    pushed, _ = fleet_page.build_view_delta(topic, None)  # the push computes afresh, at once
+    pushed, _ = fleet_summary.build_view_delta(topic, None)  # the push computes afresh, at once
     assert pushed is not None and pushed["gpus"][0]["temp"] == 66.0
-    assert fleet_page.table_snapshot(query)["gpus"][0]["temp"] == 66.0  # and the reads get its rows
+    assert fleet_summary.table_snapshot(query)["gpus"][0]["temp"] == 66.0  # and the reads get its rows
 
 
 def test_a_cache_that_cannot_be_reached_costs_a_computation(kept, monkeypatch) -> None:
@@ -144,15 +144,15 @@ def test_a_preset_range_s_series_is_kept_and_a_custom_window_s_is_read_each_time
     from django.utils import timezone
 
     from console.ranges import Window
-    from fleet.telemetry import dashboard
+    from fleet.telemetry.read import figures as telemetry_figures
 
     reads = []
-    monkeypatch.setattr(dashboard, "site_series", lambda **kw: reads.append(kw) or {"n": len(reads)})
-    assert fleet_page.current_series("24h", None, None) == {"n": 1}
-    assert fleet_page.current_series("24h", None, None) == {"n": 1}  # kept for every reader
-    assert fleet_page.current_series("24h", 7, None) == {"n": 2}  # a site's are its own
+    monkeypatch.setattr(telemetry_figures, "site_series", lambda **kw: reads.append(kw) or {"n": len(reads)})
+    assert fleet_summary.current_series("24h", None, None) == {"n": 1}
+    assert fleet_summary.current_series("24h", None, None) == {"n": 1}  # kept for every reader
+    assert fleet_summary.current_series("24h", 7, None) == {"n": 2}  # a site's are its own
     now = timezone.now()
     custom = Window(start=now - timedelta(hours=3), end=now - timedelta(hours=1), preset=None, resolution="1m")
-    assert fleet_page.current_series("24h", None, custom) == {"n": 3}
-    assert fleet_page.current_series("24h", None, custom) == {"n": 4}
+    assert fleet_summary.current_series("24h", None, custom) == {"n": 3}
+    assert fleet_summary.current_series("24h", None, custom) == {"n": 4}
     assert reads[-1]["window"] is custom

@@ -15,7 +15,7 @@ from django.core.cache import cache
 from django.test import Client
 
 from console import live
-from console.asgi import application
+from goodput.asgi import application
 from tests.conftest import make_sample, post_batch
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -12,8 +12,8 @@ from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.test import Client
 
-from console.asgi import application
 from fleet.models import Gpu, GpuSample, GpuState
+from goodput.asgi import application
 from tests.conftest import make_sample, post_batch, redis_url
 from tests.stack import Stack
 

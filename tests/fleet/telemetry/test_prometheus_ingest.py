@@ -12,8 +12,9 @@ from django.core import signals
 from django.core.asgi import get_asgi_application
 from django.db import close_old_connections
 
-from fleet.ingest.prometheus import DCGM_FIELDS, DCGM_KNOWN_UNSTORED, parse_exposition
+from fleet.ingest.prometheus import parse_exposition
 from fleet.models import Endpoint, Gpu, GpuSample, GpuState, IngestBatch, ServingSample
+from fleet.telemetry.mappings import DCGM_FIELDS, DCGM_KNOWN_UNSTORED
 
 # Copies of ../shared/fixtures (the real formats), kept in the repository so the suite runs anywhere.
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"

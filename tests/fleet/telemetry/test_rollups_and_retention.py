@@ -21,7 +21,8 @@ from fleet.models import (
     RollupDirty,
     Site,
 )
-from fleet.telemetry import dashboard, partitions
+from fleet.telemetry import partitions
+from fleet.telemetry.read import figures
 from fleet.telemetry.rollups import rollup_lag_seconds, update_rollups
 from fleet.telemetry.store import store_gpu_samples
 from tests.conftest import make_sample
@@ -132,10 +133,10 @@ def test_the_overview_reads_rollups_beyond_fifteen_minutes(two_sites, viewer_cli
     series = body["series"]
     assert series["resolution"] == "1m" and series["bucket_seconds"] == 60
     assert series["sites"][str(site_a.id)]["power_kw"] == [0.5, 0.5, 0.5]
-    assert dashboard.RESOLUTION["7d"] == "1h" and dashboard.RESOLUTION["15m"] == "raw"
+    assert figures.RESOLUTION["7d"] == "1h" and figures.RESOLUTION["15m"] == "raw"
     assert all(
-        seconds // dashboard.BUCKET_SECONDS.get(dashboard.RESOLUTION[k], 10) <= 2000
-        for k, seconds in dashboard.RANGES.items()
+        seconds // figures.BUCKET_SECONDS.get(figures.RESOLUTION[k], 10) <= 2000
+        for k, seconds in figures.RANGES.items()
     )
 
 

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from fleet.models import Job, Site
 from fleet.telemetry.store import store_gpu_samples
-from fleet.training import dashboard as training_dashboard
+from fleet.training import read as training_read
 from fleet.training.detectors import candidate_jobs, jobs_on
 from fleet.training.goodput import Account, account, job_spans
 from incidents.detectors import run_detectors
@@ -128,7 +128,7 @@ def firing(detector: str) -> list[Finding]:
 
 def account_between(job_id: int, start: datetime, end: datetime) -> Account:
     """The job's account over [start, end), from its whole history as its page computes it."""
-    events = training_dashboard.job_events(job_id)
+    events = training_read.job_events(job_id)
     gang = Job.objects.get(pk=job_id).gang_size
     return account(job_spans(events, now=end), gang_size=gang, start=start, end=end)
 
@@ -403,7 +403,7 @@ def test_a_failed_job_and_the_xid_79_on_its_node_are_one_incident_with_the_jobs_
     assert failed.impact["gpu_hours_lost"] == final and failed.impact["restore_gpu_h"] == round(8 * 30 / 3600, 3)
     assert incident.gpu_hours_lost == pytest.approx(final)
     # The job page's failure row says the same.
-    [row] = training_dashboard.job_snapshot(Job.objects.get(pk=job_id), now=at(t0, 1340))["losses"]
+    [row] = training_read.job_snapshot(Job.objects.get(pk=job_id), now=at(t0, 1340))["losses"]
     assert row["cost_gpu_s"] == 8 * (600 + 90 + 30) and row["cost_gpu_h"] == round(final, 2)
     assert (row["failure_class"], row["failure_class_label"]) == ("xid", "GPU XID error")
 

@@ -15,8 +15,8 @@ from django.utils import timezone
 
 from fleet.models import Gpu, GpuRollup1m, Job, JobAccount, JobEvent, Node, Site
 from fleet.telemetry import partitions
-from fleet.training import dashboard as training_dashboard
 from fleet.training import goodput
+from fleet.training import read as training_read
 from fleet.training.accounts import refresh_job_accounts
 from fleet.training.goodput import Account
 from tests.fleet.training.conftest import post_events, register_job
@@ -358,7 +358,7 @@ def test_the_pages_need_a_role(norole_client: Client, anon_client: Client, db: N
 
 
 def test_the_training_push_carries_goodput_and_running_jobs(accounts: dict[str, Any]) -> None:
-    payload, watermark = training_dashboard.build_training_delta("training", None)
+    payload, watermark = training_read.build_training_delta("training", None)
     assert watermark is None  # the newest event of any job: none has sent one
     assert payload is not None and payload["type"] == "training.delta"
     assert payload["goodput"]["1h"]["goodput"] == 0.75
@@ -383,7 +383,7 @@ def test_the_job_push_sends_only_what_is_new_since_the_watermark(token_a: str, s
         ],
         token_a,
     )
-    first, mark = training_dashboard.build_job_delta(f"job.{job_id}", None)
+    first, mark = training_read.build_job_delta(f"job.{job_id}", None)
     # No watermark: the newest non-step events again (the page drops the seqs it shows), complete
     # from the job's first event since fewer than RESYNC_EVENTS exist.
     assert first is not None and first["job"]["last_step"] == 1
@@ -399,14 +399,14 @@ def test_the_job_push_sends_only_what_is_new_since_the_watermark(token_a: str, s
         ],
         token_a,
     )
-    second, mark2 = training_dashboard.build_job_delta(f"job.{job_id}", mark)
+    second, mark2 = training_read.build_job_delta(f"job.{job_id}", mark)
     assert [e["kind"] for e in second["events"]] == ["checkpoint_saved"]
     assert second["events_from_seq"] == 3 and second["watermark"] == 5
     assert second["job"]["last_step"] == 2 and mark2["seq"] == 5
     # The step points from the previous push's minute on: the minute of step 1, then that of step 2.
     assert second["steps"]["ts"][-1] == (now + timedelta(seconds=60)).replace(second=0).isoformat()
     assert second["steps"]["steps"][-1] == 1 and second["steps"]["tokens_per_s"][-1] == 2.0
-    third, _ = training_dashboard.build_job_delta(f"job.{job_id}", mark2)
+    third, _ = training_read.build_job_delta(f"job.{job_id}", mark2)
     assert third["events"] == []
 
 
@@ -435,7 +435,7 @@ def test_minutes_without_steps_are_a_gap_in_the_step_series(job: Job) -> None:
             step=step,
             step_time_s=1.0,
         )
-    series = training_dashboard.step_series(job.pk, since=t0)
+    series = training_read.step_series(job.pk, since=t0)
     # One None point a minute after the last one before the silence: Plotly breaks the line there.
     assert series["ts"] == [(t0 + timedelta(minutes=m)).isoformat() for m in (0, 1, 2, 9)]
     assert series["steps"] == [1, 1, None, 1]
@@ -460,10 +460,10 @@ def test_at_10_59_the_last_hour_is_exactly_one_bucket() -> None:
         (ten - timedelta(hours=1), acc(0, 3_600)),  # 09:00: outside "1h"
         (ten, acc(600, 600)),  # 10:00: the current hour, 59.5 minutes of it
     ]
-    assert training_dashboard.window_start("1h", now) == ten
-    assert training_dashboard.window_start("24h", now) == ten - timedelta(hours=23)
-    assert training_dashboard.window_start("7d", now) == ten - timedelta(hours=167)
-    g = training_dashboard.cluster_goodput(hourly, now=now)
+    assert training_read.window_start("1h", now) == ten
+    assert training_read.window_start("24h", now) == ten - timedelta(hours=23)
+    assert training_read.window_start("7d", now) == ten - timedelta(hours=167)
+    g = training_read.cluster_goodput(hourly, now=now)
     # 1h: 600 / (600 + 600) = 0.5; 1,200 GPU-s allocated; 600 GPU-s lost.
     assert g["1h"] == {
         "goodput": 0.5,
@@ -487,13 +487,13 @@ def test_the_overview_at_10_59_sums_one_hourly_bucket_for_1h(site_a: Site) -> No
     job = Job.objects.create(site=site_a, name="j", team="t", gang_size=1, scheduler_id="w", state="completed")
     _account(job, datetime(2026, 11, 30, 9, tzinfo=UTC), productive_s=3_600)
     _account(job, datetime(2026, 11, 30, 10, tzinfo=UTC), productive_s=1_800, idle_s=1_770)
-    snap = training_dashboard.overview_snapshot(range_key="1h", now=now)
+    snap = training_read.overview_snapshot(range_key="1h", now=now)
     assert snap["range_start"] == "2026-11-30T10:00:00+00:00"
     assert snap["series"]["hours"] == ["2026-11-30T10:00:00+00:00"]
     assert snap["account"]["allocated_gpu_h"] == round((1_800 + 1_770) / 3600, 2) == 0.99
     # The top jobs read the same single hour: 1,770 GPU-s idle lost.
     assert [(j["name"], j["lost_gpu_h"]) for j in snap["top_jobs"]] == [("j", round(1_770 / 3600, 2))]
-    day = training_dashboard.overview_snapshot(range_key="24h", now=now)
+    day = training_read.overview_snapshot(range_key="24h", now=now)
     assert day["account"]["allocated_gpu_h"] == round((3_600 + 3_570) / 3600, 2)
 
 
@@ -523,11 +523,11 @@ def test_a_push_after_the_watermark_expired_still_carries_a_restart(job: Job) ->
     t0 = timezone.now() - timedelta(minutes=30)
     topic = f"job.{job.pk}"
     _events(job, ["allocated", "started", "step", "failed"], first_seq=0, t0=t0)
-    _, mark = training_dashboard.build_job_delta(topic, None)
+    _, mark = training_read.build_job_delta(topic, None)
     assert mark["seq"] == 4
     # An hour later, with the watermark gone: a restart and a restore arrive.
     _events(job, ["started", "restored", "step"], first_seq=4, t0=t0 + timedelta(minutes=10))
-    payload, mark2 = training_dashboard.build_job_delta(topic, None)
+    payload, mark2 = training_read.build_job_delta(topic, None)
     assert payload is not None
     assert [(e["seq"], e["kind"]) for e in payload["events"]] == [
         (0, "allocated"),
@@ -541,9 +541,9 @@ def test_a_push_after_the_watermark_expired_still_carries_a_restart(job: Job) ->
 
 
 def test_a_push_without_watermark_resends_only_the_newest_and_says_so(job: Job, monkeypatch: Any) -> None:
-    monkeypatch.setattr(training_dashboard, "RESYNC_EVENTS", 3)
+    monkeypatch.setattr(training_read, "RESYNC_EVENTS", 3)
     _events(job, ["allocated", "started", "failed", "started", "step", "failed", "started"], first_seq=0, t0=_t0())
-    payload, _ = training_dashboard.build_job_delta(f"job.{job.pk}", None)
+    payload, _ = training_read.build_job_delta(f"job.{job.pk}", None)
     # The three newest non-step events by seq (5, 4 is a step, so 3, 5, 6), oldest first; complete from
     # seq 3 only: a page that knows less than seq 3 (knownSeq < 3) re-reads its snapshot.
     assert [e["seq"] for e in payload["events"]] == [3, 5, 6]
@@ -557,7 +557,7 @@ def _t0() -> datetime:
 def test_the_push_reads_events_after_the_watermark_by_seq(job: Job) -> None:
     _events(job, ["allocated", "started", "step", "checkpoint_saved"], first_seq=0, t0=_t0())
     with CaptureQueriesContext(connection) as queries:
-        payload, _ = training_dashboard.build_job_delta(f"job.{job.pk}", {"seq": 2, "minute": None})
+        payload, _ = training_read.build_job_delta(f"job.{job.pk}", {"seq": 2, "minute": None})
     assert [e["seq"] for e in payload["events"]] == [3]
     [sql] = [" ".join(q["sql"].split()) for q in queries.captured_queries if "seq >" in q["sql"]]
     # The (job, seq) index: job_id equality, a seq range (seq >= 2 is seq > 1), ordered by seq.
@@ -565,13 +565,13 @@ def test_the_push_reads_events_after_the_watermark_by_seq(job: Job) -> None:
 
 
 def test_a_push_with_more_events_than_its_limit_continues_where_it_stopped(job: Job, monkeypatch: Any) -> None:
-    monkeypatch.setattr(training_dashboard, "TIMELINE_LIMIT", 2)
+    monkeypatch.setattr(training_read, "TIMELINE_LIMIT", 2)
     _events(job, ["allocated", "started", "step", "failed", "started"], first_seq=0, t0=_t0())
     topic = f"job.{job.pk}"
-    first, mark = training_dashboard.build_job_delta(topic, {"seq": 0, "minute": None})
+    first, mark = training_read.build_job_delta(topic, {"seq": 0, "minute": None})
     # Seqs 0 and 1 (the limit), then the watermark is 2, not events_seen (5): nothing is skipped.
     assert [e["seq"] for e in first["events"]] == [0, 1] and mark["seq"] == 2
-    second, mark2 = training_dashboard.build_job_delta(topic, mark)
+    second, mark2 = training_read.build_job_delta(topic, mark)
     assert [e["seq"] for e in second["events"]] == [3, 4] and second["events_from_seq"] == 2
     assert mark2["seq"] == 5
 
@@ -598,7 +598,7 @@ def test_step_sums_past_the_bigint_range_are_not_a_500(viewer_client: Client, jo
         for i, step in enumerate([-(2**62), 2**62])
     )
     Job.objects.filter(pk=job.pk).update(events_seen=2)
-    series = training_dashboard.step_series(job.pk, since=t0)
+    series = training_read.step_series(job.pk, since=t0)
     assert series["tokens_per_s"] == [round(2 * 2**62 / 60, 1)]
     # The first event completes one step, the second 2**62 - (-2**62) = 2**63 (1 is lost in float8).
     assert series["steps"] == [int(float(1 + 2**63))] == [2**63]
@@ -613,7 +613,7 @@ def test_a_long_job_takes_its_account_from_the_hourly_rows(
     flagged as not exact: the same hand calculation as the exact snapshot, since the rows come
     from the same accounting."""
     refresh_job_accounts([finished_job["id"]])
-    monkeypatch.setattr(training_dashboard, "LONG_JOB_EVENTS", 5)
+    monkeypatch.setattr(training_read, "LONG_JOB_EVENTS", 5)
     snap = viewer_client.get(f"/api/v1/training/jobs/{finished_job['id']}/snapshot").json()
     acc = snap["account"]
     gang = 4
@@ -633,7 +633,7 @@ def test_the_job_snapshot_sweeps_the_events_once(
 ) -> None:
     """Short (11 events <= 50,000): job_report's one sweep gives the account and the losses. Long
     (11 > 5): the account comes from the hourly rows, the losses from one sweep."""
-    monkeypatch.setattr(training_dashboard, "LONG_JOB_EVENTS", long_job_events)
+    monkeypatch.setattr(training_read, "LONG_JOB_EVENTS", long_job_events)
     sweeps = []
     real = goodput.sweep
 

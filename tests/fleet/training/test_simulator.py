@@ -517,7 +517,7 @@ def test_demo_releases_the_simulated_jobs_before_its_beat_runs_the_detectors(
     import uvicorn
 
     import console.scheduler
-    from console.management.commands.demo import Command as DemoCommand
+    from goodput.management.commands.demo import Command as DemoCommand
 
     world = make_world(jobs=2, seed=6, scenarios=False, failure_rate=0.0)
     world.run(start_time(), 5, detectors=False)
@@ -599,7 +599,7 @@ def test_every_job_runs_at_a_physically_possible_model_flops_utilisation() -> No
     scripted half hour (a straggler, a data stall, a preemption, a hang) that it ran through (no
     start, restore, preemption or failure in the rate's window: those are time without steps, not
     slow steps), read from the tokens/s the training page shows for it."""
-    from fleet.training.dashboard import RATE_WINDOW_S, running_jobs
+    from fleet.training.read import RATE_WINDOW_S, running_jobs
 
     world = make_world(jobs=8, seed=7, scenarios=True, failure_rate=0.0)
     start = start_time()
@@ -628,8 +628,8 @@ def test_a_steps_reports_from_every_node_of_the_gang_count_as_one_step_in_the_ra
     """Every node of a gang reports each step, a millisecond apart: with one step in the window the
     rate is unknown (not its tokens over a millisecond: 131,072,000 tokens/s); with more, the tokens
     of the steps after the first over the time from the first step's last report."""
-    from fleet.training.dashboard import running_jobs
     from fleet.training.events import JobEventIn, record_job_events
+    from fleet.training.read import running_jobs
 
     site = Site.objects.create(name="ams-1", region="eu-west")
     job = Job.objects.create(site=site, name="llama-70b-pretrain-01", team="foundation", gang_size=24, scheduler_id="x")

@@ -1,0 +1,1 @@
+"""What the capacity pages, the plan API and the overview tile read."""
