@@ -140,6 +140,28 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
+def _tally(out: SitePower, nodes: Sequence[SiteNode], landed: Sequence[Arrival], lit: Sequence[int]) -> None:
+    """Fill ``out`` from the nodes running or dark (``out.nodes_on``) and the landed arrivals with the
+    GPUs of each energised (``lit``): full-load and used watts, and per pool what runs and what not."""
+    energised: dict[int, int] = defaultdict(int)
+    for node, running in zip(nodes, out.nodes_on, strict=True):
+        out.full_load_w += node.watts
+        out.used_w += node.watts if running else 0.0
+        for pool, gpus in node.gpus.items():
+            if running:
+                energised[pool] += gpus
+            else:
+                out.dark_nodes[pool] = out.dark_nodes.get(pool, 0) + 1
+                out.dark_gpus[pool] = out.dark_gpus.get(pool, 0) + gpus
+    for arrival, n in zip(landed, lit, strict=False):
+        out.full_load_w += arrival.gpus * arrival.gpu_w
+        out.used_w += n * arrival.gpu_w
+        energised[arrival.pool] += n
+        if n < arrival.gpus:
+            out.waiting[arrival.pool] = out.waiting.get(arrival.pool, 0) + arrival.gpus - n
+    out.energised = dict(energised)
+
+
 def site_power_steps(
     *,
     contract_w: float | None,
@@ -181,23 +203,7 @@ def site_power_steps(
 
     def state(day: date, landed: int) -> SitePower:
         out = SitePower(day=day, contract_w=contract_w, power_w=power, pools=tuple(pools), nodes_on=tuple(on))
-        energised: dict[int, int] = defaultdict(int)
-        for node, running in zip(nodes, on, strict=True):
-            out.full_load_w += node.watts
-            out.used_w += node.watts if running else 0.0
-            for pool, gpus in node.gpus.items():
-                if running:
-                    energised[pool] += gpus
-                else:
-                    out.dark_nodes[pool] = out.dark_nodes.get(pool, 0) + 1
-                    out.dark_gpus[pool] = out.dark_gpus.get(pool, 0) + gpus
-        for arrival, n in zip(queue[:landed], lit, strict=False):
-            out.full_load_w += arrival.gpus * arrival.gpu_w
-            out.used_w += n * arrival.gpu_w
-            energised[arrival.pool] += n
-            if n < arrival.gpus:
-                out.waiting[arrival.pool] = out.waiting.get(arrival.pool, 0) + arrival.gpus - n
-        out.energised = dict(energised)
+        _tally(out, nodes, queue[:landed], lit)
         return out
 
     if power is not None:

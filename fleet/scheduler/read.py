@@ -393,7 +393,8 @@ def team_queues(team_id: object, *, now: datetime | None = None) -> list[dict[st
 
 # --- the capacity page's queue panel, the plan API's queues part and the scheduler topic --------
 # Capacity sits below the scheduler and cannot import it, so each is handed to capacity's hooks
-# (fleet.capacity.read.tables.register_pool_section, fleet.capacity.api.register_capacity_part).
+# (fleet.capacity.read.tables.register_pool_section, fleet.capacity.api.register_capacity_part) from
+# fleet/scheduler/plugins.py.
 
 
 def duration(seconds: float | None) -> str:
