@@ -36,7 +36,12 @@ from incidents.choices import Severity, TimelineKind
 from incidents.models import Incident, TimelineEntry
 from tests.compliance.audit_support import admin_user, rewrite_consistently, tamper, three_entries, url, verify
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    # setup_database_roles alters the server's roles, which every parallel worker's database shares:
+    # two workers altering one role at once can fail ("tuple concurrently updated"), so one worker runs these.
+    pytest.mark.xdist_group("database-roles"),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 # Operators the owner's functions use: each is planted too, for the argument types they take.

@@ -33,7 +33,12 @@ from incidents.choices import Severity, TimelineKind
 from incidents.models import Incident, TimelineEntry
 from tests.compliance.audit_support import admin_user, url
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    # setup_database_roles alters the server's roles, which every parallel worker's database shares:
+    # two workers altering one role at once can fail ("tuple concurrently updated"), so one worker runs these.
+    pytest.mark.xdist_group("database-roles"),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 APPEND_ONLY = ("compliance_auditentry", "compliance_auditseal", "compliance_summaryversion", "incidents_timelineentry")

@@ -97,49 +97,75 @@ def render_value(value: float | int) -> str:
     return str(value)
 
 
+# Strategies are built once, here, not inside each draw: building one (a regex's above all) cost
+# more than the request it fed. The same strategies, so the same examples.
+ANY_NAME = st.from_regex(r"[a-zA-Z_:][a-zA-Z0-9_:]{0,30}", fullmatch=True)
+NAME = {False: st.sampled_from(KNOWN_NAMES), True: st.one_of(st.sampled_from(KNOWN_NAMES), ANY_NAME)}
+GPU_UUID = {False: st.sampled_from(UUIDS[:2]), True: st.sampled_from(UUIDS)}
+GPU_INDEX = {False: st.sampled_from(["0", "1"]), True: st.sampled_from(["0", "1", "x"])}
+HOSTNAME = st.sampled_from(["gpu-a-001", "gpu-a-002"])
+MIG_ID = {False: st.sampled_from(["1", "5"]), True: st.sampled_from(["1", "5", "99999", "a"])}
+VLLM_MODEL = st.sampled_from(["llama", "mistral"])
+TRITON_MODEL, TRITON_VERSION = st.sampled_from(["resnet", "bert"]), st.sampled_from(["1", "2"])
+ANY_LABELS = st.dictionaries(LABEL_NAME, LABEL_VALUE, max_size=3)
+PLAIN_LABELS = st.dictionaries(st.sampled_from(["le", "engine", "pod"]), st.sampled_from(["0", "a b"]))
+PLAIN_VALUE = st.one_of(st.floats(0, 1), st.integers(0, 1), st.sampled_from([math.nan, math.inf]))
+PLAIN_TIMESTAMP = st.one_of(st.none(), st.integers(NOW_MS - 3600 * 1000, NOW_MS))
+ONE_IN_FIVE = st.integers(0, 4)
+
+
 @st.composite
 def sample_line(draw: st.DrawFn, *, chaos: bool) -> str:
     """One sample line: well formed and in range, or (chaos) anything the grammar allows."""
-    any_name = st.from_regex(r"[a-zA-Z_:][a-zA-Z0-9_:]{0,30}", fullmatch=True)
-    name = draw(st.one_of(st.sampled_from(KNOWN_NAMES), any_name) if chaos else st.sampled_from(KNOWN_NAMES))
+    name = draw(NAME[chaos])
     labels: dict[str, str] = {}
     if name.startswith("DCGM") and (not chaos or draw(st.booleans())):
-        uuid = draw(st.sampled_from(UUIDS if chaos else UUIDS[:2]))
-        labels.update(UUID=uuid, gpu=draw(st.sampled_from(["0", "1", "x"] if chaos else ["0", "1"])))
-        labels["hostname"] = draw(st.sampled_from(["gpu-a-001", "gpu-a-002"]))
-        if draw(st.integers(0, 4)) == 0:
-            mig_ids = ["1", "5", "99999", "a"] if chaos else ["1", "5"]
-            labels.update(GPU_I_ID=draw(st.sampled_from(mig_ids)), GPU_I_PROFILE="1g.10gb")
+        uuid = draw(GPU_UUID[chaos])
+        labels.update(UUID=uuid, gpu=draw(GPU_INDEX[chaos]))
+        labels["hostname"] = draw(HOSTNAME)
+        if draw(ONE_IN_FIVE) == 0:
+            labels.update(GPU_I_ID=draw(MIG_ID[chaos]), GPU_I_PROFILE="1g.10gb")
     if name.startswith("vllm:") and (not chaos or draw(st.booleans())):
-        labels["model_name"] = draw(st.sampled_from(["llama", "mistral"]))
+        labels["model_name"] = draw(VLLM_MODEL)
     if name.startswith("nv_inference") and (not chaos or draw(st.booleans())):
-        labels.update(model=draw(st.sampled_from(["resnet", "bert"])), version=draw(st.sampled_from(["1", "2"])))
+        labels.update(model=draw(TRITON_MODEL), version=draw(TRITON_VERSION))
     if chaos:
-        labels.update(draw(st.dictionaries(LABEL_NAME, LABEL_VALUE, max_size=3)))
+        labels.update(draw(ANY_LABELS))
         value, stamp = draw(VALUE), draw(TIMESTAMP)
     else:
-        labels.update(draw(st.dictionaries(st.sampled_from(["le", "engine", "pod"]), st.sampled_from(["0", "a b"]))))
-        value = draw(st.one_of(st.floats(0, 1), st.integers(0, 1), st.sampled_from([math.nan, math.inf])))
-        stamp = draw(st.one_of(st.none(), st.integers(NOW_MS - 3600 * 1000, NOW_MS)))
+        labels.update(draw(PLAIN_LABELS))
+        value = draw(PLAIN_VALUE)
+        stamp = draw(PLAIN_TIMESTAMP)
     rendered = ",".join(f'{k}="{escape(v)}"' for k, v in labels.items())
     line = f"{name}{{{rendered}}} {render_value(value)}"
     return line if stamp is None else f"{line} {stamp}"
 
 
+LINE = {False: sample_line(chaos=False), True: sample_line(chaos=True)}
+LINE_COUNT, ONE_IN_TWENTY, ONE_IN_TEN, ONE_IN_THIRTY = (
+    st.integers(1, 10),
+    st.integers(0, 19),
+    st.integers(0, 9),
+    st.integers(0, 29),
+)
+ONE_IN_FIFTEEN = st.integers(0, 14)
+TYPE_KIND = st.sampled_from(["gauge", "counter", "histogram", "untyped", "summary", "nonsense"])
+
+
 @st.composite
 def exposition(draw: st.DrawFn) -> str:
     lines: list[str] = []
-    for _ in range(draw(st.integers(1, 10))):
-        line = draw(sample_line(chaos=draw(st.integers(0, 19)) == 0))
-        if draw(st.integers(0, 9)) == 0:
+    for _ in range(draw(LINE_COUNT)):
+        line = draw(LINE[draw(ONE_IN_TWENTY) == 0])
+        if draw(ONE_IN_TEN) == 0:
             name = line.split("{", 1)[0]
-            kind = draw(st.sampled_from(["gauge", "counter", "histogram", "untyped", "summary", "nonsense"]))
+            kind = draw(TYPE_KIND)
             lines.append(f"# TYPE {name} {kind}")
         lines.append(line)
-        if draw(st.integers(0, 29)) == 0:
+        if draw(ONE_IN_THIRTY) == 0:
             lines.append(draw(st.sampled_from(lines)))  # a repeated line: a duplicate series
     body = "\n".join(lines) + "\n"
-    if draw(st.integers(0, 14)) == 0:
+    if draw(ONE_IN_FIFTEEN) == 0:
         body = body[: draw(st.integers(0, len(body)))]  # cut off mid-way, as a dropped connection
     return body
 
