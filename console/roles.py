@@ -158,8 +158,10 @@ def sync_roles(apps: Any) -> None:
 def sync_roles_after_migrate(sender: Any, **kwargs: Any) -> None:
     from django.apps import apps as global_apps
 
-    # post_migrate is sent once per app, in INSTALLED_APPS order, each creating that app's
-    # permissions: only after the last app's turn do all permissions exist.
-    if sender is not list(global_apps.get_app_configs())[-1]:
+    # post_migrate is sent once per app with models, in INSTALLED_APPS order, each creating that
+    # app's permissions: only after the last such app's turn do all permissions exist. An app
+    # without models (the goodput shell) is sent nothing, so it cannot be the one waited for.
+    with_models = [config for config in global_apps.get_app_configs() if config.models_module is not None]
+    if sender is not with_models[-1]:
         return
     sync_roles(kwargs.get("apps") or global_apps)

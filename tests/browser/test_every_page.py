@@ -206,6 +206,7 @@ def _page_kwargs(incident_id: int) -> dict[str, dict[str, Any]]:
         "recovery:item": {"pk": _recovery_item(summarised.lineage.get().dataset).pk},
         # qa: a quota, reservations and a Kueue queue mapped to it (_capacity_data, _scheduler_data)
         "capacity:team": {"pk": Team.objects.get(name="qa").pk},
+        "docs:page": {"page": "incidents"},  # a page of the manual with tables, code and links
     }
 
 

@@ -25,7 +25,7 @@ from tests.browser.support import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, BrowserLog
 from tests.conftest import PASSWORD, make_sample
 from tests.stack import Stack
 
-pytestmark = [pytest.mark.browser]
+pytestmark = [pytest.mark.browser, pytest.mark.solo]
 
 GPUS = 4000  # 500 nodes of 8
 NODES = GPUS // 8

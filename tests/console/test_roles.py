@@ -25,6 +25,18 @@ def test_the_data_migration_created_the_four_roles() -> None:
     assert not any(c.split(".")[1].startswith(("add_", "change_", "delete_")) for c in codes)
 
 
+@pytest.mark.django_db
+def test_every_migrate_recreates_the_roles_though_the_last_app_has_no_models() -> None:
+    """Django sends post_migrate only to apps with models; the goodput shell, last in
+    INSTALLED_APPS, has none, so the roles must wait for the last app that has."""
+    from django.core.management.sql import emit_post_migrate_signal
+
+    Group.objects.filter(name__in=[roles.ADMIN, roles.VIEWER]).delete()
+    emit_post_migrate_signal(verbosity=0, interactive=False, db="default")  # what every `migrate` sends
+    assert Group.objects.get(name=roles.ADMIN).permissions.exists()
+    assert Group.objects.filter(name=roles.VIEWER).exists()
+
+
 @pytest.mark.parametrize(
     ("persona", "page_status"),
     [("admin_client", 200), ("operator_client", 200), ("viewer_client", 200), ("norole_client", 403)],

@@ -6,6 +6,7 @@ action items. Each is tried through the API by an operator, and refused to a vie
 from __future__ import annotations
 
 from datetime import date, timedelta
+from types import ModuleType
 
 import pytest
 from django.utils import timezone
@@ -187,10 +188,14 @@ def test_every_detector_finding_carries_its_detector_label_and_one_silence_mutes
     def slow(now):  # type: ignore[no-untyped-def]
         return [FindingSpec("slow:GPU-1", {"hostname": "gpu-a-002"}, "SEV3", "slow")]
 
+    # A detector module as a room's plugins.py registers one: functions marked @detector.
+    module = ModuleType("tests_incident_detectors")
+    for name, fn in (("test-hot", hot), ("test-slow", slow)):
+        fn.__module__ = module.__name__
+        setattr(module, fn.__name__, detectors.detector(name)(fn))
     saved = dict(detectors._detectors)
     try:
-        detectors.register("test-hot")(hot)
-        detectors.register("test-slow")(slow)
+        detectors.register_detectors(module)
         body = _silence_body(-0.1, 2, [{"name": "detector", "op": "=", "value": "test-hot"}])
         assert operator_client.post("/api/v1/silences/", body, content_type=JSON).status_code == 201
         run_detectors(only=["test-hot", "test-slow"])
