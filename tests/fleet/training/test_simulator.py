@@ -535,8 +535,8 @@ def test_demo_releases_the_simulated_jobs_before_its_beat_runs_the_detectors(
 
     monkeypatch.setattr(console.scheduler, "EmbeddedBeat", Beat)
     monkeypatch.setattr(uvicorn.Server, "run", lambda self: None)
-    monkeypatch.setattr(DemoCommand, "_prepare_simulator", lambda self, url, options, stop: None)
-    monkeypatch.setattr(DemoCommand, "_run_simulator", lambda self, url, options, stop, session: None)
+    monkeypatch.setattr(DemoCommand, "_prepare_simulator", lambda self, *args: None)
+    monkeypatch.setattr(DemoCommand, "_run_simulator", lambda self, *args: None)
     call_command("demo", stdout=StringIO())
     assert seen == [{"released"}]
 
