@@ -17,6 +17,7 @@ Run it once before the first `manage.py migrate`, and again whenever the roles o
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import psycopg
@@ -25,6 +26,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from console import dbroles
 from console.backup import libpq_params, params_from_url
+
+# Runs of the whole set-up when PostgreSQL refuses a grant made at the same moment as another's.
+ATTEMPTS = 3
 
 
 def _params(url: str | None, fallback: dict[str, str] | None, what: str) -> dict[str, str]:
@@ -53,23 +57,37 @@ class Command(BaseCommand):
         database = app["dbname"]
         if owner.get("dbname", database) != database:
             raise CommandError("DATABASE_OWNER_URL and DATABASE_URL must name the same database.")
-        try:
-            with psycopg.connect(**{**admin, "dbname": database}, autocommit=True) as conn:
-                cur = conn.cursor()
-                dbroles.ensure_roles(
-                    cur,
-                    owner=owner["user"],
-                    app=app["user"],
-                    owner_password=owner.get("password"),
-                    app_password=app.get("password"),
-                )
-                moved = dbroles.claim_database(cur, owner=owner["user"], app=app["user"])
-            with psycopg.connect(**{**owner, "dbname": database}, autocommit=True) as conn:
-                moved += dbroles.grant_app(conn.cursor(), app["user"])
-        except dbroles.RoleError as exc:
-            raise CommandError(str(exc)) from exc
-        except psycopg.Error as exc:
-            raise CommandError(f"setting up the roles failed: {exc}") from exc
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                moved = self._set_up(admin, owner, app, database)
+                break
+            except dbroles.RoleError as exc:
+                raise CommandError(str(exc)) from exc
+            except psycopg.errors.InternalError_ as exc:
+                # Another session granting on the same role or object at the same moment (two
+                # processes starting together): PostgreSQL refuses one with "tuple concurrently
+                # updated". Every step is idempotent, so the whole set-up is simply run again.
+                if "concurrently updated" not in str(exc) or attempt == ATTEMPTS:
+                    raise CommandError(f"setting up the roles failed: {exc}") from exc
+                time.sleep(0.2 * attempt)
+            except psycopg.Error as exc:
+                raise CommandError(f"setting up the roles failed: {exc}") from exc
         for item in moved:
             self.stdout.write(f"  {item}")
         self.stdout.write(f"RESULT database={database} owner={owner['user']} app={app['user']} changes={len(moved)}")
+
+    def _set_up(self, admin: dict[str, Any], owner: dict[str, Any], app: dict[str, Any], database: str) -> list[str]:
+        """The roles made and granted, as the admin then as the owner; what changed."""
+        with psycopg.connect(**{**admin, "dbname": database}, autocommit=True) as conn:
+            cur = conn.cursor()
+            dbroles.ensure_roles(
+                cur,
+                owner=owner["user"],
+                app=app["user"],
+                owner_password=owner.get("password"),
+                app_password=app.get("password"),
+            )
+            moved = dbroles.claim_database(cur, owner=owner["user"], app=app["user"])
+        with psycopg.connect(**{**owner, "dbname": database}, autocommit=True) as conn:
+            moved += dbroles.grant_app(conn.cursor(), app["user"])
+        return moved
