@@ -6,7 +6,8 @@ calls for exports, actions and sign-ins). The database keeps them (migrations 00
 - the console's role has no UPDATE, DELETE or TRUNCATE on the table (``manage.py
   setup_database_roles``), and a trigger refuses UPDATE and DELETE to every other role too;
 - entries are deleted only by ``goodput_audit_purge()``, a SECURITY DEFINER function of the
-  owner role that deletes nothing younger than the audit floor and writes its own entry;
+  owner role (SET search_path = pg_catalog, pg_temp, every name schema-qualified: migration
+  0009) that deletes nothing younger than the audit floor and writes its own entry;
 - each entry is sealed when its transaction commits, by the database, with an ``AuditSeal``:
   ``seq`` numbers the entries in commit order, ``content_hash`` is the SHA-256 of the entry's
   content and ``hash`` the SHA-256 of ``prev_hash`` (the entry before's ``hash``) followed by
