@@ -263,7 +263,8 @@ def purge_entries_before(cutoff: datetime, *, actor: str = "system") -> int:
 
     The only way an entry is deleted: ``goodput_audit_purge``, the owner's SECURITY DEFINER
     function, created with SET search_path = pg_catalog, pg_temp and every name schema-qualified
-    (migration 0009), so no function the console's role could plant runs inside it. It seals what is pending, deletes, never the newest entry, and
+    (migration 0009), so no function the console's role could plant runs inside it. It seals
+    what is pending, deletes, never the newest entry, and
     writes its own entry (action "purge") naming the sequence ranges it removed.
     """
     with connection.cursor() as cursor:
